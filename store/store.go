@@ -1,0 +1,184 @@
+// Package store defines warren's job store: the one interface behind which
+// the SQLite (store/sqlite) and PostgreSQL (store/postgres) implementations
+// sit. Both pass the conformance suite in store/storetest.
+//
+// The store is the single source of truth for a job: its expected,
+// completed and failed counters, every task's state, and the outbox (task
+// rows in state pending are the tasks not yet published).
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"iter"
+	"time"
+
+	"github.com/warrenhq/warren"
+)
+
+// Store is the job store. Every method is safe for concurrent use. Methods
+// return errors that wrap warren.ErrNotFound or warren.ErrConflict where
+// documented.
+type Store interface {
+	// Migrate applies the embedded schema migrations that are not applied
+	// yet. It is safe to call from several processes at once.
+	Migrate(ctx context.Context) error
+	// Ping checks that the store answers.
+	Ping(ctx context.Context) error
+	// Close releases the store's connections.
+	Close() error
+
+	// CreateJob writes the job row and one task row per payload in ONE
+	// transaction, consuming tasks as a stream (task ids are positions,
+	// 1..N). If tasks yields an error, nothing is written and that error is
+	// returned. When spec.IdempotencyKey names an existing job, that job is
+	// returned with created == false and nothing is written (tasks is not
+	// consumed).
+	CreateJob(ctx context.Context, spec NewJob, tasks iter.Seq2[json.RawMessage, error]) (job warren.Job, created bool, err error)
+	// GetJob returns one job, or an error wrapping warren.ErrNotFound.
+	GetJob(ctx context.Context, id string) (warren.Job, error)
+	// ListJobs returns jobs newest first, and the cursor of the next page
+	// ("" when there is none).
+	ListJobs(ctx context.Context, opts ListJobsOpts) ([]warren.Job, string, error)
+	// ListTasks returns a job's tasks in task id order, and the cursor of
+	// the next page ("" when there is none). Unknown job: warren.ErrNotFound.
+	ListTasks(ctx context.Context, jobID string, opts ListTasksOpts) ([]warren.TaskRecord, string, error)
+	// JobErrors returns up to limit failed tasks of a job with their errors,
+	// in task id order.
+	JobErrors(ctx context.Context, jobID string, limit int) ([]warren.TaskError, error)
+	// CancelJob moves an open job to cancelled and its unfinished tasks to
+	// cancelled, in one transaction. A closed job: warren.ErrConflict.
+	CancelJob(ctx context.Context, id string) (warren.Job, error)
+
+	// RelayBatch claims up to limit unpublished (pending) tasks of open
+	// jobs, oldest job first and in task id order, and calls publish with
+	// them. publish returns the tasks whose publishing the broker confirmed;
+	// exactly those are marked queued (with their queued_at), and a job
+	// whose tasks are all out moves from pending to running. Tasks publish
+	// did not return stay pending and are offered again later. The returned
+	// count is the number of tasks marked queued.
+	//
+	// Several relays may call RelayBatch at once on a store shared by
+	// several processes (PostgreSQL) without being offered the same task.
+	RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []OutboxTask) ([]TaskRef, error)) (int, error)
+
+	// ApplyOutcomes records a batch of task outcomes in ONE transaction.
+	// Each outcome is a guarded transition: it changes its task only if the
+	// task is not terminal yet and its job is open; the job's counters move
+	// only when a task row changed. Applying the same outcome twice is a
+	// no-op the second time.
+	ApplyOutcomes(ctx context.Context, outcomes []Outcome) (ApplyReport, error)
+	// JobsToClose returns up to limit ids of open jobs that are ready to
+	// close: every task finished, or fail-fast with failures over the
+	// tolerance. It finds jobs left half-closed by a crash.
+	JobsToClose(ctx context.Context, limit int) ([]string, error)
+	// ScanResults calls fn for each task of a job in task id order, with
+	// its terminal state and result, streaming (results are never all in
+	// memory at once). An error from fn stops the scan and is returned.
+	ScanResults(ctx context.Context, jobID string, fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error
+	// FinishJob closes an open job: it moves it to state (completed or
+	// failed) with finishedAt and errMsg, cancels its tasks that never
+	// finished, and, when result is not nil, stores result and records its
+	// location, all in one transaction. It returns false, changing nothing,
+	// when the job was already closed: of several concurrent callers exactly
+	// one gets true.
+	FinishJob(ctx context.Context, jobID string, state warren.JobState, result []byte, errMsg string) (bool, error)
+	// JobResult returns a closed job's stored reduced result. A job without
+	// one: warren.ErrNotFound.
+	JobResult(ctx context.Context, jobID string) ([]byte, error)
+}
+
+// NewJob is a job to create, without its tasks.
+type NewJob struct {
+	// ID is the job's id; CreateJob generates a ULID when it is empty.
+	ID string
+	// Type names the handler that runs the job's tasks.
+	Type string
+	// Policy is the job's reducer, retries and tolerance.
+	Policy warren.Policy
+	// Metadata is opaque JSON kept with the job (nil for none).
+	Metadata json.RawMessage
+	// IdempotencyKey, when not empty, makes a repeated submission return
+	// the job created first.
+	IdempotencyKey string
+}
+
+// ListJobsOpts filters and pages ListJobs.
+type ListJobsOpts struct {
+	// State keeps only jobs in that state when not empty.
+	State warren.JobState
+	// Limit is the page size; 0 means 100.
+	Limit int
+	// Cursor is a next cursor from a previous page, or "".
+	Cursor string
+}
+
+// ListTasksOpts filters and pages ListTasks.
+type ListTasksOpts struct {
+	// State keeps only tasks in that state when not empty.
+	State warren.TaskState
+	// Limit is the page size; 0 means 100.
+	Limit int
+	// Cursor is a next cursor from a previous page, or "".
+	Cursor string
+}
+
+// DefaultPageSize is the page size of the list methods when the caller
+// gives none.
+const DefaultPageSize = 100
+
+// TaskRef names one task.
+type TaskRef struct {
+	JobID  string
+	TaskID int64
+}
+
+// OutboxTask is an unpublished task with what its message needs.
+type OutboxTask struct {
+	JobID   string
+	TaskID  int64
+	Type    string
+	Payload json.RawMessage
+	// MaxRetries is the job's retry budget, carried in the task message.
+	MaxRetries int
+	// Attempts is how many runs the task has already had (0 for a new
+	// task; more after a redrive).
+	Attempts int
+}
+
+// Ref returns the task's reference.
+func (t OutboxTask) Ref() TaskRef { return TaskRef{JobID: t.JobID, TaskID: t.TaskID} }
+
+// Outcome is one task's terminal outcome as reported by a worker or by the
+// dead-letter queue.
+type Outcome struct {
+	JobID  string
+	TaskID int64
+	// State is warren.TaskCompleted or warren.TaskFailed.
+	State warren.TaskState
+	// Result is the handler's result (completed tasks).
+	Result json.RawMessage
+	// Error is the failure's text (failed tasks).
+	Error string
+	// Attempts is the number of runs the task had, when known (> 0).
+	Attempts   int
+	Worker     string
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+}
+
+// ApplyReport says what ApplyOutcomes did with each outcome of a batch.
+type ApplyReport struct {
+	// Applied counts outcomes that moved their task to a terminal state.
+	Applied int
+	// Duplicates counts outcomes for tasks that were already terminal.
+	Duplicates int
+	// Closed counts outcomes for jobs that are already closed.
+	Closed int
+	// Unknown lists the indexes (in the outcomes slice) of outcomes whose
+	// job or task does not exist; nothing was recorded for them.
+	Unknown []int
+	// ReadyToClose lists the jobs this batch made ready to close (see
+	// Store.JobsToClose), each once.
+	ReadyToClose []string
+}

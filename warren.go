@@ -1,0 +1,191 @@
+package warren
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// JobState is the lifecycle state of a job.
+type JobState string
+
+// Job states. A job is open while pending or running and closed (terminal)
+// once completed, failed or cancelled.
+const (
+	// JobPending means the job and its tasks are written but not all tasks
+	// are published yet.
+	JobPending JobState = "pending"
+	// JobRunning means every task has been published at least once.
+	JobRunning JobState = "running"
+	// JobCompleted means every task finished and failures stayed within the
+	// job's tolerance; the reduced result is available.
+	JobCompleted JobState = "completed"
+	// JobFailed means the failures exceeded the job's tolerance.
+	JobFailed JobState = "failed"
+	// JobCancelled means the job was cancelled before it closed.
+	JobCancelled JobState = "cancelled"
+)
+
+// Terminal reports whether s is a closed state that never changes again
+// (short of an explicit redrive).
+func (s JobState) Terminal() bool {
+	return s == JobCompleted || s == JobFailed || s == JobCancelled
+}
+
+// Valid reports whether s is one of the defined job states.
+func (s JobState) Valid() bool {
+	switch s {
+	case JobPending, JobRunning, JobCompleted, JobFailed, JobCancelled:
+		return true
+	}
+	return false
+}
+
+// TaskState is the lifecycle state of one task of a job.
+type TaskState string
+
+// Task states. Completed, failed and cancelled are terminal: a task leaves
+// them only through a redrive.
+const (
+	// TaskPending means the task row is written and not yet published: the
+	// pending task rows are the outbox.
+	TaskPending TaskState = "pending"
+	// TaskQueued means the broker confirmed the task message.
+	TaskQueued TaskState = "queued"
+	// TaskCompleted means a handler returned a result for the task.
+	TaskCompleted TaskState = "completed"
+	// TaskFailed means the task failed permanently: a permanent error,
+	// retries exhausted, or dead-lettered by the broker.
+	TaskFailed TaskState = "failed"
+	// TaskCancelled means the task's job closed before the task finished.
+	TaskCancelled TaskState = "cancelled"
+)
+
+// Terminal reports whether s is a final task state.
+func (s TaskState) Terminal() bool {
+	return s == TaskCompleted || s == TaskFailed || s == TaskCancelled
+}
+
+// Valid reports whether s is one of the defined task states.
+func (s TaskState) Valid() bool {
+	switch s {
+	case TaskPending, TaskQueued, TaskCompleted, TaskFailed, TaskCancelled:
+		return true
+	}
+	return false
+}
+
+// DefaultMaxRetries is the number of retries a task gets after its first
+// run when the job does not say otherwise.
+const DefaultMaxRetries = 3
+
+// Policy is how a job runs and closes: its reducer, retry budget and
+// failure tolerance.
+type Policy struct {
+	// Reduce names the reducer run over the task results in task order when
+	// the job closes ("collect", "sum", "concat", "merge", "none", or one
+	// registered in Go).
+	Reduce string
+	// MaxRetries is how many times a transiently failing task is retried
+	// after its first run.
+	MaxRetries int
+	// ToleratedFailures is how many failed tasks a completed job may have.
+	ToleratedFailures int64
+	// ToleratedFailurePercent is the share of failed tasks (0-100) a
+	// completed job may have. Both tolerances must hold.
+	ToleratedFailurePercent float64
+	// FailFast closes the job as failed as soon as its failures exceed the
+	// tolerance, without waiting for the remaining tasks.
+	FailFast bool
+}
+
+// Validate returns an error naming the first field that is out of range.
+func (p Policy) Validate() error {
+	switch {
+	case p.MaxRetries < 0:
+		return fmt.Errorf("max_retries must be >= 0, got %d", p.MaxRetries)
+	case p.ToleratedFailures < 0:
+		return fmt.Errorf("tolerated_failures must be >= 0, got %d", p.ToleratedFailures)
+	case math.IsNaN(p.ToleratedFailurePercent) || p.ToleratedFailurePercent < 0 || p.ToleratedFailurePercent > 100:
+		return fmt.Errorf("tolerated_failure_percent must be between 0 and 100, got %v", p.ToleratedFailurePercent)
+	}
+	return nil
+}
+
+// Tolerates reports whether failed failures out of expected tasks stay
+// within both of the policy's tolerances.
+func (p Policy) Tolerates(failed, expected int64) bool {
+	if failed <= 0 {
+		return true
+	}
+	if failed > p.ToleratedFailures {
+		return false
+	}
+	if expected <= 0 {
+		return false
+	}
+	// Compare failed/expected*100 <= percent without rounding surprises.
+	return float64(failed)*100 <= p.ToleratedFailurePercent*float64(expected)+1e-9
+}
+
+// Job is a job as the store records it.
+type Job struct {
+	ID             string
+	Type           string
+	State          JobState
+	ExpectedTasks  int64
+	CompletedTasks int64
+	FailedTasks    int64
+	Policy         Policy
+	Metadata       json.RawMessage
+	IdempotencyKey string
+	CreatedAt      time.Time
+	StartedAt      *time.Time
+	FinishedAt     *time.Time
+	// ResultLocation is where the reduced result can be fetched once the
+	// job completed; empty before that and for failed jobs.
+	ResultLocation string
+	// Error summarises why a job failed or was cancelled.
+	Error string
+}
+
+// PendingTasks is the number of tasks that have not finished yet.
+func (j Job) PendingTasks() int64 {
+	return j.ExpectedTasks - j.CompletedTasks - j.FailedTasks
+}
+
+// Finished reports whether every task has reached a terminal state.
+func (j Job) Finished() bool {
+	return j.CompletedTasks+j.FailedTasks >= j.ExpectedTasks
+}
+
+// TaskRecord is one task's row in the store, without its payload.
+type TaskRecord struct {
+	JobID      string
+	TaskID     int64
+	State      TaskState
+	Attempts   int
+	Worker     string
+	Error      string
+	QueuedAt   *time.Time
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	Result     json.RawMessage
+}
+
+// TaskError is one failed task and its error, for a job's failure sample.
+type TaskError struct {
+	TaskID int64
+	Error  string
+}
+
+// Errors shared by every package. Match them with errors.Is.
+var (
+	// ErrNotFound means the job (or task) does not exist.
+	ErrNotFound = errors.New("warren: not found")
+	// ErrConflict means the operation does not fit the job's current state,
+	// for example cancelling a closed job.
+	ErrConflict = errors.New("warren: conflict with the job's state")
+)
