@@ -1,0 +1,227 @@
+// Package relay is warren's outbox relay: it publishes the task rows that
+// the store holds as pending, with publisher confirms and mandatory
+// routing, and marks them queued only after the broker confirmed them. A
+// crash between a publish and its mark causes at most a duplicate task
+// message (which the aggregator absorbs), never a lost task.
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenhq/warren/broker"
+	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/store"
+)
+
+// Defaults for Config.
+const (
+	DefaultBatchSize    = 500
+	DefaultPollInterval = 250 * time.Millisecond
+	maxBackoff          = 5 * time.Second
+)
+
+// Config configures a Relay.
+type Config struct {
+	// Store holds the outbox. Required.
+	Store store.Store
+	// Publisher publishes the task messages; the relay does not close it.
+	// Required.
+	Publisher *broker.Publisher
+	// Names are the exchange and queue names.
+	Names protocol.Names
+	// BatchSize is the most tasks claimed and published per store round
+	// trip; 0 means DefaultBatchSize. The publisher's confirm window bounds
+	// how many of them wait for confirms at once.
+	BatchSize int
+	// PollInterval is how long an idle relay waits before looking for new
+	// tasks when nobody calls Wake; 0 means DefaultPollInterval.
+	PollInterval time.Duration
+	// Logger receives the relay's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// OnPublished, when set, is called after each batch with the number of
+	// tasks marked queued. It must not block.
+	OnPublished func(n int)
+}
+
+func (c Config) withDefaults() Config {
+	if c.BatchSize <= 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("relay: Config.Store is required")
+	case c.Publisher == nil:
+		return errors.New("relay: Config.Publisher is required")
+	case c.Names.JobsExchange == "":
+		return errors.New("relay: Config.Names is required (protocol.NamesFor(prefix))")
+	}
+	return nil
+}
+
+// Relay moves tasks from the store's outbox to the broker.
+type Relay struct {
+	cfg  Config
+	wake chan struct{}
+}
+
+// New returns a relay; it does nothing until Run.
+func New(cfg Config) (*Relay, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Relay{cfg: cfg, wake: make(chan struct{}, 1)}, nil
+}
+
+// Wake makes an idle relay look for pending tasks now, for example right
+// after a job was created. It never blocks.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run publishes pending tasks until ctx is done, then returns nil. Store and
+// broker errors are logged and retried with backoff; it returns an error
+// only when the publisher is closed for good.
+func (r *Relay) Run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		n, err := r.RelayOnce(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			select {
+			case <-r.cfg.Publisher.Done():
+				return fmt.Errorf("relay: publisher closed: %w", err)
+			default:
+			}
+			r.cfg.Logger.Warn("relay: batch failed; retrying", "error", err, "backoff", backoff)
+			if !sleep(ctx, backoff) {
+				return nil
+			}
+			backoff = min(backoff*2, maxBackoff)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if n == r.cfg.BatchSize {
+			continue // more may be waiting
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.wake:
+		case <-time.After(r.cfg.PollInterval):
+		}
+	}
+}
+
+// RelayOnce claims one batch of pending tasks, publishes them, waits for
+// their confirms and marks the confirmed ones queued. It returns how many
+// were marked. Tasks that were not confirmed stay pending and are tried
+// again by a later call; if none was confirmed, the first error is
+// returned.
+func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
+	n, err := r.cfg.Store.RelayBatch(ctx, r.cfg.BatchSize, r.publish)
+	if err != nil {
+		return 0, err
+	}
+	if n > 0 && r.cfg.OnPublished != nil {
+		r.cfg.OnPublished(n)
+	}
+	return n, nil
+}
+
+func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+	confs := make([]*broker.Confirmation, 0, len(tasks))
+	var firstErr error
+	for _, t := range tasks {
+		msg, err := Message(t)
+		if err != nil {
+			// A row that cannot be encoded is a bug in the store, not a
+			// broker problem; skip it loudly rather than block the outbox.
+			r.cfg.Logger.Error("relay: cannot encode task", "job_id", t.JobID, "task_id", t.TaskID, "error", err)
+			confs = append(confs, nil)
+			continue
+		}
+		c, err := r.cfg.Publisher.Publish(ctx, r.cfg.Names.JobsExchange, protocol.RoutingKeyTask, msg)
+		if err != nil {
+			firstErr = err
+			break // the channel is gone or ctx is done: wait for what is out
+		}
+		confs = append(confs, c)
+	}
+	confirmed := make([]store.TaskRef, 0, len(confs))
+	for i, c := range confs {
+		if c == nil {
+			continue
+		}
+		if err := c.Wait(ctx); err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		confirmed = append(confirmed, tasks[i].Ref())
+	}
+	if len(confirmed) == 0 && firstErr != nil {
+		return nil, firstErr
+	}
+	if firstErr != nil {
+		r.cfg.Logger.Warn("relay: some tasks were not confirmed; they stay pending",
+			"confirmed", len(confirmed), "claimed", len(tasks), "error", firstErr)
+	}
+	return confirmed, nil
+}
+
+// Message returns the AMQP message of a task: persistent, JSON, with the
+// wire protocol's ids and headers (docs/protocol.md).
+func Message(t store.OutboxTask) (amqp.Publishing, error) {
+	body, err := protocol.EncodeTask(protocol.Task{JobID: t.JobID, TaskID: t.TaskID, Payload: t.Payload})
+	if err != nil {
+		return amqp.Publishing{}, err
+	}
+	return amqp.Publishing{
+		ContentType:   protocol.ContentType,
+		DeliveryMode:  amqp.Persistent,
+		MessageId:     protocol.MessageID(t.JobID, t.TaskID),
+		CorrelationId: t.JobID,
+		Type:          t.Type,
+		Timestamp:     time.Now().UTC(),
+		Headers: amqp.Table{
+			protocol.HeaderRetry:      int64(t.Attempts),
+			protocol.HeaderMaxRetries: int64(t.MaxRetries),
+		},
+		Body: body,
+	}, nil
+}
+
+// sleep waits d or until ctx is done; it reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,34 @@
+// Package open opens the job store a database URL names:
+// "sqlite://PATH" (the embedded default; "sqlite:///abs/path" for an
+// absolute path) or "postgres://..." / "postgresql://...".
+package open
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/postgres"
+	"github.com/warrenhq/warren/store/sqlite"
+)
+
+// DefaultURL is the store used when none is configured.
+const DefaultURL = "sqlite://./warren.db"
+
+// Open opens and migrates the store that rawURL names. Its errors are one
+// line that says what is wrong.
+func Open(ctx context.Context, rawURL string) (store.Store, error) {
+	switch {
+	case strings.HasPrefix(rawURL, "sqlite://"):
+		path := strings.TrimPrefix(rawURL, "sqlite://")
+		if path == "" {
+			return nil, fmt.Errorf("database URL %q has no file path (want sqlite://PATH)", rawURL)
+		}
+		return sqlite.Open(ctx, path)
+	case strings.HasPrefix(rawURL, "postgres://"), strings.HasPrefix(rawURL, "postgresql://"):
+		return postgres.Open(ctx, rawURL)
+	default:
+		return nil, fmt.Errorf("database URL %q: unsupported scheme (want sqlite://PATH or postgres://...)", rawURL)
+	}
+}

@@ -1,0 +1,389 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// jobColumns is the column list scanJob reads, in its order.
+const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks,
+	reduce, max_retries, tolerated_failures, tolerated_failure_percent, fail_fast,
+	metadata, coalesce(idempotency_key, ''), created_at, started_at, finished_at,
+	result_location, error`
+
+// scanJob reads one row of jobColumns.
+func scanJob(row pgx.Row) (warren.Job, error) {
+	var (
+		j        warren.Job
+		state    string
+		metadata []byte
+	)
+	err := row.Scan(&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
+		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent, &j.Policy.FailFast,
+		&metadata, &j.IdempotencyKey, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
+		&j.ResultLocation, &j.Error)
+	if err != nil {
+		return warren.Job{}, err
+	}
+	j.State = warren.JobState(state)
+	j.Metadata = metadata
+	j.CreatedAt = j.CreatedAt.UTC()
+	j.StartedAt = utc(j.StartedAt)
+	j.FinishedAt = utc(j.FinishedAt)
+	return j, nil
+}
+
+// CreateJob writes the job row and its tasks in one transaction. The tasks
+// are streamed into the table with COPY as tasks yields them, so a job of
+// any size is never held in memory. An error from tasks rolls everything
+// back and is returned as it is. A job whose idempotency key is taken
+// (possibly by another server at the same moment) is returned with created
+// false, and tasks is not consumed. A job whose id is taken is an error
+// wrapping warren.ErrConflict.
+func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
+	if err := spec.Policy.Validate(); err != nil {
+		return warren.Job{}, false, fmt.Errorf("postgres: create job: %w", err)
+	}
+	id := spec.ID
+	if id == "" {
+		id = ulid.Make().String()
+	}
+
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return warren.Job{}, false, fmt.Errorf("postgres: create job: %w", err)
+	}
+	defer rollback(ctx, tx)
+
+	p := spec.Policy
+	// ON CONFLICT waits for a concurrent insert of the same key to commit or
+	// roll back, so two servers racing on one key never both create a job.
+	var inserted string
+	err = tx.QueryRow(ctx, `
+		INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
+			tolerated_failure_percent, fail_fast, metadata, idempotency_key, created_at)
+		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, NULLIF($9, ''), $10)
+		ON CONFLICT (idempotency_key) DO NOTHING
+		RETURNING id`,
+		id, spec.Type, p.Reduce, p.MaxRetries, p.ToleratedFailures,
+		p.ToleratedFailurePercent, p.FailFast, []byte(spec.Metadata), spec.IdempotencyKey, s.clock(),
+	).Scan(&inserted)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		rollback(ctx, tx)
+		job, err := s.jobByIdempotencyKey(ctx, spec.IdempotencyKey)
+		return job, false, err
+	case isUniqueViolation(err, "jobs_pkey"):
+		return warren.Job{}, false, fmt.Errorf("postgres: create job %q: %w: a job with that id exists", id, warren.ErrConflict)
+	case err != nil:
+		return warren.Job{}, false, fmt.Errorf("postgres: create job: %w", err)
+	}
+
+	n, err := copyTasks(ctx, tx, id, tasks)
+	if err != nil {
+		return warren.Job{}, false, err
+	}
+	job, err := scanJob(tx.QueryRow(ctx, `UPDATE jobs SET expected_tasks = $2 WHERE id = $1 RETURNING `+jobColumns, id, n))
+	if err != nil {
+		return warren.Job{}, false, fmt.Errorf("postgres: create job: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return warren.Job{}, false, fmt.Errorf("postgres: create job: commit: %w", err)
+	}
+	return job, true, nil
+}
+
+// copyTasks streams the tasks of job id into the tasks table and returns how
+// many it wrote. An error yielded by tasks is returned unwrapped.
+func copyTasks(ctx context.Context, tx pgx.Tx, id string, tasks iter.Seq2[json.RawMessage, error]) (int64, error) {
+	next, stop := iter.Pull2(tasks)
+	defer stop()
+	src := &taskSource{next: next, row: []any{id, int64(0), string(warren.TaskPending), nil}}
+	n, err := tx.CopyFrom(ctx, pgx.Identifier{"tasks"}, []string{"job_id", "task_id", "state", "payload"}, src)
+	// CopyFrom has waited for its reader goroutine, so src.err is safe to read.
+	if src.err != nil {
+		return 0, src.err
+	}
+	if err != nil {
+		return 0, fmt.Errorf("postgres: create job: write tasks: %w", err)
+	}
+	return n, nil
+}
+
+// taskSource feeds COPY one task row at a time from the caller's iterator.
+// row holds the job id and state once; Values fills in the rest.
+type taskSource struct {
+	next    func() (json.RawMessage, error, bool)
+	taskID  int64
+	payload []byte
+	row     []any
+	err     error
+}
+
+// Next advances to the next payload; it stops at the end or at an error.
+func (s *taskSource) Next() bool {
+	payload, err, ok := s.next()
+	if !ok {
+		return false
+	}
+	if err != nil {
+		s.err = err
+		return false
+	}
+	s.taskID++
+	s.payload = payload
+	return true
+}
+
+// Values returns the current row. pgx encodes it before calling Next
+// again, so reusing the slice is safe.
+func (s *taskSource) Values() ([]any, error) {
+	s.row[1], s.row[3] = s.taskID, s.payload
+	return s.row, nil
+}
+
+// Err returns the error the iterator yielded, if any.
+func (s *taskSource) Err() error { return s.err }
+
+// jobByIdempotencyKey returns the job holding key.
+func (s *Store) jobByIdempotencyKey(ctx context.Context, key string) (warren.Job, error) {
+	job, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE idempotency_key = $1`, key))
+	if err != nil {
+		return warren.Job{}, fmt.Errorf("postgres: job with idempotency key %q: %w", key, err)
+	}
+	return job, nil
+}
+
+// GetJob returns one job, or an error wrapping warren.ErrNotFound.
+func (s *Store) GetJob(ctx context.Context, id string) (warren.Job, error) {
+	job, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return warren.Job{}, notFound(id)
+	}
+	if err != nil {
+		return warren.Job{}, fmt.Errorf("postgres: get job %q: %w", id, err)
+	}
+	return job, nil
+}
+
+// ListJobs returns jobs newest first (by creation time, then id), and the
+// opaque cursor of the next page ("" when there is none).
+func (s *Store) ListJobs(ctx context.Context, opts store.ListJobsOpts) ([]warren.Job, string, error) {
+	limit := pageSize(opts.Limit)
+	var (
+		where []string
+		args  []any
+	)
+	if opts.State != "" {
+		args = append(args, string(opts.State))
+		where = append(where, fmt.Sprintf("state = $%d", len(args)))
+	}
+	if opts.Cursor != "" {
+		c, err := decodeJobCursor(opts.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		args = append(args, c.createdAt, c.id)
+		where = append(where, fmt.Sprintf("(created_at, id) < ($%d, $%d)", len(args)-1, len(args)))
+	}
+	sql := `SELECT ` + jobColumns + ` FROM jobs`
+	if len(where) > 0 {
+		sql += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	args = append(args, limit+1)
+	sql += ` ORDER BY created_at DESC, id DESC LIMIT $` + strconv.Itoa(len(args))
+
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("postgres: list jobs: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (warren.Job, error) { return scanJob(row) })
+	if err != nil {
+		return nil, "", fmt.Errorf("postgres: list jobs: %w", err)
+	}
+	if len(jobs) <= limit {
+		return jobs, "", nil
+	}
+	jobs = jobs[:limit]
+	last := jobs[limit-1]
+	return jobs, encodeJobCursor(jobCursor{createdAt: last.CreatedAt, id: last.ID}), nil
+}
+
+// CancelJob moves an open job and its unfinished tasks to cancelled in one
+// transaction. A closed job: warren.ErrConflict; an unknown one:
+// warren.ErrNotFound.
+func (s *Store) CancelJob(ctx context.Context, id string) (warren.Job, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return warren.Job{}, fmt.Errorf("postgres: cancel job %q: %w", id, err)
+	}
+	defer rollback(ctx, tx)
+
+	now := s.clock()
+	if err := cancelUnfinishedTasks(ctx, tx, id, now); err != nil {
+		return warren.Job{}, err
+	}
+	job, err := scanJob(tx.QueryRow(ctx, `
+		UPDATE jobs SET state = 'cancelled', finished_at = $2
+		WHERE id = $1 AND state IN ('pending', 'running')
+		RETURNING `+jobColumns, id, now))
+	if errors.Is(err, pgx.ErrNoRows) {
+		rollback(ctx, tx)
+		exists, err := s.jobExists(ctx, s.pool, id)
+		if err != nil {
+			return warren.Job{}, err
+		}
+		if !exists {
+			return warren.Job{}, notFound(id)
+		}
+		return warren.Job{}, fmt.Errorf("postgres: cancel job %q: %w: the job is closed", id, warren.ErrConflict)
+	}
+	if err != nil {
+		return warren.Job{}, fmt.Errorf("postgres: cancel job %q: %w", id, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return warren.Job{}, fmt.Errorf("postgres: cancel job %q: commit: %w", id, err)
+	}
+	return job, nil
+}
+
+// cancelUnfinishedTasks cancels the tasks of job id that have not finished.
+// It locks them in task id order before anything touches the job row: that
+// is the lock order relays and aggregators follow too (tasks, then jobs),
+// so closing a job cannot deadlock with them. A closed job has no
+// unfinished tasks, so this changes nothing for it.
+func cancelUnfinishedTasks(ctx context.Context, tx pgx.Tx, id string, now time.Time) error {
+	_, err := tx.Exec(ctx, `
+		UPDATE tasks SET state = 'cancelled', finished_at = $2
+		WHERE job_id = $1 AND state IN ('pending', 'queued') AND task_id IN (
+			SELECT task_id FROM tasks
+			WHERE job_id = $1 AND state IN ('pending', 'queued')
+			ORDER BY task_id
+			FOR UPDATE)`, id, now)
+	if err != nil {
+		return fmt.Errorf("postgres: cancel tasks of job %q: %w", id, err)
+	}
+	return nil
+}
+
+// FinishJob closes an open job in one transaction: the guarded transition
+// of the job row to state (with the current time and errMsg), its
+// unfinished tasks cancelled, and result, when not nil, stored with its
+// location recorded as /v1/jobs/<id>/result. It returns false, changing
+// nothing, when the job is already closed; of several concurrent callers
+// exactly one gets true. An unknown job: warren.ErrNotFound.
+func (s *Store) FinishJob(ctx context.Context, jobID string, state warren.JobState, result []byte, errMsg string) (bool, error) {
+	if !state.Terminal() {
+		return false, fmt.Errorf("postgres: finish job %q: state %q is not a closed state", jobID, state)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("postgres: finish job %q: %w", jobID, err)
+	}
+	defer rollback(ctx, tx)
+
+	now := s.clock()
+	if err := cancelUnfinishedTasks(ctx, tx, jobID, now); err != nil {
+		return false, err
+	}
+	location := ""
+	if result != nil {
+		location = "/v1/jobs/" + jobID + "/result"
+	}
+	tag, err := tx.Exec(ctx, `
+		UPDATE jobs SET state = $2, finished_at = $3, error = $4, result_location = $5
+		WHERE id = $1 AND state IN ('pending', 'running')`,
+		jobID, string(state), now, errMsg, location)
+	if err != nil {
+		return false, fmt.Errorf("postgres: finish job %q: %w", jobID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		rollback(ctx, tx)
+		exists, err := s.jobExists(ctx, s.pool, jobID)
+		if err != nil {
+			return false, err
+		}
+		if !exists {
+			return false, notFound(jobID)
+		}
+		return false, nil
+	}
+	if result != nil {
+		// A redriven job closes again: its new result replaces the old one.
+		_, err := tx.Exec(ctx, `
+			INSERT INTO job_results (job_id, data) VALUES ($1, $2)
+			ON CONFLICT (job_id) DO UPDATE SET data = EXCLUDED.data`, jobID, result)
+		if err != nil {
+			return false, fmt.Errorf("postgres: finish job %q: store result: %w", jobID, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("postgres: finish job %q: commit: %w", jobID, err)
+	}
+	return true, nil
+}
+
+// JobResult returns a closed job's stored reduced result. A job without one:
+// warren.ErrNotFound.
+func (s *Store) JobResult(ctx context.Context, jobID string) ([]byte, error) {
+	var data []byte
+	err := s.pool.QueryRow(ctx, `SELECT data FROM job_results WHERE job_id = $1`, jobID).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("postgres: result of job %q: %w", jobID, warren.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: result of job %q: %w", jobID, err)
+	}
+	return data, nil
+}
+
+// JobErrors returns up to limit failed tasks of a job with their errors, in
+// task id order. limit <= 0 means store.DefaultPageSize. An unknown job:
+// warren.ErrNotFound.
+func (s *Store) JobErrors(ctx context.Context, jobID string, limit int) ([]warren.TaskError, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT task_id, error FROM tasks
+		WHERE job_id = $1 AND state = 'failed'
+		ORDER BY task_id LIMIT $2`, jobID, pageSize(limit))
+	if err != nil {
+		return nil, fmt.Errorf("postgres: errors of job %q: %w", jobID, err)
+	}
+	errs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (warren.TaskError, error) {
+		var te warren.TaskError
+		err := row.Scan(&te.TaskID, &te.Error)
+		return te, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: errors of job %q: %w", jobID, err)
+	}
+	if len(errs) == 0 {
+		exists, err := s.jobExists(ctx, s.pool, jobID)
+		if err != nil {
+			return nil, err
+		}
+		if !exists {
+			return nil, notFound(jobID)
+		}
+	}
+	return errs, nil
+}
+
+// pageSize is limit, or store.DefaultPageSize when limit is not positive.
+func pageSize(limit int) int {
+	if limit <= 0 {
+		return store.DefaultPageSize
+	}
+	return limit
+}

@@ -1,0 +1,152 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/warrenhq/warren/store"
+)
+
+// RelayBatch claims up to limit pending tasks of open jobs, in (job_id,
+// task_id) order, and calls publish with them while holding their row
+// locks. Claiming skips rows another relay holds (FOR UPDATE SKIP LOCKED),
+// so concurrent relays, in one process or many, are never offered the same
+// task. Exactly the claimed tasks that publish returns are marked queued,
+// and a job left with no pending task moves from pending to running, in the
+// same transaction.
+//
+// An error from publish marks nothing, even tasks it returned as
+// confirmed: they are offered again, and the aggregator ignores the
+// duplicate results a second publish can cause. The error is returned as it
+// is. limit <= 0 means store.DefaultPageSize.
+func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: relay: %w", err)
+	}
+	defer rollback(ctx, tx)
+
+	tasks, err := claimPending(ctx, tx, pageSize(limit))
+	if err != nil || len(tasks) == 0 {
+		return 0, err
+	}
+	refs, err := publish(ctx, tasks)
+	if err != nil {
+		return 0, err
+	}
+	confirmed := confirmedRefs(tasks, refs)
+	if len(confirmed) == 0 {
+		return 0, nil
+	}
+	n, err := markQueued(ctx, tx, confirmed, s.clock())
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("postgres: relay: commit: %w", err)
+	}
+	return n, nil
+}
+
+// claimPending locks and returns up to limit pending tasks of open jobs.
+func claimPending(ctx context.Context, tx pgx.Tx, limit int) ([]store.OutboxTask, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts
+		FROM tasks t JOIN jobs j ON j.id = t.job_id
+		WHERE t.state = 'pending' AND j.state IN ('pending', 'running')
+		ORDER BY t.job_id, t.task_id
+		LIMIT $1
+		FOR UPDATE OF t SKIP LOCKED`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: relay: claim tasks: %w", err)
+	}
+	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.OutboxTask, error) {
+		var (
+			t       store.OutboxTask
+			payload []byte
+		)
+		err := row.Scan(&t.JobID, &t.TaskID, &t.Type, &payload, &t.MaxRetries, &t.Attempts)
+		t.Payload = payload
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: relay: claim tasks: %w", err)
+	}
+	return tasks, nil
+}
+
+// confirmedRefs keeps the refs publish returned that name a claimed task,
+// once each, sorted. Any other ref is not this relay's to mark: its row may
+// be locked by another relay, or not be pending at all.
+func confirmedRefs(claimed []store.OutboxTask, refs []store.TaskRef) []store.TaskRef {
+	ours := make(map[store.TaskRef]bool, len(claimed))
+	for _, t := range claimed {
+		ours[t.Ref()] = true
+	}
+	out := make([]store.TaskRef, 0, len(refs))
+	for _, r := range refs {
+		if ours[r] {
+			out = append(out, r)
+			delete(ours, r)
+		}
+	}
+	slices.SortFunc(out, compareRefs)
+	return out
+}
+
+// markQueued marks the confirmed tasks queued and moves their jobs with no
+// pending task left from pending to running, in one round trip.
+//
+// The job rows are locked (in id order) before the pending check, and the
+// check runs as a later statement with a fresh snapshot: of two relays that
+// publish the last tasks of one job concurrently, the second to get the
+// lock sees the first one's commit, so the job cannot stay pending.
+func markQueued(ctx context.Context, tx pgx.Tx, refs []store.TaskRef, now time.Time) (int, error) {
+	jobIDs := make([]string, len(refs))
+	taskIDs := make([]int64, len(refs))
+	var jobs []string
+	for i, r := range refs {
+		jobIDs[i], taskIDs[i] = r.JobID, r.TaskID
+		if len(jobs) == 0 || jobs[len(jobs)-1] != r.JobID {
+			jobs = append(jobs, r.JobID)
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(`
+		UPDATE tasks SET state = 'queued', queued_at = $3
+		FROM unnest($1::text[], $2::bigint[]) AS r(job_id, task_id)
+		WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id AND tasks.state = 'pending'`,
+		jobIDs, taskIDs, now)
+	b.Queue(`SELECT id FROM jobs WHERE id = ANY($1) AND state = 'pending' ORDER BY id FOR UPDATE`, jobs)
+	b.Queue(`
+		UPDATE jobs SET state = 'running', started_at = $2
+		WHERE id = ANY($1) AND state = 'pending'
+		  AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.job_id = jobs.id AND tasks.state = 'pending')`,
+		jobs, now)
+	br := tx.SendBatch(ctx, b)
+	tag, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("postgres: relay: mark tasks queued: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// compareRefs orders task refs by job id, then task id.
+func compareRefs(a, b store.TaskRef) int {
+	return cmp.Or(strings.Compare(a.JobID, b.JobID), cmp.Compare(a.TaskID, b.TaskID))
+}

@@ -1,0 +1,116 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// ListTasks returns a job's tasks in task id order, and the opaque cursor of
+// the next page ("" when there is none). An unknown job: warren.ErrNotFound.
+func (s *Store) ListTasks(ctx context.Context, jobID string, opts store.ListTasksOpts) ([]warren.TaskRecord, string, error) {
+	limit := pageSize(opts.Limit)
+	after := int64(0)
+	if opts.Cursor != "" {
+		id, err := decodeTaskCursor(opts.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		after = id
+	}
+	sql := `SELECT job_id, task_id, state, attempts, worker, error, queued_at, started_at, finished_at, result
+		FROM tasks WHERE job_id = $1 AND task_id > $2`
+	args := []any{jobID, after}
+	if opts.State != "" {
+		args = append(args, string(opts.State))
+		sql += ` AND state = $3`
+	}
+	args = append(args, limit+1)
+	sql += ` ORDER BY task_id LIMIT $` + strconv.Itoa(len(args))
+
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("postgres: list tasks of job %q: %w", jobID, err)
+	}
+	tasks, err := pgx.CollectRows(rows, scanTaskRecord)
+	if err != nil {
+		return nil, "", fmt.Errorf("postgres: list tasks of job %q: %w", jobID, err)
+	}
+	if len(tasks) == 0 {
+		exists, err := s.jobExists(ctx, s.pool, jobID)
+		if err != nil {
+			return nil, "", err
+		}
+		if !exists {
+			return nil, "", notFound(jobID)
+		}
+	}
+	if len(tasks) <= limit {
+		return tasks, "", nil
+	}
+	tasks = tasks[:limit]
+	return tasks, encodeTaskCursor(tasks[limit-1].TaskID), nil
+}
+
+func scanTaskRecord(row pgx.CollectableRow) (warren.TaskRecord, error) {
+	var (
+		t      warren.TaskRecord
+		state  string
+		result []byte
+	)
+	err := row.Scan(&t.JobID, &t.TaskID, &state, &t.Attempts, &t.Worker, &t.Error,
+		&t.QueuedAt, &t.StartedAt, &t.FinishedAt, &result)
+	if err != nil {
+		return warren.TaskRecord{}, err
+	}
+	t.State = warren.TaskState(state)
+	t.Result = result
+	t.QueuedAt, t.StartedAt, t.FinishedAt = utc(t.QueuedAt), utc(t.StartedAt), utc(t.FinishedAt)
+	return t, nil
+}
+
+// ScanResults calls fn for each task of a job in task id order with its
+// state and result, reading the rows as they arrive from the server. An
+// error from fn stops the scan and is returned as it is. An unknown job:
+// warren.ErrNotFound.
+func (s *Store) ScanResults(ctx context.Context, jobID string, fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error {
+	rows, err := s.pool.Query(ctx, `SELECT task_id, state, result FROM tasks WHERE job_id = $1 ORDER BY task_id`, jobID)
+	if err != nil {
+		return fmt.Errorf("postgres: scan results of job %q: %w", jobID, err)
+	}
+	defer rows.Close()
+	seen := false
+	for rows.Next() {
+		seen = true
+		var (
+			taskID int64
+			state  string
+			result []byte
+		)
+		if err := rows.Scan(&taskID, &state, &result); err != nil {
+			return fmt.Errorf("postgres: scan results of job %q: %w", jobID, err)
+		}
+		if err := fn(taskID, warren.TaskState(state), result); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("postgres: scan results of job %q: %w", jobID, err)
+	}
+	if !seen {
+		exists, err := s.jobExists(ctx, s.pool, jobID)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			return notFound(jobID)
+		}
+	}
+	return nil
+}
