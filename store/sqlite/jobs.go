@@ -1,0 +1,302 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// insertBatch is how many task rows one INSERT statement writes. Three
+// parameters per row stay well under SQLite's limit of 32766.
+const insertBatch = 500
+
+// insertArgs is the number of parameters of one task row.
+const insertArgs = 3
+
+// CreateJob writes the job and its tasks in one transaction, streaming the
+// payloads in multi-row INSERTs of insertBatch rows, so only one batch of
+// payloads is in memory at a time. A nil payload is stored as JSON null.
+// An explicit spec.ID that already exists is an error wrapping
+// warren.ErrConflict.
+func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
+	job := warren.Job{
+		ID:             spec.ID,
+		Type:           spec.Type,
+		State:          warren.JobPending,
+		Policy:         spec.Policy,
+		Metadata:       nilIfEmpty(spec.Metadata),
+		IdempotencyKey: spec.IdempotencyKey,
+		CreatedAt:      now(),
+	}
+	if job.ID == "" {
+		job.ID = ulid.Make().String()
+	}
+	created := true
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if spec.IdempotencyKey != "" {
+			first, err := getJob(ctx, tx, "idempotency_key = ?", spec.IdempotencyKey)
+			if err == nil {
+				job, created = first, false
+				return nil
+			}
+			if !errors.Is(err, warren.ErrNotFound) {
+				return err
+			}
+		}
+		var exists bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = ?)`, job.ID).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			return fmt.Errorf("job %s already exists: %w", job.ID, warren.ErrConflict)
+		}
+		if err := insertJob(ctx, tx, job); err != nil {
+			return err
+		}
+		n, err := insertTasks(ctx, tx, job.ID, tasks)
+		if err != nil {
+			return err
+		}
+		job.ExpectedTasks = n
+		_, err = tx.ExecContext(ctx, `UPDATE jobs SET expected_tasks = ? WHERE id = ?`, n, job.ID)
+		return err
+	})
+	if err != nil {
+		return warren.Job{}, false, fmt.Errorf("sqlite: create job: %w", err)
+	}
+	return job, created, nil
+}
+
+// insertJob writes job j's row with no tasks expected yet.
+func insertJob(ctx context.Context, tx *sql.Tx, j warren.Job) error {
+	var key any
+	if j.IdempotencyKey != "" {
+		key = j.IdempotencyKey
+	}
+	var metadata any
+	if j.Metadata != nil {
+		metadata = []byte(j.Metadata)
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
+		tolerated_failure_percent, fail_fast, metadata, idempotency_key, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		j.ID, j.Type, string(j.State), j.Policy.Reduce, j.Policy.MaxRetries, j.Policy.ToleratedFailures,
+		j.Policy.ToleratedFailurePercent, j.Policy.FailFast, metadata, key, j.CreatedAt.UnixMicro())
+	return err
+}
+
+// insertTasks streams tasks into the tasks table of job id and returns how
+// many it wrote. The first error from tasks is returned as it is.
+func insertTasks(ctx context.Context, tx *sql.Tx, id string, tasks iter.Seq2[json.RawMessage, error]) (int64, error) {
+	full, err := tx.PrepareContext(ctx, insertTasksSQL(insertBatch))
+	if err != nil {
+		return 0, err
+	}
+	defer full.Close()
+	// Anonymous parameters: the driver looks a named one up by a linear
+	// scan, which would make binding a batch quadratic.
+	args := make([]any, 0, insertArgs*insertBatch)
+	var n int64
+	for payload, err := range tasks {
+		if err != nil {
+			return 0, err
+		}
+		n++
+		if payload == nil {
+			payload = json.RawMessage("null")
+		}
+		args = append(args, id, n, []byte(payload))
+		if len(args) == cap(args) {
+			if _, err := full.ExecContext(ctx, args...); err != nil {
+				return 0, err
+			}
+			clear(args)
+			args = args[:0]
+		}
+	}
+	if rows := len(args) / insertArgs; rows > 0 {
+		if _, err := tx.ExecContext(ctx, insertTasksSQL(rows), args...); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// insertTasksSQL is an INSERT of rows task rows, each a job id, a task
+// id and a payload.
+func insertTasksSQL(rows int) string {
+	return `INSERT INTO tasks (job_id, task_id, payload) VALUES ` +
+		strings.TrimSuffix(strings.Repeat("(?,?,?),", rows), ",")
+}
+
+// GetJob returns the job with id, or an error wrapping warren.ErrNotFound.
+func (s *Store) GetJob(ctx context.Context, id string) (warren.Job, error) {
+	j, err := getJob(ctx, s.r, "id = ?", id)
+	if err != nil {
+		return warren.Job{}, fmt.Errorf("sqlite: get job %s: %w", id, err)
+	}
+	return j, nil
+}
+
+const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks, reduce, max_retries,
+	tolerated_failures, tolerated_failure_percent, fail_fast, metadata, COALESCE(idempotency_key, ''),
+	created_at, started_at, finished_at, result_location, error, seq`
+
+// getJob returns the one job matching where, or warren.ErrNotFound.
+func getJob(ctx context.Context, q querier, where string, args ...any) (warren.Job, error) {
+	j, _, err := scanJob(q.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE `+where, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return warren.Job{}, warren.ErrNotFound
+	}
+	return j, err
+}
+
+// scanJob reads a row of jobColumns: the job and its seq.
+func scanJob(row interface{ Scan(...any) error }) (warren.Job, int64, error) {
+	var (
+		j                 warren.Job
+		state             string
+		metadata          []byte
+		created, seq      int64
+		started, finished sql.NullInt64
+	)
+	err := row.Scan(&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
+		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent,
+		&j.Policy.FailFast, &metadata, &j.IdempotencyKey, &created, &started, &finished,
+		&j.ResultLocation, &j.Error, &seq)
+	if err != nil {
+		return warren.Job{}, 0, err
+	}
+	j.State = warren.JobState(state)
+	j.Metadata = nilIfEmpty(metadata)
+	j.CreatedAt = *timeOf(sql.NullInt64{Int64: created, Valid: true})
+	j.StartedAt = timeOf(started)
+	j.FinishedAt = timeOf(finished)
+	return j, seq, nil
+}
+
+// ListJobs returns up to opts.Limit jobs newest first (creation order),
+// optionally of one state. The cursor is opaque; a malformed one is an
+// error.
+func (s *Store) ListJobs(ctx context.Context, opts store.ListJobsOpts) ([]warren.Job, string, error) {
+	limit := pageSize(opts.Limit)
+	before, err := parseCursor(opts.Cursor, math.MaxInt64)
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlite: list jobs: %w", err)
+	}
+	query := `SELECT ` + jobColumns + ` FROM jobs WHERE seq < ? `
+	args := []any{before}
+	if opts.State != "" {
+		query += `AND state = ? `
+		args = append(args, string(opts.State))
+	}
+	query += `ORDER BY seq DESC LIMIT ?`
+	args = append(args, limit+1)
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlite: list jobs: %w", err)
+	}
+	defer rows.Close()
+	var (
+		jobs []warren.Job
+		seqs []int64
+	)
+	for rows.Next() {
+		j, seq, err := scanJob(rows)
+		if err != nil {
+			return nil, "", fmt.Errorf("sqlite: list jobs: %w", err)
+		}
+		jobs, seqs = append(jobs, j), append(seqs, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("sqlite: list jobs: %w", err)
+	}
+	if len(jobs) <= limit {
+		return jobs, "", nil
+	}
+	return jobs[:limit], strconv.FormatInt(seqs[limit-1], 10), nil
+}
+
+// CancelJob moves an open job and its pending and queued tasks to
+// cancelled, stamping finished_at, in one transaction, and returns the
+// cancelled job. A closed job wraps warren.ErrConflict, an unknown one
+// warren.ErrNotFound.
+func (s *Store) CancelJob(ctx context.Context, id string) (warren.Job, error) {
+	var job warren.Job
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		j, err := getJob(ctx, tx, "id = ?", id)
+		if err != nil {
+			return err
+		}
+		if j.State.Terminal() {
+			return fmt.Errorf("job is %s: %w", j.State, warren.ErrConflict)
+		}
+		at := now()
+		j.State, j.FinishedAt, j.Error = warren.JobCancelled, &at, "job cancelled"
+		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, finished_at = ?, error = ? WHERE id = ?`,
+			string(j.State), at.UnixMicro(), j.Error, id); err != nil {
+			return err
+		}
+		if err := cancelUnfinished(ctx, tx, id, at); err != nil {
+			return err
+		}
+		job = j
+		return nil
+	})
+	if err != nil {
+		return warren.Job{}, fmt.Errorf("sqlite: cancel job %s: %w", id, err)
+	}
+	return job, nil
+}
+
+// jobExists returns nil when job id exists and warren.ErrNotFound when not.
+func (s *Store) jobExists(ctx context.Context, id string) error {
+	var exists bool
+	if err := s.r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = ?)`, id).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		return warren.ErrNotFound
+	}
+	return nil
+}
+
+// pageSize is the page size for a requested limit.
+func pageSize(limit int) int {
+	if limit <= 0 {
+		return store.DefaultPageSize
+	}
+	return limit
+}
+
+// parseCursor decodes a list cursor: the job seq or task id where the
+// previous page ended. "" is the start of the list.
+func parseCursor(cursor string, start int64) (int64, error) {
+	if cursor == "" {
+		return start, nil
+	}
+	n, err := strconv.ParseInt(cursor, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("invalid cursor %q", cursor)
+	}
+	return n, nil
+}
+
+// nilIfEmpty returns a copy of b, or nil when b is empty.
+func nilIfEmpty(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	return json.RawMessage(append([]byte(nil), b...))
+}

@@ -1,0 +1,130 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/warrenhq/warren/store"
+)
+
+// RelayBatch offers up to limit pending tasks of open jobs (oldest job
+// first, task id order) to publish and marks queued those publish returns.
+//
+// SQLite has one writer, so no write transaction is held while publish
+// talks to the broker: the candidates are read, published, then marked in a
+// short transaction that only touches rows still pending (a task cancelled
+// or finished meanwhile is left alone). Calls are serialised in-process, so
+// two relays of one store are never offered the same task. A ref publish
+// returns that was not offered is ignored. An error from publish marks
+// nothing and is returned as it is.
+func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	select {
+	case s.relay <- struct{}{}:
+		defer func() { <-s.relay }()
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	tasks, err := s.outbox(ctx, limit)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: relay: %w", err)
+	}
+	if len(tasks) == 0 {
+		return 0, nil
+	}
+	refs, err := publish(ctx, tasks)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.markQueued(ctx, tasks, refs)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: relay: %w", err)
+	}
+	return n, nil
+}
+
+// outboxSQL selects up to ?1 pending tasks of open jobs, oldest job first.
+// jobs_open walks the open jobs in seq order and tasks_by_state a job's
+// pending tasks in task id order, so only the rows returned are read and
+// nothing is sorted; left to itself the planner may pick jobs_by_state and
+// sort every pending task of every open job on each call.
+const outboxSQL = `SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts
+	FROM jobs AS j INDEXED BY jobs_open
+	JOIN tasks AS t ON t.job_id = j.id AND t.state = 'pending'
+	WHERE j.state IN ('pending', 'running')
+	ORDER BY j.seq, t.task_id
+	LIMIT ?`
+
+// outbox reads up to limit pending tasks of open jobs, oldest job first.
+
+func (s *Store) outbox(ctx context.Context, limit int) ([]store.OutboxTask, error) {
+	rows, err := s.r.QueryContext(ctx, outboxSQL, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var tasks []store.OutboxTask
+	for rows.Next() {
+		var t store.OutboxTask
+		if err := rows.Scan(&t.JobID, &t.TaskID, &t.Type, &t.Payload, &t.MaxRetries, &t.Attempts); err != nil {
+			return nil, err
+		}
+		tasks = append(tasks, t)
+	}
+	return tasks, rows.Err()
+}
+
+// markQueued marks queued the offered tasks named in refs that are still
+// pending, and moves each offered job with no pending task left from
+// pending to running. It returns the number of tasks marked.
+func (s *Store) markQueued(ctx context.Context, offered []store.OutboxTask, refs []store.TaskRef) (int, error) {
+	wasOffered := make(map[store.TaskRef]bool, len(offered))
+	var jobs []string
+	for i, t := range offered {
+		wasOffered[t.Ref()] = true
+		if i == 0 || offered[i-1].JobID != t.JobID {
+			jobs = append(jobs, t.JobID)
+		}
+	}
+	at := now().UnixMicro()
+	var marked int
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		mark, err := tx.PrepareContext(ctx, `UPDATE tasks SET state = 'queued', queued_at = ?
+			WHERE job_id = ? AND task_id = ? AND state = 'pending'`)
+		if err != nil {
+			return err
+		}
+		defer mark.Close()
+		for _, ref := range refs {
+			if !wasOffered[ref] {
+				continue
+			}
+			res, err := mark.ExecContext(ctx, at, ref.JobID, ref.TaskID)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			marked += int(n)
+		}
+		start, err := tx.PrepareContext(ctx, `UPDATE jobs SET state = 'running', started_at = COALESCE(started_at, ?)
+			WHERE id = ? AND state = 'pending'
+			AND NOT EXISTS (SELECT 1 FROM tasks WHERE job_id = ? AND state = 'pending')`)
+		if err != nil {
+			return err
+		}
+		defer start.Close()
+		for _, id := range jobs {
+			if _, err := start.ExecContext(ctx, at, id, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return marked, err
+}

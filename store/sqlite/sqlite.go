@@ -1,0 +1,140 @@
+// Package sqlite is warren's embedded job store: a single SQLite file,
+// opened with the pure Go driver modernc.org/sqlite (no cgo).
+//
+// One server process owns a file. Writes go through a single connection,
+// so write transactions are serialised in-process and never fail with
+// SQLITE_BUSY; reads use a pool of connections that see the last committed
+// state (WAL mode). Every commit is durable before it returns
+// (synchronous=FULL), so a result acknowledged after ApplyOutcomes is never
+// lost by a crash.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/warrenhq/warren/store"
+)
+
+// busyTimeout is how long a connection waits for another process's lock
+// (a second Store on the same file, say during Migrate) before failing.
+const busyTimeout = 10 * time.Second
+
+// readers is the size of the read connection pool.
+const readers = 4
+
+// Store is a job store in one SQLite file. It implements store.Store and
+// is safe for concurrent use by one process; several processes writing the
+// same file wait on each other's locks (see busyTimeout) and are not a
+// supported deployment.
+type Store struct {
+	w *sql.DB // one connection: every write transaction
+	r *sql.DB // a pool for reads
+	// relay serialises RelayBatch: a task is offered to one publisher at a
+	// time (see RelayBatch).
+	relay chan struct{}
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens the SQLite file at path, creating it if needed, applies the
+// schema migrations that are missing and returns the store. path is a file
+// name; ":memory:" and names containing '?' are rejected because the store
+// needs one file shared by its writer and reader connections.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if path == "" || path == ":memory:" || strings.Contains(path, "?") {
+		return nil, fmt.Errorf("sqlite: open %q: need a file path without '?'", path)
+	}
+	timeout := fmt.Sprintf("_pragma=busy_timeout(%d)", busyTimeout.Milliseconds())
+	w, err := sql.Open("sqlite", path+"?_txlock=immediate&"+timeout+
+		"&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	// The writer connects first so the file exists and is in WAL mode
+	// before any reader opens it.
+	if err := w.PingContext(ctx); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	r, err := sql.Open("sqlite", path+"?"+timeout+"&_pragma=foreign_keys(1)&_pragma=query_only(1)")
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(readers)
+	r.SetMaxIdleConns(readers)
+	s := &Store{w: w, r: r, relay: make(chan struct{}, 1)}
+	if err := s.Migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Ping checks that both the writer and a reader connection answer.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.w.PingContext(ctx); err != nil {
+		return fmt.Errorf("sqlite: ping: %w", err)
+	}
+	if err := s.r.PingContext(ctx); err != nil {
+		return fmt.Errorf("sqlite: ping: %w", err)
+	}
+	return nil
+}
+
+// Close closes every connection of the store. Calls in flight fail.
+func (s *Store) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+// inTx runs fn in a write transaction (BEGIN IMMEDIATE on the single
+// writer connection) and commits when fn returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// querier is what the read helpers need from *sql.DB and *sql.Tx, so that a
+// write transaction can read its own writes.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// now is the store's clock, at the precision it stores (microseconds, UTC).
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// micros is a nullable timestamp as the schema stores it.
+func micros(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+// timeOf is the inverse of micros.
+func timeOf(n sql.NullInt64) *time.Time {
+	if !n.Valid {
+		return nil
+	}
+	t := time.UnixMicro(n.Int64).UTC()
+	return &t
+}

@@ -1,0 +1,253 @@
+package sqlite
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Exercise(t, func(t *testing.T) store.Store {
+		return openTest(t, filepath.Join(t.TempDir(), "warren.db"))
+	})
+}
+
+// openTest opens the store at path and closes it when t ends.
+func openTest(tb testing.TB, path string) *Store {
+	tb.Helper()
+	s, err := Open(context.Background(), path)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { require.NoError(tb, s.Close()) })
+	return s
+}
+
+func TestOpenConfiguresDurableWAL(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, filepath.Join(t.TempDir(), "warren.db"))
+	var (
+		journal     string
+		synchronous int
+		foreignKeys int
+	)
+	require.NoError(t, s.w.QueryRowContext(t.Context(), `PRAGMA journal_mode`).Scan(&journal))
+	require.Equal(t, "wal", journal)
+	require.NoError(t, s.w.QueryRowContext(t.Context(), `PRAGMA synchronous`).Scan(&synchronous))
+	require.Equal(t, 2, synchronous, "synchronous=FULL: a commit is durable")
+	require.NoError(t, s.w.QueryRowContext(t.Context(), `PRAGMA foreign_keys`).Scan(&foreignKeys))
+	require.Equal(t, 1, foreignKeys)
+}
+
+func TestOpenRejectsNonFilePaths(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"", ":memory:", "warren.db?mode=ro"} {
+		_, err := Open(t.Context(), path)
+		require.Error(t, err, path)
+	}
+}
+
+func TestOutboxQueryReadsOnlyWhatItReturns(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, filepath.Join(t.TempDir(), "warren.db"))
+	rows, err := s.r.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+outboxSQL, 10)
+	require.NoError(t, err)
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+		plan = append(plan, detail)
+	}
+	require.NoError(t, rows.Err())
+	for _, step := range plan {
+		require.NotContains(t, step, "TEMP B-TREE", "the outbox query sorts: %q", plan)
+	}
+}
+
+func TestMigrationsAreRecorded(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, filepath.Join(t.TempDir(), "warren.db"))
+	ms, err := migrations()
+	require.NoError(t, err)
+	require.NotEmpty(t, ms)
+	require.NoError(t, s.Migrate(t.Context()))
+
+	var n, latest int
+	require.NoError(t, s.r.QueryRowContext(t.Context(),
+		`SELECT COUNT(*), MAX(version) FROM warren_schema_migrations`).Scan(&n, &latest))
+	require.Equal(t, len(ms), n, "each migration recorded once")
+	require.Equal(t, ms[len(ms)-1].version, latest)
+}
+
+func TestMigrateRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, filepath.Join(t.TempDir(), "warren.db"))
+	_, err := s.w.ExecContext(t.Context(), `INSERT INTO warren_schema_migrations (version, name, applied_at) VALUES (9999, 'future.sql', 0)`)
+	require.NoError(t, err)
+	require.ErrorContains(t, s.Migrate(t.Context()), "9999")
+}
+
+func TestReopenKeepsData(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "warren.db")
+	s, err := Open(t.Context(), path)
+	require.NoError(t, err)
+	job, _, err := s.CreateJob(t.Context(), store.NewJob{Type: "t"}, payloads(3))
+	require.NoError(t, err)
+	_, err = s.ApplyOutcomes(t.Context(), []store.Outcome{{JobID: job.ID, TaskID: 2, State: warren.TaskCompleted, Result: json.RawMessage(`2`)}})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	s = openTest(t, path)
+	got, err := s.GetJob(t.Context(), job.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), got.CompletedTasks)
+	require.Equal(t, job.CreatedAt, got.CreatedAt, "timestamps round-trip to the microsecond")
+}
+
+func TestTwoStoresOnOneFileMigrateTogether(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "warren.db")
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			s, err := Open(t.Context(), path)
+			if err == nil {
+				err = s.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+func TestMixedWritersNeverBusy(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, filepath.Join(t.TempDir(), "warren.db"))
+	const workers, jobsEach, tasks = 6, 10, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Go(func() {
+			errs <- mixedWrites(t.Context(), s, jobsEach, tasks)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	jobs, _, err := s.ListJobs(t.Context(), store.ListJobsOpts{State: warren.JobCompleted, Limit: workers * jobsEach})
+	require.NoError(t, err)
+	require.Len(t, jobs, workers*jobsEach)
+}
+
+// mixedWrites runs jobs through create, relay, outcomes and finish.
+func mixedWrites(ctx context.Context, s *Store, jobs, tasks int) error {
+	for range jobs {
+		job, _, err := s.CreateJob(ctx, store.NewJob{Type: "t"}, payloads(tasks))
+		if err != nil {
+			return err
+		}
+		if _, err := s.RelayBatch(ctx, tasks, publishAll); err != nil {
+			return err
+		}
+		var outcomes []store.Outcome
+		for i := int64(1); i <= int64(tasks); i++ {
+			outcomes = append(outcomes, store.Outcome{JobID: job.ID, TaskID: i, State: warren.TaskCompleted, Result: json.RawMessage(`1`)})
+		}
+		report, err := s.ApplyOutcomes(ctx, outcomes)
+		if err != nil {
+			return err
+		}
+		if len(report.ReadyToClose) != 1 {
+			return fmt.Errorf("job %s: ReadyToClose %v", job.ID, report.ReadyToClose)
+		}
+		if _, err := s.FinishJob(ctx, job.ID, warren.JobCompleted, []byte(`[]`), ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func BenchmarkCreateJob100k(b *testing.B) {
+	s := openTest(b, filepath.Join(b.TempDir(), "warren.db"))
+	const n = 100_000
+	for b.Loop() {
+		if _, _, err := s.CreateJob(b.Context(), store.NewJob{Type: "bench"}, payloads(n)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tasks/s")
+}
+
+func BenchmarkApplyOutcomes(b *testing.B) {
+	for _, batch := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			s := openTest(b, filepath.Join(b.TempDir(), "warren.db"))
+			const tasksPerJob = 100_000
+			var (
+				job  warren.Job
+				next = int64(tasksPerJob) // forces a first job
+			)
+			outcomes := make([]store.Outcome, batch)
+			for b.Loop() {
+				if next+int64(batch) > tasksPerJob {
+					b.StopTimer()
+					var err error
+					if job, _, err = s.CreateJob(b.Context(), store.NewJob{Type: "bench"}, payloads(tasksPerJob)); err != nil {
+						b.Fatal(err)
+					}
+					next = 0
+					b.StartTimer()
+				}
+				for i := range outcomes {
+					next++
+					outcomes[i] = store.Outcome{JobID: job.ID, TaskID: next, State: warren.TaskCompleted, Result: json.RawMessage(`{"n":1}`), Attempts: 1}
+				}
+				report, err := s.ApplyOutcomes(b.Context(), outcomes)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if report.Applied != batch {
+					b.Fatalf("applied %d of %d", report.Applied, batch)
+				}
+			}
+			b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "outcomes/s")
+		})
+	}
+}
+
+// payloads yields n small JSON payloads.
+func payloads(n int) func(yield func(json.RawMessage, error) bool) {
+	return func(yield func(json.RawMessage, error) bool) {
+		for i := range n {
+			if !yield(json.RawMessage(fmt.Sprintf(`{"i":%d}`, i+1)), nil) {
+				return
+			}
+		}
+	}
+}
+
+// publishAll is a publish func whose broker confirms every task.
+func publishAll(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+	refs := make([]store.TaskRef, len(tasks))
+	for i, t := range tasks {
+		refs[i] = t.Ref()
+	}
+	return refs, nil
+}

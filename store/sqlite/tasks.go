@@ -1,0 +1,96 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// ListTasks returns up to opts.Limit tasks of job jobID in task id order,
+// optionally of one state; an unknown job wraps warren.ErrNotFound.
+func (s *Store) ListTasks(ctx context.Context, jobID string, opts store.ListTasksOpts) ([]warren.TaskRecord, string, error) {
+	limit := pageSize(opts.Limit)
+	after, err := parseCursor(opts.Cursor, 0)
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlite: list tasks: %w", err)
+	}
+	if err := s.jobExists(ctx, jobID); err != nil {
+		return nil, "", fmt.Errorf("sqlite: list tasks of %s: %w", jobID, err)
+	}
+	query := `SELECT task_id, state, attempts, worker, error, queued_at, started_at, finished_at, result
+		FROM tasks WHERE job_id = ? AND task_id > ? `
+	args := []any{jobID, after}
+	if opts.State != "" {
+		query += `AND state = ? `
+		args = append(args, string(opts.State))
+	}
+	query += `ORDER BY task_id LIMIT ?`
+	args = append(args, limit+1)
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlite: list tasks of %s: %w", jobID, err)
+	}
+	defer rows.Close()
+	var tasks []warren.TaskRecord
+	for rows.Next() {
+		t := warren.TaskRecord{JobID: jobID}
+		var (
+			state                     string
+			queued, started, finished sql.NullInt64
+			result                    []byte
+		)
+		if err := rows.Scan(&t.TaskID, &state, &t.Attempts, &t.Worker, &t.Error, &queued, &started, &finished, &result); err != nil {
+			return nil, "", fmt.Errorf("sqlite: list tasks of %s: %w", jobID, err)
+		}
+		t.State = warren.TaskState(state)
+		t.QueuedAt, t.StartedAt, t.FinishedAt = timeOf(queued), timeOf(started), timeOf(finished)
+		t.Result = nilIfEmpty(result)
+		tasks = append(tasks, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("sqlite: list tasks of %s: %w", jobID, err)
+	}
+	if len(tasks) <= limit {
+		return tasks, "", nil
+	}
+	return tasks[:limit], strconv.FormatInt(tasks[limit-1].TaskID, 10), nil
+}
+
+// JobErrors returns up to limit failed tasks of job jobID with their
+// errors, in task id order. An unknown job has none.
+func (s *Store) JobErrors(ctx context.Context, jobID string, limit int) ([]warren.TaskError, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT task_id, error FROM tasks
+		WHERE job_id = ? AND state = 'failed' ORDER BY task_id LIMIT ?`, jobID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: errors of job %s: %w", jobID, err)
+	}
+	defer rows.Close()
+	var errs []warren.TaskError
+	for rows.Next() {
+		var e warren.TaskError
+		if err := rows.Scan(&e.TaskID, &e.Error); err != nil {
+			return nil, fmt.Errorf("sqlite: errors of job %s: %w", jobID, err)
+		}
+		errs = append(errs, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: errors of job %s: %w", jobID, err)
+	}
+	return errs, nil
+}
+
+// cancelUnfinished moves the pending and queued tasks of job id to
+// cancelled.
+func cancelUnfinished(ctx context.Context, tx *sql.Tx, id string, at time.Time) error {
+	_, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'cancelled', finished_at = ?
+		WHERE job_id = ? AND state IN ('pending', 'queued')`, at.UnixMicro(), id)
+	return err
+}

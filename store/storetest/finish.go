@@ -1,0 +1,251 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("CompletedWithResult", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 2)
+		relayAll(t, s)
+		apply(t, s, completed(job.ID, 1, `1`), completed(job.ID, 2, `2`))
+
+		ok, err := s.FinishJob(t.Context(), job.ID, warren.JobCompleted, []byte(`[1, 2]`), "")
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		got := getJob(t, s, job.ID)
+		require.Equal(t, warren.JobCompleted, got.State)
+		requireRecent(t, got.FinishedAt, "FinishedAt")
+		require.NotEmpty(t, got.ResultLocation)
+		require.Empty(t, got.Error)
+		require.Equal(t, int64(2), got.CompletedTasks)
+		result, err := s.JobResult(t.Context(), job.ID)
+		require.NoError(t, err)
+		require.JSONEq(t, `[1, 2]`, string(result))
+
+		ok, err = s.FinishJob(t.Context(), job.ID, warren.JobFailed, nil, "too late")
+		require.NoError(t, err)
+		require.False(t, ok, "the job is closed already")
+		requireSameJob(t, got, getJob(t, s, job.ID))
+		result, err = s.JobResult(t.Context(), job.ID)
+		require.NoError(t, err)
+		require.JSONEq(t, `[1, 2]`, string(result))
+	})
+
+	t.Run("FailedWithoutResult", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 1)
+		relayAll(t, s)
+		apply(t, s, failed(job.ID, 1, "boom"))
+
+		ok, err := s.FinishJob(t.Context(), job.ID, warren.JobFailed, nil, "1 of 1 tasks failed")
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		got := getJob(t, s, job.ID)
+		require.Equal(t, warren.JobFailed, got.State)
+		require.Equal(t, "1 of 1 tasks failed", got.Error)
+		require.Empty(t, got.ResultLocation)
+		requireRecent(t, got.FinishedAt, "FinishedAt")
+		_, err = s.JobResult(t.Context(), job.ID)
+		require.ErrorIs(t, err, warren.ErrNotFound)
+	})
+
+	t.Run("CancelsUnfinishedTasks", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := createJob(t, s, store.NewJob{Policy: warren.Policy{FailFast: true}}, 4)
+		relay(t, s, 2)
+		apply(t, s, completed(job.ID, 1, `1`))
+
+		ok, err := s.FinishJob(t.Context(), job.ID, warren.JobFailed, nil, "failed fast")
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, []warren.TaskState{warren.TaskCompleted, warren.TaskCancelled, warren.TaskCancelled, warren.TaskCancelled},
+			taskStates(t, s, job.ID))
+		got := getJob(t, s, job.ID)
+		require.Equal(t, int64(1), got.CompletedTasks, "counters stay")
+		require.Zero(t, got.FailedTasks)
+
+		report := apply(t, s, completed(job.ID, 2, `2`), failed(job.ID, 3, "late"))
+		require.Equal(t, store.ApplyReport{Closed: 2}, withoutEmpty(report))
+		requireSameJob(t, got, getJob(t, s, job.ID))
+		require.Empty(t, relayAll(t, s))
+	})
+
+	t.Run("ConcurrentCallersOneWins", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 1)
+		apply(t, s, completed(job.ID, 1, `1`))
+		const callers = 8
+		var (
+			wg    sync.WaitGroup
+			start = make(chan struct{})
+			oks   = make([]bool, callers)
+			errs  = make([]error, callers)
+		)
+		for i := range callers {
+			wg.Go(func() {
+				<-start
+				oks[i], errs[i] = s.FinishJob(t.Context(), job.ID, warren.JobCompleted, []byte(strconv.Itoa(i)), "")
+			})
+		}
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i := range callers {
+			require.NoError(t, errs[i])
+			if oks[i] {
+				require.Equal(t, -1, winner, "callers %d and %d both closed the job", winner, i)
+				winner = i
+			}
+		}
+		require.NotEqual(t, -1, winner, "one caller closes the job")
+		result, err := s.JobResult(t.Context(), job.ID)
+		require.NoError(t, err)
+		require.JSONEq(t, strconv.Itoa(winner), string(result), "the winner's result is stored")
+	})
+
+	t.Run("UnknownJob", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		ok, err := s.FinishJob(t.Context(), "no-such-job", warren.JobCompleted, []byte(`1`), "")
+		require.False(t, ok)
+		if err != nil {
+			require.ErrorIs(t, err, warren.ErrNotFound)
+		}
+		_, err = s.JobResult(t.Context(), "no-such-job")
+		require.ErrorIs(t, err, warren.ErrNotFound)
+	})
+
+	t.Run("NoResultWhileOpen", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 1)
+		_, err := s.JobResult(t.Context(), job.ID)
+		require.ErrorIs(t, err, warren.ErrNotFound)
+		require.Empty(t, getJob(t, s, job.ID).ResultLocation)
+	})
+}
+
+func testScanResults(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("TaskOrderWhateverTheApplyOrder", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		const n = 20
+		job := newJob(t, s, n)
+		relayAll(t, s)
+		var outcomes []store.Outcome
+		for i := int64(1); i <= n; i++ {
+			if i%4 == 0 {
+				outcomes = append(outcomes, failed(job.ID, i, "boom"))
+			} else {
+				outcomes = append(outcomes, completed(job.ID, i, string(payload(i))))
+			}
+		}
+		rand.New(rand.NewPCG(7, 7)).Shuffle(len(outcomes), func(i, j int) {
+			outcomes[i], outcomes[j] = outcomes[j], outcomes[i]
+		})
+		for len(outcomes) > 0 {
+			batch := outcomes[:min(3, len(outcomes))]
+			outcomes = outcomes[len(batch):]
+			require.Equal(t, len(batch), apply(t, s, batch...).Applied)
+		}
+
+		want := int64(1)
+		err := s.ScanResults(t.Context(), job.ID, func(taskID int64, state warren.TaskState, result json.RawMessage) error {
+			require.Equal(t, want, taskID)
+			if taskID%4 == 0 {
+				require.Equal(t, warren.TaskFailed, state)
+				require.Empty(t, result)
+			} else {
+				require.Equal(t, warren.TaskCompleted, state)
+				require.JSONEq(t, string(payload(taskID)), string(result))
+			}
+			want++
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, int64(n+1), want, "every task was scanned")
+	})
+
+	t.Run("UnfinishedTasksOfAClosedJob", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 3)
+		apply(t, s, completed(job.ID, 2, `"two"`))
+		ok, err := s.FinishJob(t.Context(), job.ID, warren.JobFailed, nil, "stopped")
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		var states []warren.TaskState
+		err = s.ScanResults(t.Context(), job.ID, func(taskID int64, state warren.TaskState, result json.RawMessage) error {
+			states = append(states, state)
+			if taskID == 2 {
+				require.JSONEq(t, `"two"`, string(result))
+			} else {
+				require.Empty(t, result)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, []warren.TaskState{warren.TaskCancelled, warren.TaskCompleted, warren.TaskCancelled}, states)
+	})
+
+	t.Run("StopsAtFnError", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 10)
+		errStop := errors.New("stop")
+		var calls int
+		err := s.ScanResults(t.Context(), job.ID, func(int64, warren.TaskState, json.RawMessage) error {
+			calls++
+			if calls == 3 {
+				return errStop
+			}
+			return nil
+		})
+		require.ErrorIs(t, err, errStop)
+		require.Equal(t, 3, calls)
+	})
+}
+
+func testJobErrors(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("FailedTasksInTaskOrder", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 10)
+		clean := newJob(t, s, 2)
+		relayAll(t, s)
+		apply(t, s, failed(job.ID, 9, "e9"), completed(job.ID, 1, `1`), failed(job.ID, 2, "e2"))
+		apply(t, s, failed(job.ID, 7, "e7"), failed(job.ID, 5, "e5"), completed(clean.ID, 1, `1`))
+
+		errs, err := s.JobErrors(t.Context(), job.ID, 3)
+		require.NoError(t, err)
+		require.Equal(t, []warren.TaskError{{TaskID: 2, Error: "e2"}, {TaskID: 5, Error: "e5"}, {TaskID: 7, Error: "e7"}}, errs)
+
+		errs, err = s.JobErrors(t.Context(), job.ID, 10)
+		require.NoError(t, err)
+		require.Len(t, errs, 4)
+		require.Equal(t, warren.TaskError{TaskID: 9, Error: "e9"}, errs[3])
+
+		errs, err = s.JobErrors(t.Context(), clean.ID, 10)
+		require.NoError(t, err)
+		require.Empty(t, errs)
+	})
+}

@@ -1,0 +1,420 @@
+package storetest
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+func testMigrate(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("AgainIsANoOp", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 2)
+
+		require.NoError(t, s.Migrate(t.Context()))
+		require.NoError(t, s.Migrate(t.Context()))
+
+		requireSameJob(t, job, getJob(t, s, job.ID))
+		require.Len(t, allTasks(t, s, job.ID, ""), 2)
+	})
+
+	t.Run("Concurrent", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range errs {
+			wg.Go(func() { errs[i] = s.Migrate(t.Context()) })
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		newJob(t, s, 1)
+	})
+
+	t.Run("Ping", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		require.NoError(t, s.Ping(t.Context()))
+	})
+}
+
+func testCreateJob(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("RecordsJobAndTasks", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		policy := warren.Policy{Reduce: "collect", MaxRetries: 5, ToleratedFailures: 2, ToleratedFailurePercent: 12.5, FailFast: true}
+		metadata := json.RawMessage(`{"owner": "ann", "tags": ["a", "b"]}`)
+
+		job, created, err := s.CreateJob(t.Context(), store.NewJob{Type: "resize", Policy: policy, Metadata: metadata}, payloads(3))
+		require.NoError(t, err)
+		require.True(t, created)
+
+		_, err = ulid.ParseStrict(job.ID)
+		require.NoError(t, err, "a job created without an id gets a ULID")
+		require.Equal(t, "resize", job.Type)
+		require.Equal(t, warren.JobPending, job.State)
+		require.Equal(t, int64(3), job.ExpectedTasks)
+		require.Zero(t, job.CompletedTasks)
+		require.Zero(t, job.FailedTasks)
+		require.Equal(t, policy, job.Policy)
+		require.JSONEq(t, string(metadata), string(job.Metadata))
+		require.Empty(t, job.IdempotencyKey)
+		requireRecent(t, &job.CreatedAt, "CreatedAt")
+		require.Nil(t, job.StartedAt)
+		require.Nil(t, job.FinishedAt)
+		require.Empty(t, job.ResultLocation)
+		require.Empty(t, job.Error)
+		requireSameJob(t, job, getJob(t, s, job.ID))
+
+		tasks := allTasks(t, s, job.ID, "")
+		require.Equal(t, []int64{1, 2, 3}, taskIDs(tasks))
+		for _, task := range tasks {
+			require.Equal(t, job.ID, task.JobID)
+			require.Equal(t, warren.TaskPending, task.State)
+			require.Zero(t, task.Attempts)
+			require.Nil(t, task.QueuedAt)
+			require.Nil(t, task.StartedAt)
+			require.Nil(t, task.FinishedAt)
+			require.Empty(t, task.Result)
+		}
+	})
+
+	t.Run("KeepsGivenID", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := createJob(t, s, store.NewJob{ID: "job-given-id"}, 1)
+		require.Equal(t, "job-given-id", job.ID)
+		require.Equal(t, "job-given-id", getJob(t, s, "job-given-id").ID)
+	})
+
+	t.Run("GeneratesDistinctIDs", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		first, second := newJob(t, s, 1), newJob(t, s, 1)
+		require.NotEqual(t, first.ID, second.ID)
+	})
+
+	t.Run("IdempotencyKeyReturnsFirstJob", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		first := createJob(t, s, store.NewJob{Type: "first", IdempotencyKey: "key-1"}, 2)
+		require.Equal(t, "key-1", first.IdempotencyKey)
+
+		consumed := false
+		tasks := func(yield func(json.RawMessage, error) bool) {
+			consumed = true
+			yield(json.RawMessage(`{}`), nil)
+		}
+		again, created, err := s.CreateJob(t.Context(), store.NewJob{Type: "second", IdempotencyKey: "key-1"}, tasks)
+		require.NoError(t, err)
+		require.False(t, created)
+		require.False(t, consumed, "the tasks of a repeated submission are not read")
+		requireSameJob(t, first, again)
+
+		jobs, _, err := s.ListJobs(t.Context(), store.ListJobsOpts{})
+		require.NoError(t, err)
+		require.Equal(t, []string{first.ID}, jobIDs(jobs), "nothing was written")
+		require.Len(t, allTasks(t, s, first.ID, ""), 2)
+
+		other := createJob(t, s, store.NewJob{IdempotencyKey: "key-2"}, 1)
+		require.NotEqual(t, first.ID, other.ID, "another key is another job")
+	})
+
+	t.Run("IdempotencyKeyConcurrent", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		const callers = 8
+		var (
+			wg      sync.WaitGroup
+			start   = make(chan struct{})
+			jobs    = make([]warren.Job, callers)
+			created = make([]bool, callers)
+			errs    = make([]error, callers)
+		)
+		for i := range callers {
+			wg.Go(func() {
+				<-start
+				jobs[i], created[i], errs[i] = s.CreateJob(t.Context(), store.NewJob{IdempotencyKey: "same"}, payloads(3))
+			})
+		}
+		close(start)
+		wg.Wait()
+		var n int
+		for i := range callers {
+			require.NoError(t, errs[i])
+			require.Equal(t, jobs[0].ID, jobs[i].ID, "every caller gets the one job")
+			if created[i] {
+				n++
+			}
+		}
+		require.Equal(t, 1, n, "exactly one caller creates the job")
+		listed, _, err := s.ListJobs(t.Context(), store.ListJobsOpts{})
+		require.NoError(t, err)
+		require.Len(t, listed, 1)
+		require.Len(t, allTasks(t, s, jobs[0].ID, ""), 3)
+	})
+
+	for _, failAt := range []int{0, 3, 1200} {
+		t.Run("IteratorErrorWritesNothing/after"+strconv.Itoa(failAt), func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			errPayload := errors.New("bad payload")
+			tasks := func(yield func(json.RawMessage, error) bool) {
+				for i := range failAt {
+					if !yield(payload(int64(i+1)), nil) {
+						return
+					}
+				}
+				yield(nil, errPayload)
+			}
+			spec := store.NewJob{ID: "broken", Type: "test", IdempotencyKey: "retry-me"}
+			_, _, err := s.CreateJob(t.Context(), spec, tasks)
+			require.ErrorIs(t, err, errPayload)
+
+			_, err = s.GetJob(t.Context(), "broken")
+			require.ErrorIs(t, err, warren.ErrNotFound)
+			jobs, _, err := s.ListJobs(t.Context(), store.ListJobsOpts{})
+			require.NoError(t, err)
+			require.Empty(t, jobs)
+			require.Empty(t, relayAll(t, s), "no task row was left behind")
+
+			job, created, err := s.CreateJob(t.Context(), spec, payloads(2))
+			require.NoError(t, err)
+			require.True(t, created, "the idempotency key was not taken by the failed attempt")
+			require.Equal(t, []int64{1, 2}, taskIDs(allTasks(t, s, job.ID, "")))
+		})
+	}
+
+	t.Run("HundredThousandTasks", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		const n = 100_000
+		start := time.Now()
+		job := newJob(t, s, n)
+		t.Logf("CreateJob with %d tasks took %v", n, time.Since(start))
+		require.Equal(t, int64(n), job.ExpectedTasks)
+		require.Equal(t, int64(n), getJob(t, s, job.ID).ExpectedTasks)
+
+		page, next, err := s.ListTasks(t.Context(), job.ID, store.ListTasksOpts{})
+		require.NoError(t, err)
+		require.Len(t, page, store.DefaultPageSize, "Limit 0 means the default page size")
+		require.NotEmpty(t, next)
+		page, _, err = s.ListTasks(t.Context(), job.ID, store.ListTasksOpts{Cursor: next, Limit: 2})
+		require.NoError(t, err)
+		require.Equal(t, []int64{store.DefaultPageSize + 1, store.DefaultPageSize + 2}, taskIDs(page))
+
+		var want int64 = 1
+		err = s.ScanResults(t.Context(), job.ID, func(taskID int64, state warren.TaskState, _ json.RawMessage) error {
+			require.Equal(t, want, taskID)
+			require.Equal(t, warren.TaskPending, state)
+			want++
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, int64(n+1), want, "every task was written")
+
+		offered := relay(t, s, 2)
+		require.Len(t, offered, 2)
+		require.JSONEq(t, string(payload(2)), string(offered[1].Payload))
+	})
+}
+
+func testGetJob(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("UnknownIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		_, err := s.GetJob(t.Context(), "no-such-job")
+		require.ErrorIs(t, err, warren.ErrNotFound)
+	})
+}
+
+func testListJobs(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("NewestFirstInPages", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		var newestFirst []string
+		for range 7 {
+			newestFirst = append([]string{newJob(t, s, 1).ID}, newestFirst...)
+		}
+
+		require.Equal(t, [][]string{newestFirst[:3], newestFirst[3:6], newestFirst[6:]},
+			listJobPages(t, s, store.ListJobsOpts{Limit: 3}))
+		require.Equal(t, [][]string{newestFirst}, listJobPages(t, s, store.ListJobsOpts{}),
+			"Limit 0 means a page of 100")
+		require.Equal(t, [][]string{newestFirst}, listJobPages(t, s, store.ListJobsOpts{Limit: 7}),
+			"a full last page has no next cursor")
+	})
+
+	t.Run("StateFilter", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		var pending, cancelled []string // newest first
+		for i := range 7 {
+			job := newJob(t, s, 1)
+			if i%2 == 1 {
+				_, err := s.CancelJob(t.Context(), job.ID)
+				require.NoError(t, err)
+				cancelled = append([]string{job.ID}, cancelled...)
+			} else {
+				pending = append([]string{job.ID}, pending...)
+			}
+		}
+
+		require.Equal(t, [][]string{pending[:2], pending[2:]},
+			listJobPages(t, s, store.ListJobsOpts{State: warren.JobPending, Limit: 2}))
+		require.Equal(t, [][]string{cancelled[:2], cancelled[2:]},
+			listJobPages(t, s, store.ListJobsOpts{State: warren.JobCancelled, Limit: 2}))
+		require.Equal(t, [][]string{nil}, listJobPages(t, s, store.ListJobsOpts{State: warren.JobRunning}))
+	})
+
+	t.Run("Empty", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		jobs, next, err := s.ListJobs(t.Context(), store.ListJobsOpts{})
+		require.NoError(t, err)
+		require.Empty(t, jobs)
+		require.Empty(t, next)
+	})
+}
+
+// listJobPages pages through ListJobs with opts and returns the job ids of
+// each page; it fails on a repeated job.
+func listJobPages(t *testing.T, s store.Store, opts store.ListJobsOpts) [][]string {
+	t.Helper()
+	var pages [][]string
+	seen := make(map[string]bool)
+	for {
+		jobs, next, err := s.ListJobs(t.Context(), opts)
+		require.NoError(t, err)
+		if opts.Limit > 0 {
+			require.LessOrEqual(t, len(jobs), opts.Limit)
+		}
+		for _, job := range jobs {
+			require.False(t, seen[job.ID], "job %s listed twice", job.ID)
+			seen[job.ID] = true
+			if opts.State != "" {
+				require.Equal(t, opts.State, job.State)
+			}
+		}
+		pages = append(pages, jobIDs(jobs))
+		if len(jobs) == 0 {
+			pages[len(pages)-1] = nil
+		}
+		if next == "" {
+			return pages
+		}
+		require.NotEmpty(t, jobs, "a page with a next cursor has jobs")
+		opts.Cursor = next
+	}
+}
+
+func testListTasks(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("TaskOrderStateFilterAndPages", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 10)
+		relay(t, s, 6)
+		report := apply(t, s,
+			completed(job.ID, 2, `2`), completed(job.ID, 5, `5`), completed(job.ID, 7, `7`), failed(job.ID, 3, "boom"))
+		require.Equal(t, 4, report.Applied)
+
+		pages := func(opts store.ListTasksOpts) [][]int64 {
+			var pages [][]int64
+			for {
+				tasks, next, err := s.ListTasks(t.Context(), job.ID, opts)
+				require.NoError(t, err)
+				for _, task := range tasks {
+					require.Equal(t, job.ID, task.JobID)
+					if opts.State != "" {
+						require.Equal(t, opts.State, task.State)
+					}
+				}
+				pages = append(pages, taskIDs(tasks))
+				if next == "" {
+					return pages
+				}
+				opts.Cursor = next
+			}
+		}
+		require.Equal(t, [][]int64{{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10}}, pages(store.ListTasksOpts{Limit: 4}))
+		require.Equal(t, [][]int64{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}, pages(store.ListTasksOpts{}))
+		require.Equal(t, [][]int64{{2, 5}, {7}}, pages(store.ListTasksOpts{State: warren.TaskCompleted, Limit: 2}))
+		require.Equal(t, [][]int64{{1, 4, 6}}, pages(store.ListTasksOpts{State: warren.TaskQueued, Limit: 3}))
+		require.Equal(t, [][]int64{{8, 9, 10}}, pages(store.ListTasksOpts{State: warren.TaskPending}))
+		require.Equal(t, [][]int64{{3}}, pages(store.ListTasksOpts{State: warren.TaskFailed}))
+		require.Equal(t, [][]int64{{}}, pages(store.ListTasksOpts{State: warren.TaskCancelled}))
+	})
+
+	t.Run("UnknownJobIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		_, _, err := s.ListTasks(t.Context(), "no-such-job", store.ListTasksOpts{})
+		require.ErrorIs(t, err, warren.ErrNotFound)
+	})
+}
+
+func testCancelJob(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("OpenJob", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 4)
+		other := newJob(t, s, 1)
+		relay(t, s, 2)
+		apply(t, s, completed(job.ID, 1, `1`))
+
+		cancelled, err := s.CancelJob(t.Context(), job.ID)
+		require.NoError(t, err)
+		require.Equal(t, warren.JobCancelled, cancelled.State)
+		require.Equal(t, job.ID, cancelled.ID)
+		requireSameJob(t, cancelled, getJob(t, s, job.ID))
+		require.Equal(t, int64(1), cancelled.CompletedTasks, "counters stay as they were")
+		require.Zero(t, cancelled.FailedTasks)
+		require.Equal(t, []warren.TaskState{warren.TaskCompleted, warren.TaskCancelled, warren.TaskCancelled, warren.TaskCancelled},
+			taskStates(t, s, job.ID), "queued and pending tasks are cancelled")
+
+		require.Equal(t, refs(other.ID, 1), offeredRefs(relayAll(t, s)),
+			"the cancelled job's tasks are never offered")
+		ids, err := s.JobsToClose(t.Context(), 10)
+		require.NoError(t, err)
+		require.Empty(t, ids)
+	})
+
+	t.Run("ClosedJobIsConflict", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 1)
+		_, err := s.CancelJob(t.Context(), job.ID)
+		require.NoError(t, err)
+		_, err = s.CancelJob(t.Context(), job.ID)
+		require.ErrorIs(t, err, warren.ErrConflict, "cancelling twice")
+		require.Equal(t, warren.JobCancelled, getJob(t, s, job.ID).State)
+
+		done := newJob(t, s, 1)
+		apply(t, s, completed(done.ID, 1, `1`))
+		ok, err := s.FinishJob(t.Context(), done.ID, warren.JobCompleted, []byte(`[1]`), "")
+		require.NoError(t, err)
+		require.True(t, ok)
+		_, err = s.CancelJob(t.Context(), done.ID)
+		require.ErrorIs(t, err, warren.ErrConflict, "cancelling a completed job")
+		require.Equal(t, warren.JobCompleted, getJob(t, s, done.ID).State)
+	})
+
+	t.Run("UnknownIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		_, err := s.CancelJob(t.Context(), "no-such-job")
+		require.ErrorIs(t, err, warren.ErrNotFound)
+	})
+}

@@ -1,0 +1,188 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("OldestJobFirstInTaskOrder", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		a := createJob(t, s, store.NewJob{Type: "resize", Policy: warren.Policy{MaxRetries: 2}}, 3)
+		b := createJob(t, s, store.NewJob{Type: "crop", Policy: warren.Policy{MaxRetries: 7}}, 2)
+
+		offered := relay(t, s, 4)
+		require.Equal(t, append(refs(a.ID, 1, 2, 3), refs(b.ID, 1)...), offeredRefs(offered))
+		for _, task := range offered[:3] {
+			require.Equal(t, "resize", task.Type)
+			require.Equal(t, 2, task.MaxRetries)
+			require.Zero(t, task.Attempts)
+			require.JSONEq(t, string(payload(task.TaskID)), string(task.Payload))
+		}
+		require.Equal(t, "crop", offered[3].Type)
+		require.Equal(t, 7, offered[3].MaxRetries)
+		require.JSONEq(t, string(payload(1)), string(offered[3].Payload))
+
+		for _, task := range allTasks(t, s, a.ID, "") {
+			require.Equal(t, warren.TaskQueued, task.State)
+			requireRecent(t, task.QueuedAt, "QueuedAt")
+		}
+		running := getJob(t, s, a.ID)
+		require.Equal(t, warren.JobRunning, running.State, "every task of a is out")
+		requireRecent(t, running.StartedAt, "StartedAt")
+
+		pending := getJob(t, s, b.ID)
+		require.Equal(t, warren.JobPending, pending.State, "b still has a pending task")
+		require.Nil(t, pending.StartedAt)
+		require.Equal(t, []warren.TaskState{warren.TaskQueued, warren.TaskPending}, taskStates(t, s, b.ID))
+		require.Nil(t, allTasks(t, s, b.ID, warren.TaskPending)[0].QueuedAt)
+
+		require.Equal(t, refs(b.ID, 2), offeredRefs(relay(t, s, 10)))
+		require.Equal(t, warren.JobRunning, getJob(t, s, b.ID).State)
+		requireSameJob(t, running, getJob(t, s, a.ID))
+		require.Empty(t, relay(t, s, 10), "nothing is left to publish")
+	})
+
+	t.Run("MarksOnlyConfirmed", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 5)
+
+		n, err := s.RelayBatch(t.Context(), 10, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+			require.Len(t, tasks, 5)
+			return []store.TaskRef{tasks[1].Ref(), tasks[3].Ref()}, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		require.Equal(t, []warren.TaskState{warren.TaskPending, warren.TaskQueued, warren.TaskPending, warren.TaskQueued, warren.TaskPending},
+			taskStates(t, s, job.ID))
+		require.Equal(t, warren.JobPending, getJob(t, s, job.ID).State)
+		require.Nil(t, getJob(t, s, job.ID).StartedAt)
+
+		require.Equal(t, refs(job.ID, 1, 3, 5), offeredRefs(relay(t, s, 10)),
+			"unconfirmed tasks are offered again")
+		require.Equal(t, repeat(warren.TaskQueued, 5), taskStates(t, s, job.ID))
+		require.Equal(t, warren.JobRunning, getJob(t, s, job.ID).State)
+	})
+
+	t.Run("PublishErrorMarksNothing", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 3)
+		errBroker := errors.New("broker unreachable")
+
+		n, err := s.RelayBatch(t.Context(), 10, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+			return offeredRefs(tasks), errBroker
+		})
+		require.ErrorIs(t, err, errBroker)
+		require.Zero(t, n)
+		require.Equal(t, repeat(warren.TaskPending, 3), taskStates(t, s, job.ID))
+		require.Equal(t, warren.JobPending, getJob(t, s, job.ID).State)
+
+		require.Len(t, relay(t, s, 10), 3, "the tasks are offered again")
+	})
+
+	t.Run("NothingToPublish", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		require.Empty(t, relay(t, s, 10))
+		job := newJob(t, s, 1)
+		relayAll(t, s)
+		require.Empty(t, relay(t, s, 10))
+		require.Equal(t, warren.JobRunning, getJob(t, s, job.ID).State)
+	})
+
+	t.Run("SkipsClosedJobs", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		cancelled := newJob(t, s, 2)
+		finished := newJob(t, s, 2)
+		open := newJob(t, s, 2)
+		_, err := s.CancelJob(t.Context(), cancelled.ID)
+		require.NoError(t, err)
+		ok, err := s.FinishJob(t.Context(), finished.ID, warren.JobFailed, nil, "given up")
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		require.Equal(t, refs(open.ID, 1, 2), offeredRefs(relayAll(t, s)))
+	})
+
+	t.Run("SkipsFinishedTasks", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 3)
+		apply(t, s, completed(job.ID, 2, `2`))
+
+		require.Equal(t, refs(job.ID, 1, 3), offeredRefs(relayAll(t, s)))
+		require.Equal(t, warren.JobRunning, getJob(t, s, job.ID).State)
+	})
+
+	t.Run("ConcurrentRelaysShareTheOutbox", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		const jobs, tasksPerJob, relays = 5, 200, 4
+		var ids []string
+		for range jobs {
+			ids = append(ids, newJob(t, s, tasksPerJob).ID)
+		}
+
+		var (
+			mu        sync.Mutex
+			published = make(map[store.TaskRef]int)
+			marked    int
+			wg        sync.WaitGroup
+			start     = make(chan struct{})
+			errs      = make([]error, relays)
+		)
+		publish := func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, task := range tasks {
+				published[task.Ref()]++
+			}
+			return publishAll(ctx, tasks)
+		}
+		for i := range relays {
+			wg.Go(func() {
+				<-start
+				for {
+					n, err := s.RelayBatch(t.Context(), 37, publish)
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					if n == 0 {
+						return
+					}
+					mu.Lock()
+					marked += n
+					mu.Unlock()
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+
+		require.Len(t, published, jobs*tasksPerJob, "every task was published")
+		for ref, n := range published {
+			require.Equal(t, 1, n, "task %v offered %d times", ref, n)
+		}
+		require.Equal(t, jobs*tasksPerJob, marked)
+		require.Empty(t, relay(t, s, 10))
+		for _, id := range ids {
+			require.Equal(t, repeat(warren.TaskQueued, tasksPerJob), taskStates(t, s, id))
+			require.Equal(t, warren.JobRunning, getJob(t, s, id).State)
+		}
+	})
+}
