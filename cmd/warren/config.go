@@ -1,0 +1,69 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/warrenhq/warren/broker"
+	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/store/open"
+)
+
+// common are the settings every command shares, each a flag with an
+// environment fallback.
+type common struct {
+	amqpURL     string
+	databaseURL string
+	prefix      string
+}
+
+func (c *common) register(fs *flag.FlagSet, env *environment) {
+	fs.StringVar(&c.amqpURL, "amqp-url", orDefault(env.getenv("WARREN_AMQP_URL"), broker.DefaultURL), "RabbitMQ URL (env WARREN_AMQP_URL)")
+	fs.StringVar(&c.databaseURL, "database", orDefault(env.getenv("WARREN_DATABASE_URL"), open.DefaultURL), "job store: sqlite://PATH or postgres://... (env WARREN_DATABASE_URL)")
+	fs.StringVar(&c.prefix, "prefix", env.getenv("WARREN_PREFIX"), "prefix of every exchange and queue name (env WARREN_PREFIX)")
+}
+
+func (c *common) names() protocol.Names { return protocol.NamesFor(c.prefix) }
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// parse parses args into fs, which prints its own usage on errors; a
+// stray positional argument is an error too.
+func parse(fs *flag.FlagSet, args []string, env *environment) error {
+	fs.SetOutput(env.stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(env.stderr, "warren %s: unexpected argument %q\n", fs.Name(), strings.Join(fs.Args(), " "))
+		return errUsage
+	}
+	return nil
+}
+
+func newFlagSet(name, summary string, env *environment) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: warren %s [flags]\n\n%s\n\nFlags:\n", name, summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// redactDB hides a password in a database URL for logs.
+func redactDB(raw string) string {
+	if strings.HasPrefix(raw, "sqlite://") {
+		return raw
+	}
+	return broker.Redact(raw)
+}

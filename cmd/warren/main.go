@@ -1,0 +1,94 @@
+// Command warren runs warren's processes: the server (outbox relay and
+// aggregator), workers with the built-in handlers, and store migrations.
+//
+// Usage:
+//
+//	warren <command> [flags]
+//
+// Run "warren help" for the commands and "warren <command> --help" for
+// their flags. Every flag has an environment fallback (WARREN_AMQP_URL,
+// WARREN_DATABASE_URL, WARREN_PREFIX).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// command is one subcommand.
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, env *environment) error
+}
+
+var commands = []command{
+	{"server", "run the outbox relay and the aggregator", runServer},
+	{"worker", "run workers with the built-in handlers (echo, wordcount, sleep, flaky)", runWorker},
+	{"migrate", "apply the job store's schema migrations and exit", runMigrate},
+}
+
+// environment is what a command may touch, so tests can run commands in
+// process.
+type environment struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	logger         *slog.Logger
+}
+
+// errUsage marks an error whose message the flag package already printed.
+var errUsage = errors.New("usage")
+
+func main() {
+	env := &environment{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
+		logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], env)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command line and returns the process exit code.
+func run(ctx context.Context, args []string, env *environment) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(env.stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], env)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			return 2
+		default:
+			fmt.Fprintf(env.stderr, "warren %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(env.stderr, "warren: unknown command %q (run \"warren help\")\n", args[0])
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "warren splits jobs into tasks, runs them on workers through RabbitMQ and closes each job exactly once.")
+	fmt.Fprintln(w, "\nUsage: warren <command> [flags]\n\nCommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun \"warren <command> --help\" for its flags.")
+}

@@ -1,0 +1,127 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenhq/warren/broker"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	// DefaultConcurrency is the default maximum of handlers running at once.
+	DefaultConcurrency = 8
+	// DefaultShutdownTimeout is how long Run waits by default for in-flight
+	// handlers once its context is done.
+	DefaultShutdownTimeout = 30 * time.Second
+)
+
+// Config configures a Worker. The zero value works against a local
+// RabbitMQ with warren's default names.
+type Config struct {
+	// AMQPURL is the broker address; default broker.DefaultURL. Commands
+	// fill it from WARREN_AMQP_URL.
+	AMQPURL string
+	// Prefix is prepended to every exchange and queue name
+	// (protocol.NamesFor); commands fill it from WARREN_PREFIX. It must
+	// match the server's.
+	Prefix string
+	// Concurrency is the maximum number of handlers running at once;
+	// default DefaultConcurrency.
+	Concurrency int
+	// Prefetch is how many unacknowledged tasks the broker may hand this
+	// worker at once; default 2*Concurrency, so the next tasks are ready
+	// when a handler finishes.
+	Prefetch int
+	// Name identifies this worker in results and dead letters; default
+	// "hostname:pid".
+	Name string
+	// ShutdownTimeout is how long Run waits, once its context is done, for
+	// in-flight handlers to finish and their results to be published;
+	// default DefaultShutdownTimeout. Handlers still running then have
+	// their context cancelled and their tasks are requeued; Run waits up
+	// to 2 s more for them to return, then returns without them.
+	ShutdownTimeout time.Duration
+	// DeliveryLimit is the quorum queues' x-delivery-limit passed to
+	// broker.DeclareTopology; 0 means broker.DefaultDeliveryLimit. It must
+	// match the value the queues were declared with.
+	DeliveryLimit int
+	// Logger receives the worker's logs, with job_id and task_id as
+	// attributes; default slog.Default(). Per-task logs are at Debug level
+	// (Warn and Error for failures); Info is kept for start and stop.
+	Logger *slog.Logger
+	// OnEvent, if set, is called once for each Event, synchronously on the
+	// goroutine that settled the task. It must be safe for concurrent use
+	// and return quickly: the task's concurrency slot is held until it
+	// returns.
+	OnEvent func(Event)
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.AMQPURL == "" {
+		c.AMQPURL = broker.DefaultURL
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 2 * c.Concurrency
+	}
+	if c.Name == "" {
+		c.Name = defaultName()
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// validate returns an error naming the first field that is out of range.
+func (c Config) validate() error {
+	switch {
+	case c.Concurrency < 0:
+		return fmt.Errorf("worker: Config.Concurrency must be >= 0, got %d", c.Concurrency)
+	case c.Prefetch < 0:
+		return fmt.Errorf("worker: Config.Prefetch must be >= 0, got %d", c.Prefetch)
+	case c.Prefetch > 0 && c.Prefetch < c.Concurrency:
+		return fmt.Errorf("worker: Config.Prefetch (%d) must be at least Config.Concurrency (%d), or handlers would sit idle", c.Prefetch, c.Concurrency)
+	case c.Prefetch > 65535:
+		return fmt.Errorf("worker: Config.Prefetch must be at most 65535 (an AMQP limit), got %d", c.Prefetch)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("worker: Config.ShutdownTimeout must be >= 0, got %v", c.ShutdownTimeout)
+	case c.DeliveryLimit < 0:
+		return fmt.Errorf("worker: Config.DeliveryLimit must be >= 0, got %d", c.DeliveryLimit)
+	}
+	if c.AMQPURL != "" {
+		if _, err := amqp.ParseURI(c.AMQPURL); err != nil {
+			// A *url.Error quotes the whole URL, password included.
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			return fmt.Errorf("worker: Config.AMQPURL %s is not an AMQP URL: %v", broker.Redact(c.AMQPURL), err)
+		}
+	}
+	return nil
+}
+
+func defaultName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "worker"
+	}
+	return host + ":" + strconv.Itoa(os.Getpid())
+}
+
+var errNoHandlers = errors.New("worker: no handlers registered; call Handle before Run")

@@ -1,0 +1,51 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren/worker"
+)
+
+func TestNewNamesTheInvalidField(t *testing.T) {
+	t.Parallel()
+	for field, cfg := range map[string]worker.Config{
+		"Config.Concurrency":     {Concurrency: -1},
+		"Config.Prefetch":        {Prefetch: -1},
+		"Config.Prefetch (2)":    {Concurrency: 4, Prefetch: 2},
+		"Config.ShutdownTimeout": {ShutdownTimeout: -time.Second},
+		"Config.DeliveryLimit":   {DeliveryLimit: -1},
+		"Config.AMQPURL":         {AMQPURL: "http://127.0.0.1:5672/"},
+	} {
+		_, err := worker.New(cfg)
+		require.ErrorContains(t, err, field)
+	}
+}
+
+func TestNewKeepsTheAMQPPasswordOutOfErrors(t *testing.T) {
+	t.Parallel()
+	_, err := worker.New(worker.Config{AMQPURL: "amqp://user:s3cret@127.0.0.1:bad/"})
+	require.ErrorContains(t, err, "Config.AMQPURL")
+	require.NotContains(t, err.Error(), "s3cret")
+}
+
+func TestHandlePanicsOnAMistake(t *testing.T) {
+	t.Parallel()
+	w, err := worker.New(worker.Config{})
+	require.NoError(t, err)
+	h := func(context.Context, worker.Task) (any, error) { return nil, nil }
+	require.Same(t, w, w.Handle("a", h), "Handle chains")
+	require.PanicsWithValue(t, `worker: Handle("a") called twice`, func() { w.Handle("a", h) })
+	require.Panics(t, func() { w.Handle("", h) })
+	require.Panics(t, func() { w.Handle("b", nil) })
+}
+
+func TestRunWithoutHandlersFails(t *testing.T) {
+	t.Parallel()
+	w, err := worker.New(worker.Config{})
+	require.NoError(t, err)
+	require.ErrorContains(t, w.Run(context.Background()), "no handlers")
+}

@@ -1,0 +1,50 @@
+package worker
+
+// EventKind says what happened to a task (or to the worker).
+type EventKind string
+
+// Event kinds. Every task event is reported after its delivery has been
+// settled: acked, or nacked back to the queue.
+const (
+	// EventCompleted: the task succeeded, its result was confirmed by the
+	// broker and the task acked.
+	EventCompleted EventKind = "completed"
+	// EventFailed: the task failed permanently, its failed result was
+	// confirmed and the task acked.
+	EventFailed EventKind = "failed"
+	// EventRetried: the task failed transiently; a copy with x-retry
+	// incremented was confirmed and the original acked.
+	EventRetried EventKind = "retried"
+	// EventDeadLettered: the task was dead-lettered (Event.Reason says
+	// why), the copy confirmed and the original acked.
+	EventDeadLettered EventKind = "dead_lettered"
+	// EventPublishFailed: a result, retry or dead letter was not confirmed;
+	// the task was nacked back to the queue and will run again.
+	EventPublishFailed EventKind = "publish_failed"
+	// EventRequeued: shutdown returned the task to the queue unfinished
+	// (never started, or its handler outlived ShutdownTimeout).
+	EventRequeued EventKind = "requeued"
+	// EventDraining: Run stopped taking new tasks after its context was
+	// done and returned the unstarted ones; in-flight handlers are still
+	// finishing. It carries no task fields.
+	EventDraining EventKind = "draining"
+)
+
+// Event reports one outcome to Config.OnEvent, for tests and metrics.
+type Event struct {
+	// Kind is what happened.
+	Kind EventKind
+	// JobID, TaskID and Type identify the task; JobID is empty and TaskID
+	// 0 when the message was malformed.
+	JobID  string
+	TaskID int64
+	Type   string
+	// Attempt is the run the event is about, starting at 1.
+	Attempt int
+	// Reason is the dead-letter reason (a protocol.Reason constant) for
+	// EventDeadLettered.
+	Reason string
+	// Err is the handler's error for EventFailed, EventRetried and
+	// EventDeadLettered, and the publish error for EventPublishFailed.
+	Err error
+}

@@ -1,0 +1,154 @@
+package worker
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/broker"
+	"github.com/warrenhq/warren/protocol"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	w, err := New(Config{})
+	require.NoError(t, err)
+	require.Equal(t, broker.DefaultURL, w.cfg.AMQPURL)
+	require.Equal(t, DefaultConcurrency, w.cfg.Concurrency)
+	require.Equal(t, 2*DefaultConcurrency, w.cfg.Prefetch)
+	require.Equal(t, DefaultShutdownTimeout, w.cfg.ShutdownTimeout)
+	require.Contains(t, w.cfg.Name, ":")
+	require.NotNil(t, w.cfg.Logger)
+	require.Equal(t, protocol.NamesFor(""), w.names)
+
+	w, err = New(Config{Concurrency: 3, Prefix: "p."})
+	require.NoError(t, err)
+	require.Equal(t, 6, w.cfg.Prefetch)
+	require.Equal(t, "p.tasks.q", w.names.TasksQueue)
+}
+
+func TestHeaderIntAcceptsEveryIntegerType(t *testing.T) {
+	t.Parallel()
+	for _, v := range []any{int(2), int8(2), int16(2), int32(2), int64(2), uint8(2), uint16(2), uint32(2), uint64(2), float32(2), float64(2), "2"} {
+		n, ok := headerInt(amqp.Table{"k": v}, "k")
+		require.True(t, ok, "%T", v)
+		require.Equal(t, 2, n, "%T", v)
+	}
+	for _, v := range []any{nil, int64(-1), 2.5, "two", true, int64(1) << 40, []byte("2")} {
+		_, ok := headerInt(amqp.Table{"k": v}, "k")
+		require.False(t, ok, "%T %v", v, v)
+	}
+}
+
+func TestRetryHeaders(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 0, retriesSoFar(nil))
+	require.Equal(t, warren.DefaultMaxRetries, maxRetries(nil))
+	h := amqp.Table{protocol.HeaderRetry: int32(4), protocol.HeaderMaxRetries: int8(0)}
+	require.Equal(t, 4, retriesSoFar(h))
+	require.Equal(t, 0, maxRetries(h))
+}
+
+func TestDecideFailure(t *testing.T) {
+	t.Parallel()
+	transient := errors.New("flaky")
+	permanent := fmt.Errorf("wrapped: %w", Permanent(transient))
+	for _, c := range []struct {
+		err                 error
+		attempt, maxRetries int
+		want                failureAction
+	}{
+		{transient, 1, 3, retryTask},
+		{transient, 3, 3, retryTask},
+		{transient, 4, 3, deadLetterTask},
+		{transient, 1, 0, deadLetterTask},
+		{permanent, 1, 3, failTask},
+		{permanent, 9, 3, failTask},
+	} {
+		require.Equal(t, c.want, decideFailure(c.err, c.attempt, c.maxRetries), "%v attempt %d of 1+%d", c.err, c.attempt, c.maxRetries)
+	}
+}
+
+func TestMarshalResult(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   any
+		want string
+	}{
+		{nil, `null`},
+		{json.RawMessage(nil), `null`},
+		{json.RawMessage(`{"a": [1, 2]}`), `{"a": [1, 2]}`},
+		{[]byte(` [1, 2] `), ` [1, 2] `},
+		{[]byte(`not json`), `"bm90IGpzb24="`},
+		{map[string]int{"n": 1}, `{"n":1}`},
+		{(*struct{})(nil), `null`},
+		{"text", `"text"`},
+	} {
+		got, err := marshalResult(c.in)
+		require.NoError(t, err, "%#v", c.in)
+		require.Equal(t, c.want, string(got), "%#v", c.in)
+	}
+	for _, bad := range []any{json.RawMessage(`{`), make(chan int), func() {}} {
+		_, err := marshalResult(bad)
+		require.Error(t, err, "%#v", bad)
+	}
+}
+
+func TestPublishBackoffIsBounded(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, minPublishBackoff, publishBackoff(1))
+	require.Equal(t, 2*minPublishBackoff, publishBackoff(2))
+	for n := int64(1); n < 100; n++ {
+		d := publishBackoff(n)
+		require.GreaterOrEqual(t, d, 200*time.Millisecond)
+		require.LessOrEqual(t, d, time.Second)
+	}
+}
+
+func TestTruncateKeepsUTF8(t *testing.T) {
+	t.Parallel()
+	s := strings.Repeat("é", 10) // 2 bytes each
+	require.Equal(t, s, truncate(s, 20))
+	got := truncate(s, 5)
+	require.Equal(t, "éé", got)
+	require.True(t, utf8.ValidString(got))
+}
+
+func TestCopyOfKeepsTheMessageButNotTheUser(t *testing.T) {
+	t.Parallel()
+	s := &session{tag: "tag"}
+	d := &delivery{Delivery: amqp.Delivery{
+		Headers:       amqp.Table{"x-retry": int64(1), "traceparent": "00-abc"},
+		ContentType:   protocol.ContentType,
+		CorrelationId: "job",
+		MessageId:     "job:1",
+		Type:          "t",
+		UserId:        "someone-else",
+		Expiration:    "60000",
+		Body:          []byte(`{"job_id": "job", "task_id": 1}`),
+	}}
+	msg := s.copyOf(d, Task{JobID: "job", TaskID: 1})
+	msg.Headers["x-retry"] = int64(2)
+	require.Equal(t, int64(1), d.Headers["x-retry"], "the delivery's headers must not change")
+	require.Equal(t, "00-abc", msg.Headers["traceparent"])
+	require.Equal(t, "job:1", msg.MessageId)
+	require.Equal(t, "job", msg.CorrelationId)
+	require.Equal(t, "t", msg.Type)
+	require.Equal(t, "60000", msg.Expiration)
+	require.Empty(t, msg.UserId)
+	require.Equal(t, amqp.Persistent, msg.DeliveryMode)
+	require.Equal(t, d.Body, msg.Body)
+
+	d.MessageId = ""
+	require.Equal(t, "job:1", s.copyOf(d, Task{JobID: "job", TaskID: 1}).MessageId)
+	d.DeliveryTag = 7
+	require.Equal(t, "malformed:tag:7", s.copyOf(d, Task{}).MessageId)
+}

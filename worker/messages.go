@@ -1,0 +1,184 @@
+package worker
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/protocol"
+)
+
+// maxHeaderError bounds the error text put in a dead letter's header: the
+// headers must fit in one AMQP frame.
+const maxHeaderError = 4096
+
+// resultMessage returns the AMQP message of a result: persistent, JSON,
+// identified by the task's message id and correlated with its job.
+func resultMessage(r protocol.Result) (amqp.Publishing, error) {
+	body, err := protocol.EncodeResult(r)
+	if err != nil {
+		return amqp.Publishing{}, fmt.Errorf("worker: encode the result: %w", err)
+	}
+	return amqp.Publishing{
+		ContentType:   protocol.ContentType,
+		DeliveryMode:  amqp.Persistent,
+		MessageId:     protocol.MessageID(r.JobID, r.TaskID),
+		CorrelationId: r.JobID,
+		Timestamp:     time.Now().UTC(),
+		Body:          body,
+	}, nil
+}
+
+// copyOf returns a persistent copy of the task message d, with its body,
+// properties and a copy of its headers that the caller may change.
+func (s *session) copyOf(d *delivery, t Task) amqp.Publishing {
+	headers := make(amqp.Table, len(d.Headers)+5)
+	for k, v := range d.Headers {
+		headers[k] = v
+	}
+	id := d.MessageId
+	switch {
+	case id != "":
+	case t.JobID != "":
+		id = protocol.MessageID(t.JobID, t.TaskID)
+	default:
+		// The publisher needs an id to match a return to its message; a
+		// malformed message without one gets an id unique on this channel.
+		id = fmt.Sprintf("malformed:%s:%d", s.tag, d.DeliveryTag)
+	}
+	// UserId is left out: the broker closes the channel of a publish whose
+	// user_id is not the publishing connection's user.
+	return amqp.Publishing{
+		Headers:         headers,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    amqp.Persistent,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		Expiration:      d.Expiration,
+		MessageId:       id,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}
+
+// marshalResult returns a handler's value as JSON: a json.RawMessage, or a
+// []byte holding valid JSON, as it is; anything else through json.Marshal.
+func marshalResult(v any) (json.RawMessage, error) {
+	switch x := v.(type) {
+	case nil:
+		return json.RawMessage("null"), nil
+	case json.RawMessage:
+		if len(x) == 0 {
+			return json.RawMessage("null"), nil
+		}
+		if !json.Valid(x) {
+			return nil, errors.New("worker: the handler returned a json.RawMessage that is not valid JSON")
+		}
+		return x, nil
+	case []byte:
+		if json.Valid(x) {
+			return json.RawMessage(x), nil
+		}
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("worker: marshal the handler's result of type %T: %w", v, err)
+	}
+	return raw, nil
+}
+
+// retriesSoFar is the task message's x-retry header; 0 when absent or
+// not a non-negative integer.
+func retriesSoFar(h amqp.Table) int {
+	n, ok := headerInt(h, protocol.HeaderRetry)
+	if !ok {
+		return 0
+	}
+	return n
+}
+
+// maxRetries is the task message's x-max-retries header;
+// warren.DefaultMaxRetries when absent or not a non-negative integer.
+func maxRetries(h amqp.Table) int {
+	n, ok := headerInt(h, protocol.HeaderMaxRetries)
+	if !ok {
+		return warren.DefaultMaxRetries
+	}
+	return n
+}
+
+// headerInt reads a non-negative integer header of any AMQP integer type
+// (other languages' clients pick different widths), an integral float, or
+// a decimal string.
+func headerInt(h amqp.Table, key string) (int, bool) {
+	var n int64
+	switch v := h[key].(type) {
+	case int:
+		n = int64(v)
+	case int8:
+		n = int64(v)
+	case int16:
+		n = int64(v)
+	case int32:
+		n = int64(v)
+	case int64:
+		n = v
+	case uint8:
+		n = int64(v)
+	case uint16:
+		n = int64(v)
+	case uint32:
+		n = int64(v)
+	case uint64:
+		if v > math.MaxInt32 {
+			return 0, false
+		}
+		n = int64(v)
+	case float32:
+		return floatInt(float64(v))
+	case float64:
+		return floatInt(v)
+	case string:
+		p, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		n = p
+	default:
+		return 0, false
+	}
+	if n < 0 || n > math.MaxInt32 {
+		return 0, false
+	}
+	return int(n), true
+}
+
+func floatInt(f float64) (int, bool) {
+	if f < 0 || f > math.MaxInt32 || f != math.Trunc(f) {
+		return 0, false
+	}
+	return int(f), true
+}
+
+// truncate cuts s to at most n bytes on a UTF-8 boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}

@@ -1,0 +1,206 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren/broker"
+	"github.com/warrenhq/warren/broker/amqptest"
+	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/worker"
+)
+
+// taskType is the handler name most tests register.
+const taskType = "square"
+
+// waitTimeout bounds every wait for a signal; a test that hits it fails.
+const waitTimeout = 15 * time.Second
+
+// testBundle is one test's own topology, an admin connection to inspect
+// it, and a confirming publisher to send tasks.
+type testBundle struct {
+	names protocol.Names
+	admin *amqp.Connection
+	pub   *broker.Publisher
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	names, admin := amqptest.Topology(t, nil)
+	pub, err := broker.NewPublisher(amqptest.Dial(t), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	return &testBundle{names: names, admin: admin, pub: pub}
+}
+
+// config returns a worker configuration for the bundle's topology; cfg's
+// non-zero fields are kept.
+func (b *testBundle) config(cfg worker.Config) worker.Config {
+	cfg.AMQPURL = amqptest.URL()
+	cfg.Prefix = b.names.Prefix
+	if cfg.Name == "" {
+		cfg.Name = "test-worker"
+	}
+	cfg.Logger = testLogger()
+	return cfg
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("WARREN_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// runningWorker is a worker whose Run runs in the background.
+type runningWorker struct {
+	events chan worker.Event
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run has returned err
+	err    error
+}
+
+// start runs a worker with cfg and handlers; the test's end stops it.
+// Its events are forwarded to the returned worker's events channel after
+// cfg.OnEvent, if set, has seen them.
+func (b *testBundle) start(t *testing.T, cfg worker.Config, handlers map[string]worker.HandlerFunc) *runningWorker {
+	t.Helper()
+	rw := &runningWorker{events: make(chan worker.Event, 1000), done: make(chan struct{})}
+	cfg = b.config(cfg)
+	inner := cfg.OnEvent
+	cfg.OnEvent = func(ev worker.Event) {
+		if inner != nil {
+			inner(ev)
+		}
+		rw.events <- ev
+	}
+	w, err := worker.New(cfg)
+	require.NoError(t, err)
+	for typ, h := range handlers {
+		w.Handle(typ, h)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rw.cancel = cancel
+	go func() {
+		defer close(rw.done)
+		rw.err = w.Run(ctx)
+	}()
+	t.Cleanup(func() { _ = rw.stop() })
+	return rw
+}
+
+// stop cancels Run's context and returns Run's error.
+func (rw *runningWorker) stop() error {
+	rw.cancel()
+	select {
+	case <-rw.done:
+		return rw.err
+	case <-time.After(waitTimeout):
+		return errors.New("Run did not return after its context was cancelled")
+	}
+}
+
+// returned waits for Run to return by itself and returns its error.
+func (rw *runningWorker) returned(t *testing.T) error {
+	t.Helper()
+	select {
+	case <-rw.done:
+		return rw.err
+	case <-time.After(waitTimeout):
+		t.Fatalf("Run did not return within %v", waitTimeout)
+		return nil
+	}
+}
+
+// expect reads the worker's next events and requires their kinds.
+func (rw *runningWorker) expect(t *testing.T, kinds ...worker.EventKind) []worker.Event {
+	t.Helper()
+	evs := make([]worker.Event, 0, len(kinds))
+	for i, kind := range kinds {
+		select {
+		case ev := <-rw.events:
+			require.Equal(t, kind, ev.Kind, "event %d of %v: %+v", i, kinds, ev)
+			evs = append(evs, ev)
+		case <-time.After(waitTimeout):
+			t.Fatalf("no %q event (event %d of %v) within %v", kind, i, kinds, waitTimeout)
+		}
+	}
+	return evs
+}
+
+// publishTask publishes a task message like the relay does, with the
+// given headers, and waits for its confirm.
+func (b *testBundle) publishTask(t *testing.T, typ, jobID string, taskID int64, payload string, headers amqp.Table) {
+	t.Helper()
+	body, err := protocol.EncodeTask(protocol.Task{JobID: jobID, TaskID: taskID, Payload: json.RawMessage(payload)})
+	require.NoError(t, err)
+	b.publish(t, amqp.Publishing{
+		ContentType:   protocol.ContentType,
+		DeliveryMode:  amqp.Persistent,
+		MessageId:     protocol.MessageID(jobID, taskID),
+		CorrelationId: jobID,
+		Type:          typ,
+		Headers:       headers,
+		Body:          body,
+	})
+}
+
+func (b *testBundle) publish(t *testing.T, msg amqp.Publishing) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	require.NoError(t, b.pub.PublishAndWait(ctx, b.names.JobsExchange, protocol.RoutingKeyTask, msg))
+}
+
+// get takes the next message from queue, which must have one: the tests
+// call it after the worker reported the confirmed publish that put it there.
+func (b *testBundle) get(t *testing.T, queue string) amqp.Delivery {
+	t.Helper()
+	ch, err := b.admin.Channel()
+	require.NoError(t, err)
+	defer func() { _ = ch.Close() }()
+	d, ok, err := ch.Get(queue, true)
+	require.NoError(t, err)
+	require.True(t, ok, "queue %q is empty", queue)
+	return d
+}
+
+// result takes the next result from the results queue and decodes it.
+func (b *testBundle) result(t *testing.T) (protocol.Result, amqp.Delivery) {
+	t.Helper()
+	d := b.get(t, b.names.ResultsQueue)
+	r, err := protocol.DecodeResult(d.Body)
+	require.NoError(t, err)
+	return r, d
+}
+
+func (b *testBundle) depth(t *testing.T, queue string) int {
+	t.Helper()
+	return amqptest.QueueDepth(t, b.admin, queue)
+}
+
+// retries is the relay's headers for a task on its first run.
+func retries(maxRetries int) amqp.Table {
+	return amqp.Table{protocol.HeaderRetry: int64(0), protocol.HeaderMaxRetries: int64(maxRetries)}
+}
+
+// recv waits for one value on c.
+func recv[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(waitTimeout):
+		t.Fatalf("no %s within %v", what, waitTimeout)
+		panic("unreachable")
+	}
+}
