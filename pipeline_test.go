@@ -77,7 +77,12 @@ func openStore(t *testing.T, kind string) (store.Store, string) {
 
 func setup(t *testing.T, kind string) *testBundle {
 	t.Helper()
-	names, admin := amqptest.Topology(t, nil)
+	return setupWith(t, kind, nil)
+}
+
+func setupWith(t *testing.T, kind string, opts *broker.TopologyOptions) *testBundle {
+	t.Helper()
+	names, admin := amqptest.Topology(t, opts)
 	s, u := openStore(t, kind)
 	return &testBundle{
 		names: names, admin: admin, store: s, dbURL: u,
@@ -564,4 +569,35 @@ func (b *testBundle) waitFor(t *testing.T, cond func() bool, format string, args
 			t.Fatalf("timed out waiting for: "+format, args...)
 		}
 	}
+}
+
+// A task that never gets acked (its worker keeps crashing) reaches the
+// quorum queue's delivery limit; the broker dead-letters it and the
+// aggregator marks it failed with that reason.
+func TestDeliveryLimitFailsAPoisonTask(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, "sqlite", &broker.TopologyOptions{DeliveryLimit: 2})
+	b.startServer(t, b.store)
+	job := b.submit(t, 1, warren.Policy{})
+
+	// The "crashing worker": every delivery is returned unacknowledged.
+	conn := amqptest.Dial(t)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	deliveries, err := ch.Consume(b.names.TasksQueue, "", false, false, false, false, nil)
+	require.NoError(t, err)
+	go func() {
+		for d := range deliveries {
+			_ = d.Nack(false, true)
+		}
+	}()
+
+	require.Equal(t, warren.JobFailed, b.waitClosed(t, job.ID))
+	errs, err := b.store.JobErrors(context.Background(), job.ID, 10)
+	require.NoError(t, err)
+	require.Len(t, errs, 1)
+	require.Contains(t, errs[0].Error, "delivery_limit")
+	// The people's copy is parked in tasks.dlq too.
+	_, parked := takeTasks(t, conn, b.names.TasksDLQ, 1)
+	require.Equal(t, protocol.MessageID(job.ID, 1), parked[0].MessageId)
 }

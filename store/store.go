@@ -171,6 +171,9 @@ type Outcome struct {
 type ApplyReport struct {
 	// Applied counts outcomes that moved their task to a terminal state.
 	Applied int
+	// AppliedFailed counts the applied outcomes that failed their task
+	// (the rest of Applied completed theirs).
+	AppliedFailed int
 	// Duplicates counts outcomes for tasks that were already terminal.
 	Duplicates int
 	// Closed counts outcomes for jobs that are already closed.

@@ -122,6 +122,7 @@ func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (st
 				d.completed++
 			} else {
 				d.failed++
+				report.AppliedFailed++
 			}
 		case verdictDuplicate:
 			report.Duplicates++

@@ -119,9 +119,11 @@ func markQueued(ctx context.Context, tx pgx.Tx, refs []store.TaskRef, now time.T
 	}
 	b := &pgx.Batch{}
 	b.Queue(`
-		UPDATE tasks SET state = 'queued', queued_at = $3
+		UPDATE tasks SET queued_at = COALESCE(tasks.queued_at, $3),
+		       state = CASE WHEN tasks.state = 'pending' THEN 'queued' ELSE tasks.state END
 		FROM unnest($1::text[], $2::bigint[]) AS r(job_id, task_id)
-		WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id AND tasks.state = 'pending'`,
+		WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id
+		  AND (tasks.state = 'pending' OR tasks.queued_at IS NULL)`,
 		jobIDs, taskIDs, now)
 	b.Queue(`SELECT id FROM jobs WHERE id = ANY($1) AND state = 'pending' ORDER BY id FOR UPDATE`, jobs)
 	b.Queue(`

@@ -137,6 +137,7 @@ func (a *applier) apply(ctx context.Context, i int, o store.Outcome, report *sto
 	if o.State == warren.TaskCompleted {
 		j.job.CompletedTasks++
 	} else {
+		report.AppliedFailed++
 		j.job.FailedTasks++
 	}
 	return nil

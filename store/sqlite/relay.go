@@ -90,10 +90,13 @@ func (s *Store) markQueued(ctx context.Context, offered []store.OutboxTask, refs
 		}
 	}
 	at := now().UnixMicro()
+	// A fast worker's result may have finished a task before its mark:
+	// the task keeps its terminal state and still gets its queued_at.
 	var marked int
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		mark, err := tx.PrepareContext(ctx, `UPDATE tasks SET state = 'queued', queued_at = ?
-			WHERE job_id = ? AND task_id = ? AND state = 'pending'`)
+		mark, err := tx.PrepareContext(ctx, `UPDATE tasks SET queued_at = COALESCE(queued_at, ?1),
+			state = CASE WHEN state = 'pending' THEN 'queued' ELSE state END
+			WHERE job_id = ?2 AND task_id = ?3 AND (state = 'pending' OR queued_at IS NULL)`)
 		if err != nil {
 			return err
 		}

@@ -251,3 +251,29 @@ func publishAll(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, e
 	}
 	return refs, nil
 }
+
+// The SQLite relay holds no transaction while it publishes, so a fast
+// worker's result can finish a task before the relay marks it: the task
+// keeps its terminal state and still gets its queued_at.
+func TestResultBeforeMarkKeepsStateAndGetsQueuedAt(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, filepath.Join(t.TempDir(), "w.db"))
+	ctx := context.Background()
+	job, _, err := s.CreateJob(ctx, store.NewJob{Type: "t", Policy: warren.Policy{Reduce: "collect"}}, payloads(2))
+	require.NoError(t, err)
+	n, err := s.RelayBatch(ctx, 10, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+		_, err := s.ApplyOutcomes(ctx, []store.Outcome{{JobID: job.ID, TaskID: 1, State: warren.TaskCompleted, Result: json.RawMessage(`1`), Attempts: 1}})
+		require.NoError(t, err)
+		return publishAll(ctx, tasks)
+	})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	tasks, _, err := s.ListTasks(ctx, job.ID, store.ListTasksOpts{})
+	require.NoError(t, err)
+	require.Equal(t, warren.TaskCompleted, tasks[0].State)
+	require.NotNil(t, tasks[0].QueuedAt)
+	require.Equal(t, warren.TaskQueued, tasks[1].State)
+	got, err := s.GetJob(ctx, job.ID)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobRunning, got.State)
+}

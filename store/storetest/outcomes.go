@@ -28,7 +28,7 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 				Attempts: 1, Worker: "w1", StartedAt: &started, FinishedAt: &finished},
 			store.Outcome{JobID: job.ID, TaskID: 2, State: warren.TaskFailed, Error: "boom",
 				Attempts: 4, Worker: "w2", StartedAt: &started, FinishedAt: &finished})
-		require.Equal(t, store.ApplyReport{Applied: 2}, withoutEmpty(report))
+		require.Equal(t, store.ApplyReport{Applied: 2, AppliedFailed: 1}, withoutEmpty(report))
 
 		got := getJob(t, s, job.ID)
 		require.Equal(t, int64(1), got.CompletedTasks)
@@ -74,7 +74,7 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		relayAll(t, s)
 		batch := []store.Outcome{completed(job.ID, 1, `"first"`), failed(job.ID, 2, "first error")}
 
-		require.Equal(t, store.ApplyReport{Applied: 2}, withoutEmpty(apply(t, s, batch...)))
+		require.Equal(t, store.ApplyReport{Applied: 2, AppliedFailed: 1}, withoutEmpty(apply(t, s, batch...)))
 		before := allTasks(t, s, job.ID, "")
 		require.Equal(t, store.ApplyReport{Duplicates: 2}, withoutEmpty(apply(t, s, batch...)))
 		require.Equal(t, store.ApplyReport{Duplicates: 2}, withoutEmpty(apply(t, s,

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// runCLI runs one command line in process with the given environment.
+func runCLI(t *testing.T, vars map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	env := &environment{
+		stdout: &stdout, stderr: &stderr,
+		getenv: func(k string) string { return vars[k] },
+		logger: slog.New(slog.NewTextHandler(&stderr, nil)),
+	}
+	code := run(context.Background(), args, env)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestHelpListsCommands(t *testing.T) {
+	t.Parallel()
+	code, out, _ := runCLI(t, nil, "help")
+	require.Equal(t, 0, code)
+	for _, c := range commands {
+		require.Contains(t, out, c.name)
+	}
+	code, _, _ = runCLI(t, nil)
+	require.Equal(t, 2, code, "no command is a usage error")
+}
+
+func TestEveryCommandHasHelp(t *testing.T) {
+	t.Parallel()
+	for _, c := range commands {
+		code, _, errOut := runCLI(t, nil, c.name, "--help")
+		require.Equal(t, 0, code, c.name)
+		require.Contains(t, errOut, "Usage: warren "+c.name, c.name)
+		require.Contains(t, errOut, "WARREN_AMQP_URL", c.name)
+	}
+}
+
+func TestBadCommandLinesExit2(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"frobnicate"},
+		{"server", "--no-such-flag"},
+		{"worker", "stray-argument"},
+	} {
+		code, _, errOut := runCLI(t, nil, args...)
+		require.Equal(t, 2, code, "%v", args)
+		require.NotEmpty(t, errOut, "%v", args)
+	}
+}
+
+func TestBadFlagValuesAreOneLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"worker", "--types", "echo,nope"}, `unknown handler "nope"`},
+		{[]string{"worker", "--concurrency", "0"}, "--concurrency must be >= 1"},
+		{[]string{"server", "--relay-batch", "0"}, "must be >= 1"},
+		{[]string{"migrate", "--database", "mysql://x"}, "unsupported scheme"},
+	} {
+		code, _, errOut := runCLI(t, nil, tc.args...)
+		require.Equal(t, 1, code, "%v", tc.args)
+		require.Contains(t, errOut, tc.want, "%v", tc.args)
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
+	}
+}
+
+func TestUnreachableServicesAreOneClearLine(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	code, _, errOut := runCLI(t, map[string]string{
+		"WARREN_AMQP_URL":     "amqp://guest:secret@127.0.0.1:1/",
+		"WARREN_DATABASE_URL": "sqlite://" + filepath.Join(dir, "w.db"),
+	}, "server")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "cannot connect to RabbitMQ")
+	require.NotContains(t, errOut, "secret")
+	require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
+
+	code, _, errOut = runCLI(t, nil, "migrate", "--database", "postgres://postgres@127.0.0.1:1/test?connect_timeout=5")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "unreachable")
+	require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
+}
+
+func TestMigrateCreatesTheStore(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "w.db")
+	code, _, errOut := runCLI(t, map[string]string{"WARREN_DATABASE_URL": "sqlite://" + path}, "migrate")
+	require.Equal(t, 0, code, errOut)
+	_, err := os.Stat(path)
+	require.NoError(t, err)
+	// Twice is fine.
+	code, _, errOut = runCLI(t, nil, "migrate", "--database", "sqlite://"+path)
+	require.Equal(t, 0, code, errOut)
+}
