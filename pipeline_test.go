@@ -601,3 +601,70 @@ func TestDeliveryLimitFailsAPoisonTask(t *testing.T) {
 	_, parked := takeTasks(t, conn, b.names.TasksDLQ, 1)
 	require.Equal(t, protocol.MessageID(job.ID, 1), parked[0].MessageId)
 }
+
+// An aggregator that crashed after recording the last result but before
+// closing the job: the next aggregator finds the job at start and closes it.
+func TestAggregatorClosesJobsLeftHalfClosed(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, kind string) {
+		b := setup(t, kind)
+		ctx := context.Background()
+		const n = 5
+		job := b.submit(t, n, warren.Policy{})
+		_, err := b.store.RelayBatch(ctx, n, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+			refs := make([]store.TaskRef, len(tasks))
+			for i, tk := range tasks {
+				refs[i] = tk.Ref()
+			}
+			return refs, nil
+		})
+		require.NoError(t, err)
+		outcomes := make([]store.Outcome, n)
+		for i := range outcomes {
+			outcomes[i] = store.Outcome{JobID: job.ID, TaskID: int64(i + 1), State: warren.TaskCompleted,
+				Result: json.RawMessage(fmt.Sprint(2 * (i + 1))), Attempts: 1}
+		}
+		rep, err := b.store.ApplyOutcomes(ctx, outcomes)
+		require.NoError(t, err)
+		require.Equal(t, []string{job.ID}, rep.ReadyToClose)
+		// ...and the process died here. A new server starts:
+		b.startServer(t, b.store)
+		require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
+		b.expectDoubled(t, job.ID, n)
+	})
+}
+
+// A task that keeps failing transiently is retried max_retries times, then
+// dead-lettered by the worker; the aggregator marks it failed with the
+// reason, the error and its attempts.
+func TestRetriesExhaustedFailsTheTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t, "sqlite")
+	b.startServer(t, b.store)
+	job := b.submit(t, 3, warren.Policy{MaxRetries: 1, ToleratedFailures: 1, ToleratedFailurePercent: 50})
+	var runs atomic.Int64
+	w, err := worker.New(worker.Config{AMQPURL: amqptest.URL(), Prefix: b.names.Prefix, Concurrency: 2})
+	require.NoError(t, err)
+	w.Handle("double", func(_ context.Context, tk worker.Task) (any, error) {
+		if tk.TaskID == 2 {
+			runs.Add(1)
+			return nil, fmt.Errorf("disk full on attempt %d", tk.Attempt)
+		}
+		return 2 * tk.TaskID, nil
+	})
+	runWorker(t, w)
+
+	require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
+	require.Equal(t, int64(2), runs.Load(), "1 run + 1 retry")
+	ctx := context.Background()
+	raw, err := b.store.JobResult(ctx, job.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `[2,null,6]`, string(raw))
+	tasks, _, err := b.store.ListTasks(ctx, job.ID, store.ListTasksOpts{State: warren.TaskFailed})
+	require.NoError(t, err)
+	require.Len(t, tasks, 1)
+	require.Equal(t, 2, tasks[0].Attempts)
+	require.Contains(t, tasks[0].Error, protocol.ReasonRetriesExhausted)
+	require.Contains(t, tasks[0].Error, "disk full on attempt 2")
+	require.NotEmpty(t, tasks[0].Worker)
+}

@@ -1,0 +1,96 @@
+package protocol_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren/protocol"
+)
+
+func TestTaskRoundTrip(t *testing.T) {
+	t.Parallel()
+	in := protocol.Task{JobID: "job-1", TaskID: 42, Payload: json.RawMessage(`{"key":"a.jpg"}`)}
+	body, err := protocol.EncodeTask(in)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"job_id":"job-1","task_id":42,"payload":{"key":"a.jpg"}}`, string(body))
+	out, err := protocol.DecodeTask(body)
+	require.NoError(t, err)
+	require.Equal(t, in, out)
+}
+
+func TestDecodeTaskRejectsMalformedMessages(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		``, `not json`, `[1,2]`, `{"task_id": 1}`, `{"job_id": "j"}`, `{"job_id": "j", "task_id": 0}`,
+		`{"job_id": "j", "task_id": -3}`, `{"job_id": "j", "task_id": 1.5}`, `{"job_id": "j", "task_id": "1"}`,
+		`{"job_id": 7, "task_id": 1}`,
+	} {
+		_, err := protocol.DecodeTask([]byte(body))
+		require.ErrorIs(t, err, protocol.ErrMalformed, "body %q", body)
+	}
+}
+
+func TestDecodeTaskWithoutPayloadIsNull(t *testing.T) {
+	t.Parallel()
+	task, err := protocol.DecodeTask([]byte(`{"job_id": "j", "task_id": 1}`))
+	require.NoError(t, err)
+	require.Equal(t, json.RawMessage("null"), task.Payload)
+}
+
+// A plain worker in any language publishes just three fields: that is a
+// completed task.
+func TestThreeFieldResultIsCompleted(t *testing.T) {
+	t.Parallel()
+	r, err := protocol.DecodeResult([]byte(`{"job_id": "j", "task_id": 3, "result": [1, 2]}`))
+	require.NoError(t, err)
+	require.Equal(t, protocol.StatusCompleted, r.Status)
+	require.False(t, r.Failed())
+	require.JSONEq(t, `[1,2]`, string(r.Result))
+}
+
+func TestResultRoundTripWithAllFields(t *testing.T) {
+	t.Parallel()
+	body := `{"job_id":"j","task_id":3,"result":null,"status":"failed","error":"boom","worker":"w1","attempt":2,` +
+		`"started_at":"2026-01-02T03:04:05.123456Z","finished_at":"2026-01-02T03:04:06Z"}`
+	r, err := protocol.DecodeResult([]byte(body))
+	require.NoError(t, err)
+	require.True(t, r.Failed())
+	require.Equal(t, "boom", r.Error)
+	require.Equal(t, 2, r.Attempt)
+	require.Equal(t, 123456000, r.StartedAt.Nanosecond())
+	again, err := protocol.EncodeResult(r)
+	require.NoError(t, err)
+	require.JSONEq(t, body, string(again))
+}
+
+func TestDecodeResultRejectsUnknownStatus(t *testing.T) {
+	t.Parallel()
+	_, err := protocol.DecodeResult([]byte(`{"job_id": "j", "task_id": 1, "status": "maybe"}`))
+	require.ErrorIs(t, err, protocol.ErrMalformed)
+}
+
+func TestMessageIDRoundTrip(t *testing.T) {
+	t.Parallel()
+	id := protocol.MessageID("01JOB:with:colons", 17)
+	require.Equal(t, "01JOB:with:colons:17", id)
+	job, task, err := protocol.ParseMessageID(id)
+	require.NoError(t, err)
+	require.Equal(t, "01JOB:with:colons", job)
+	require.Equal(t, int64(17), task)
+	for _, bad := range []string{"", "nocolon", ":1", "j:0", "j:x"} {
+		_, _, err := protocol.ParseMessageID(bad)
+		require.ErrorIs(t, err, protocol.ErrMalformed, bad)
+	}
+}
+
+func TestNamesArePrefixed(t *testing.T) {
+	t.Parallel()
+	n := protocol.NamesFor("acme.")
+	for _, name := range []string{n.JobsExchange, n.TasksQueue, n.ResultsExchange, n.ResultsQueue,
+		n.DeadLetterExchange, n.TasksDLQ, n.DeadQueue, n.ResultsDLQ} {
+		require.Regexp(t, `^acme\.`, name)
+	}
+	require.Equal(t, "tasks.q", protocol.NamesFor("").TasksQueue)
+}
