@@ -25,7 +25,7 @@ func TestApplyOutcomesRecordsAndCounts(t *testing.T) {
 
 	report, err := b.store.ApplyOutcomes(b.ctx, []store.Outcome{first, failed(job.ID, 1)})
 	require.NoError(t, err)
-	require.Equal(t, store.ApplyReport{Applied: 2}, report)
+	require.Equal(t, store.ApplyReport{Applied: 2, AppliedFailed: 1}, report)
 
 	got, err := b.store.GetJob(b.ctx, job.ID)
 	require.NoError(t, err)
