@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,10 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/broker/amqptest"
-	"github.com/warrenhq/warren/store"
-	"github.com/warrenhq/warren/store/sqlite"
 )
 
 var (
@@ -101,58 +101,107 @@ func (p *process) stop(t *testing.T) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
-// The real binaries: one server and two workers close a 500-task job with
-// the result in task order, and all stop cleanly on SIGTERM.
-func TestServerAndWorkersCloseAJob(t *testing.T) {
-	t.Parallel()
-	names, _ := amqptest.Topology(t, nil)
-	db := filepath.Join(t.TempDir(), "warren.db")
-	env := []string{
-		"WARREN_AMQP_URL=" + amqptest.URL(),
-		"WARREN_DATABASE_URL=sqlite://" + db,
-		"WARREN_PREFIX=" + names.Prefix,
-	}
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, db)
+// freeAddr returns a loopback address with a port nobody listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	defer st.Close()
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
 
-	server := start(t, env, "server")
-	w1 := start(t, env, "worker", "--concurrency", "4")
-	w2 := start(t, env, "worker", "--types", "echo", "--concurrency", "4")
-
-	const n = 500
-	tasks := func(yield func(json.RawMessage, error) bool) {
-		for i := 1; i <= n; i++ {
-			if !yield(json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), nil) {
+// waitReady polls the server's /readyz (another process: there is no
+// signal to wait on).
+func waitReady(t *testing.T, base string, server *process) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
 				return
 			}
 		}
-	}
-	job, _, err := st.CreateJob(ctx, store.NewJob{Type: "echo", Policy: warren.Policy{Reduce: "collect", MaxRetries: 3}}, tasks)
-	require.NoError(t, err)
-
-	// Another process closes the job: poll the shared store.
-	deadline := time.Now().Add(90 * time.Second)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		got, err := st.GetJob(ctx, job.ID)
-		require.NoError(t, err)
-		if got.State.Terminal() {
-			require.Equal(t, warren.JobCompleted, got.State, "server output:\n%s", server.out)
-			require.Equal(t, int64(n), got.CompletedTasks)
-			break
-		}
 		if time.Now().After(deadline) {
-			t.Fatalf("job not closed: %+v\nserver:\n%s\nworker 1:\n%s", got, server.out, w1.out)
+			t.Fatalf("server not ready: %v\n%s", err, server.out)
 		}
-		<-tick.C
+		time.Sleep(50 * time.Millisecond)
 	}
-	raw, err := st.JobResult(ctx, job.ID)
+}
+
+// runBinary runs a warren command to its end and returns its exit code
+// and output.
+func runBinary(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(warrenBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+// The real binaries: one server and two workers; a 500-task job submitted
+// over HTTP with `warren submit`, watched to completion with `warren
+// watch`, its result in task order; all stop cleanly on SIGTERM.
+func TestServerAndWorkersCloseAJob(t *testing.T) {
+	t.Parallel()
+	names, _ := amqptest.Topology(t, nil)
+	addr := freeAddr(t)
+	env := []string{
+		"WARREN_AMQP_URL=" + amqptest.URL(),
+		"WARREN_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "warren.db"),
+		"WARREN_PREFIX=" + names.Prefix,
+		"WARREN_LISTEN=" + addr,
+	}
+	server := start(t, env, "server")
+	w1 := start(t, env, "worker", "--concurrency", "4")
+	w2 := start(t, env, "worker", "--types", "echo", "--concurrency", "4")
+	base := "http://" + addr
+	waitReady(t, base, server)
+
+	const n = 500
+	tasks := make([]json.RawMessage, n)
+	for i := range tasks {
+		tasks[i] = json.RawMessage(fmt.Sprintf(`{"i":%d}`, i+1))
+	}
+	spec, err := json.Marshal(map[string]any{"type": "echo", "tasks": tasks})
 	require.NoError(t, err)
+	specFile := filepath.Join(t.TempDir(), "job.json")
+	require.NoError(t, os.WriteFile(specFile, spec, 0o644))
+
+	code, out, errOut := runBinary(t, env, "submit", specFile, "--reduce", "collect")
+	require.Equal(t, 0, code, errOut)
+	id := strings.TrimSpace(out)
+	require.NotEmpty(t, id)
+
+	code, out, errOut = runBinary(t, env, "watch", id)
+	require.Equal(t, 0, code, "watch: %s %s\nserver:\n%s", out, errOut, server.out)
+	require.Contains(t, out, "completed")
+
+	code, out, errOut = runBinary(t, env, "status", id, "--json")
+	require.Equal(t, 0, code, errOut)
+	var status struct {
+		State          string `json:"state"`
+		CompletedTasks int64  `json:"completed_tasks"`
+		ResultURL      string `json:"result_url"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &status))
+	require.Equal(t, "completed", status.State)
+	require.Equal(t, int64(n), status.CompletedTasks)
+
+	resp, err := http.Get(base + status.ResultURL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	var result []struct{ I int }
-	require.NoError(t, json.Unmarshal(raw, &result))
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&result))
 	require.Len(t, result, n)
 	for i, r := range result {
 		require.Equal(t, i+1, r.I)
@@ -161,4 +210,13 @@ func TestServerAndWorkersCloseAJob(t *testing.T) {
 	require.Equal(t, 0, w1.stop(t), "worker 1:\n%s", w1.out)
 	require.Equal(t, 0, w2.stop(t), "worker 2:\n%s", w2.out)
 	require.Equal(t, 0, server.stop(t), "server:\n%s", server.out)
+}
+
+// Without API tokens the server refuses a non-loopback address.
+func TestServerWithoutTokensStaysOnLoopback(t *testing.T) {
+	t.Parallel()
+	code, _, errOut := runCLI(t, map[string]string{"WARREN_LISTEN": "0.0.0.0:0"}, "server")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "refusing to listen")
+	require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
 }

@@ -31,6 +31,10 @@ type command struct {
 var commands = []command{
 	{"server", "run the outbox relay and the aggregator", runServer},
 	{"worker", "run workers with the built-in handlers (echo, wordcount, sleep, flaky)", runWorker},
+	{"demo", "run a word-count job end to end in one process (embedded store, local RabbitMQ)", runDemo},
+	{"submit", "submit a JSON or NDJSON job spec; prints the job id", runSubmit},
+	{"status", "show a job's status", runStatus},
+	{"watch", "show a job's progress until it closes", runWatch},
 	{"migrate", "apply the job store's schema migrations and exit", runMigrate},
 }
 

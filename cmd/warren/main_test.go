@@ -42,7 +42,11 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		code, _, errOut := runCLI(t, nil, c.name, "--help")
 		require.Equal(t, 0, code, c.name)
 		require.Contains(t, errOut, "Usage: warren "+c.name, c.name)
-		require.Contains(t, errOut, "WARREN_AMQP_URL", c.name)
+		env := "WARREN_AMQP_URL"
+		if c.name == "submit" || c.name == "status" || c.name == "watch" {
+			env = "WARREN_LISTEN"
+		}
+		require.Contains(t, errOut, env, c.name)
 	}
 }
 

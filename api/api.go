@@ -1,0 +1,265 @@
+// Package api is warren's HTTP API (v1): submitting jobs, reading their
+// state, tasks and results, cancelling them, and the health, readiness,
+// metrics and OpenAPI endpoints.
+//
+// The handler never talks to the broker: a submission writes the job and
+// its tasks to the store in one transaction and answers 202 Accepted; the
+// outbox relay publishes the tasks later. Every error is a JSON object
+// {"error": {"code", "message"}} with a 4xx status for bad input (which never
+// leaves a job or task row behind), 503 when the store is down and 500 for
+// anything else, whose detail is logged rather than sent.
+//
+// The routes, their parameters and their responses are described by the
+// OpenAPI 3.0 document served at /v1/openapi.json (openapi.json in this
+// directory); the package's tests check every response they provoke against
+// it.
+package api
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/warrenhq/warren/store"
+)
+
+// DefaultMaxBodyBytes is the largest request body accepted when
+// Config.MaxBodyBytes is 0: 64 MiB.
+const DefaultMaxBodyBytes = 64 << 20
+
+// probeTimeout bounds the store (and Ready) checks of /readyz and the
+// store check that tells 503 from 500 after a failed store call.
+const probeTimeout = 2 * time.Second
+
+//go:embed openapi.json
+var openAPIDocument []byte
+
+// Config configures the API handler.
+type Config struct {
+	// Store is the job store. Required.
+	Store store.Store
+	// Tokens are the accepted bearer tokens and their scopes. Empty means
+	// no authentication at all: the caller must then keep the handler on a
+	// loopback address (the warren command refuses to do otherwise).
+	Tokens []Token
+	// MaxBodyBytes is the largest request body accepted; a larger one is
+	// refused with 413 and writes nothing. 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Ready reports whether the dependencies other than the store (the
+	// broker, say) are ready; /readyz checks Store.Ping and then Ready. Its
+	// error text is shown to unauthenticated callers of /readyz, so it must
+	// not contain secrets. nil means only the store is checked.
+	Ready func(ctx context.Context) error
+	// Gatherer is served at /metrics. nil means prometheus.DefaultGatherer.
+	Gatherer prometheus.Gatherer
+	// Metrics, when not nil, records the API's own metrics (see
+	// NewMetrics). nil means the handler records none.
+	Metrics *Metrics
+	// OnSubmit, when set, is called with the id of every job a submission
+	// created (not for an idempotent replay), after its transaction
+	// committed. The server uses it to wake the relay. It runs on the
+	// request's goroutine, so it must not block.
+	OnSubmit func(jobID string)
+	// Logger receives the handler's logs. nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Gatherer == nil {
+		c.Gatherer = prometheus.DefaultGatherer
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Store == nil {
+		return errors.New("api: Config.Store is required")
+	}
+	if c.MaxBodyBytes < 0 {
+		return fmt.Errorf("api: Config.MaxBodyBytes must be >= 0, got %d", c.MaxBodyBytes)
+	}
+	for i, tok := range c.Tokens {
+		if err := tok.validate(); err != nil {
+			return fmt.Errorf("api: Config.Tokens[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// server holds what the handlers share.
+type server struct {
+	cfg     Config
+	log     *slog.Logger
+	auth    *authenticator
+	mux     *http.ServeMux
+	methods []string // every method some route answers, for 405's Allow
+	metrics http.Handler
+	// unmatched answers requests no route matches (noRoute, instrumented).
+	unmatched http.Handler
+}
+
+// route is one endpoint: its ServeMux pattern (also its metrics label), the
+// scope a token needs for it ("" for a public route) and its handler.
+type route struct {
+	pattern string
+	scope   Scope
+	handler http.HandlerFunc
+}
+
+// routes lists every endpoint the handler serves. The OpenAPI test checks
+// that the document describes exactly these.
+func (s *server) routes() []route {
+	return []route{
+		{"POST /v1/jobs", ScopeWrite, s.submitJob},
+		{"GET /v1/jobs", ScopeRead, s.listJobs},
+		{"GET /v1/jobs/{id}", ScopeRead, s.getJob},
+		{"GET /v1/jobs/{id}/tasks", ScopeRead, s.listTasks},
+		{"GET /v1/jobs/{id}/result", ScopeRead, s.getResult},
+		{"POST /v1/jobs/{id}/cancel", ScopeWrite, s.cancelJob},
+		{"GET /healthz", "", s.healthz},
+		{"GET /readyz", "", s.readyz},
+		{"GET /metrics", ScopeRead, s.serveMetrics},
+		{"GET /v1/openapi.json", "", s.openAPI},
+	}
+}
+
+// New returns the API's http.Handler, or an error naming the Config field
+// that is wrong.
+func New(cfg Config) (http.Handler, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &server{cfg: cfg, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux()}
+	s.metrics = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
+		ErrorLog:      promLogger{cfg.Logger},
+		ErrorHandling: promhttp.ContinueOnError, // a failing collector is logged and left out
+	})
+	seen := map[string]bool{}
+	for _, rt := range s.routes() {
+		var h http.Handler = rt.handler
+		h = s.authorize(rt.scope, h)
+		h = cfg.Metrics.instrument(rt.pattern, h)
+		s.mux.Handle(rt.pattern, h)
+		method := methodOf(rt.pattern)
+		if !seen[method] {
+			seen[method] = true
+			s.methods = append(s.methods, method)
+		}
+	}
+	s.unmatched = cfg.Metrics.instrument("unmatched", http.HandlerFunc(s.noRoute))
+	return s, nil
+}
+
+// ServeHTTP answers a request the mux has a route for through the mux, and
+// any other with a JSON 404 or 405.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer s.recoverPanic(w, r)
+	if _, pattern := s.mux.Handler(r); pattern != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	s.unmatched.ServeHTTP(w, r)
+}
+
+// noRoute answers 405 with an Allow header when the path has routes for
+// other methods, else 404.
+func (s *server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range s.methods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" {
+			allow = append(allow, m)
+			if m == http.MethodGet {
+				allow = append(allow, http.MethodHead)
+			}
+		}
+	}
+	if len(allow) == 0 {
+		writeError(w, errorf(http.StatusNotFound, codeNotFound, "no route for %s %s", r.Method, r.URL.Path))
+		return
+	}
+	slices.Sort(allow)
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeError(w, errorf(http.StatusMethodNotAllowed, codeMethodNotAllowed, "%s is not allowed on %s", r.Method, r.URL.Path))
+}
+
+// recoverPanic turns a handler's panic into a logged 500, except
+// http.ErrAbortHandler, which keeps its meaning.
+func (s *server) recoverPanic(w http.ResponseWriter, r *http.Request) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if v == http.ErrAbortHandler { // net/http's own signal to abort the response
+		panic(v)
+	}
+	s.log.Error("api: handler panicked", "method", r.Method, "path", r.URL.Path, "panic", v)
+	writeError(w, errorf(http.StatusInternalServerError, codeInternal, "internal error"))
+}
+
+// methodOf returns the method of a "METHOD /path" pattern.
+func methodOf(pattern string) string {
+	method, _, _ := strings.Cut(pattern, " ")
+	return method
+}
+
+// healthz says that the process is up.
+func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, statusOK)
+}
+
+// statusOK is the body of a successful /healthz and /readyz.
+var statusOK = map[string]string{"status": "ok"}
+
+// readyz says whether the store and the other dependencies answer.
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
+	defer cancel()
+	if err := s.cfg.Store.Ping(ctx); err != nil {
+		s.log.Warn("api: readiness: the job store does not answer", "error", err)
+		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "not ready: the job store does not answer"))
+		return
+	}
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(ctx); err != nil {
+			s.log.Warn("api: readiness: not ready", "error", err)
+			writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "not ready: %v", err))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, statusOK)
+}
+
+// serveMetrics serves the configured Gatherer. A collector that fails is
+// logged and left out; the rest of the scrape is still served.
+func (s *server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	s.metrics.ServeHTTP(w, r)
+}
+
+// promLogger adapts slog to promhttp's Logger.
+type promLogger struct{ log *slog.Logger }
+
+func (l promLogger) Println(v ...any) { l.log.Warn("api: metrics: " + fmt.Sprint(v...)) }
+
+// openAPI serves the embedded OpenAPI document.
+func (s *server) openAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(openAPIDocument)
+}

@@ -1,0 +1,241 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"iter"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+func TestHealthz(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	resp := b.get(t, "/healthz")
+	require.Equal(t, http.StatusOK, resp.status)
+	require.JSONEq(t, `{"status":"ok"}`, string(resp.body))
+}
+
+func TestReadyz(t *testing.T) {
+	t.Parallel()
+	var brokerErr error
+	b := setup(t, &options{ready: func(context.Context) error { return brokerErr }})
+	resp := b.get(t, "/readyz")
+	require.Equal(t, http.StatusOK, resp.status)
+	require.JSONEq(t, `{"status":"ok"}`, string(resp.body))
+
+	brokerErr = errors.New("broker: not connected")
+	resp = b.get(t, "/readyz")
+	requireError(t, resp, http.StatusServiceUnavailable, "unavailable")
+	require.Contains(t, errorMessage(t, resp), "broker: not connected")
+
+	brokerErr = nil
+	require.NoError(t, b.store.Close())
+	resp = b.get(t, "/readyz")
+	requireError(t, resp, http.StatusServiceUnavailable, "unavailable")
+	require.Contains(t, errorMessage(t, resp), "job store")
+	require.Equal(t, http.StatusOK, b.get(t, "/healthz").status, "a process whose store is down is still alive")
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.mustSubmit(t, `{"type":"echo","tasks":[1,2,3]}`, "Idempotency-Key", "k")
+	b.mustSubmit(t, `{"type":"echo","tasks":[1,2,3]}`, "Idempotency-Key", "k")
+	cancelled := b.mustSubmit(t, `{"type":"echo","tasks":[1]}`)
+	require.Equal(t, http.StatusOK, b.do(t, http.MethodPost, "/v1/jobs/"+cancelled+"/cancel", nil).status)
+	b.get(t, "/v1/jobs/nope")
+	b.get(t, "/nope")
+
+	resp := b.get(t, "/metrics")
+	require.Equal(t, http.StatusOK, resp.status)
+	require.True(t, strings.HasPrefix(resp.header.Get("Content-Type"), "text/plain"))
+	text := string(resp.body)
+	for _, line := range []string{
+		`warren_jobs{state="pending"} 1`,
+		`warren_jobs{state="cancelled"} 1`,
+		`warren_jobs{state="completed"} 0`,
+		`warren_jobs_submitted_total 2`,
+		`warren_tasks_submitted_total 4`,
+		`warren_idempotent_replays_total 1`,
+		`warren_api_requests_total{code="202",route="POST /v1/jobs"} 3`,
+		`warren_api_requests_total{code="404",route="GET /v1/jobs/{id}"} 1`,
+		`warren_api_requests_total{code="404",route="unmatched"} 1`,
+		`warren_api_request_duration_seconds_count{route="POST /v1/jobs/{id}/cancel"} 1`,
+	} {
+		require.Contains(t, text, line+"\n")
+	}
+}
+
+func TestMetricsLeaveOutAFailingCollector(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &options{wrap: func(s store.Store) store.Store {
+		return &faultyStore{Store: s, fail: map[string]bool{"ListJobs": true}}
+	}})
+	resp := b.get(t, "/metrics")
+	require.Equal(t, http.StatusOK, resp.status)
+	require.NotContains(t, string(resp.body), "warren_jobs{")
+	require.Contains(t, string(resp.body), "warren_jobs_submitted_total 0\n")
+}
+
+func TestUnknownRouteAndMethod(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &options{tokens: "r:read"})
+	for _, path := range []string{"/", "/v1", "/v1/jobs/x/y", "/v2/jobs", "/v1/jobs/x/results"} {
+		requireError(t, b.get(t, path), http.StatusNotFound, "not_found")
+	}
+	for _, tc := range []struct{ method, path, allow string }{
+		{http.MethodDelete, "/v1/jobs", "GET, HEAD, POST"},
+		{http.MethodPut, "/v1/jobs/abc", "GET, HEAD"},
+		{http.MethodGet, "/v1/jobs/abc/cancel", "POST"},
+		{http.MethodPost, "/healthz", "GET, HEAD"},
+		{http.MethodPatch, "/metrics", "GET, HEAD"},
+	} {
+		resp := b.do(t, tc.method, tc.path, nil)
+		requireError(t, resp, http.StatusMethodNotAllowed, "method_not_allowed")
+		require.Equal(t, tc.allow, strings.Join(resp.header.Values("Allow"), ", "), "%s %s", tc.method, tc.path)
+	}
+}
+
+// storeCalls are one request for each route that uses the store, for job
+// id.
+func storeCalls(id string) []struct{ method, path, body string } {
+	return []struct{ method, path, body string }{
+		{http.MethodPost, "/v1/jobs", `{"type":"echo","tasks":[1]}`},
+		{http.MethodGet, "/v1/jobs", ""},
+		{http.MethodGet, "/v1/jobs/" + id, ""},
+		{http.MethodGet, "/v1/jobs/" + id + "/tasks", ""},
+		{http.MethodGet, "/v1/jobs/" + id + "/result", ""},
+		{http.MethodPost, "/v1/jobs/" + id + "/cancel", ""},
+	}
+}
+
+func (b *testBundle) call(t *testing.T, method, path, body string) response {
+	t.Helper()
+	if body == "" {
+		return b.do(t, method, path, nil)
+	}
+	return b.do(t, method, path, strings.NewReader(body), "Content-Type", "application/json")
+}
+
+func TestStoreDownIs503(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	job := createJob(t, b.store, 1)
+	require.NoError(t, b.store.Close())
+	for _, c := range storeCalls(job.ID) {
+		resp := b.call(t, c.method, c.path, c.body)
+		requireError(t, resp, http.StatusServiceUnavailable, "unavailable")
+	}
+}
+
+// errSecret is a store failure whose text must never reach a client.
+var errSecret = errors.New("disk full at /var/lib/secret-volume")
+
+// faultyStore fails the methods named in fail with errSecret (or panics,
+// for the method named by panics); its Ping works.
+type faultyStore struct {
+	store.Store
+	fail   map[string]bool
+	panics string
+}
+
+func (f *faultyStore) check(method string) error {
+	if f.panics == method {
+		panic("faultyStore: " + method)
+	}
+	if f.fail[method] {
+		return errSecret
+	}
+	return nil
+}
+
+func (f *faultyStore) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
+	if err := f.check("CreateJob"); err != nil {
+		return warren.Job{}, false, err
+	}
+	return f.Store.CreateJob(ctx, spec, tasks)
+}
+
+func (f *faultyStore) GetJob(ctx context.Context, id string) (warren.Job, error) {
+	if err := f.check("GetJob"); err != nil {
+		return warren.Job{}, err
+	}
+	return f.Store.GetJob(ctx, id)
+}
+
+func (f *faultyStore) ListJobs(ctx context.Context, opts store.ListJobsOpts) ([]warren.Job, string, error) {
+	if err := f.check("ListJobs"); err != nil {
+		return nil, "", err
+	}
+	return f.Store.ListJobs(ctx, opts)
+}
+
+func (f *faultyStore) ListTasks(ctx context.Context, id string, opts store.ListTasksOpts) ([]warren.TaskRecord, string, error) {
+	if err := f.check("ListTasks"); err != nil {
+		return nil, "", err
+	}
+	return f.Store.ListTasks(ctx, id, opts)
+}
+
+func (f *faultyStore) JobErrors(ctx context.Context, id string, limit int) ([]warren.TaskError, error) {
+	if err := f.check("JobErrors"); err != nil {
+		return nil, err
+	}
+	return f.Store.JobErrors(ctx, id, limit)
+}
+
+func (f *faultyStore) CancelJob(ctx context.Context, id string) (warren.Job, error) {
+	if err := f.check("CancelJob"); err != nil {
+		return warren.Job{}, err
+	}
+	return f.Store.CancelJob(ctx, id)
+}
+
+func (f *faultyStore) JobResult(ctx context.Context, id string) ([]byte, error) {
+	if err := f.check("JobResult"); err != nil {
+		return nil, err
+	}
+	return f.Store.JobResult(ctx, id)
+}
+
+func TestStoreErrorIs500WithoutDetails(t *testing.T) {
+	t.Parallel()
+	fail := map[string]bool{"CreateJob": true, "GetJob": true, "ListJobs": true, "ListTasks": true, "CancelJob": true}
+	b := setup(t, &options{wrap: func(s store.Store) store.Store { return &faultyStore{Store: s, fail: fail} }})
+	job := createJob(t, b.store, 1)
+	for _, c := range storeCalls(job.ID) {
+		resp := b.call(t, c.method, c.path, c.body)
+		requireError(t, resp, http.StatusInternalServerError, "internal")
+		require.NotContains(t, string(resp.body), "secret")
+	}
+	requireError(t, b.get(t, "/v1/jobs?cursor=x"), http.StatusInternalServerError, "internal")
+}
+
+func TestStoreErrorAfterTheJobWasFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &options{wrap: func(s store.Store) store.Store {
+		return &faultyStore{Store: s, fail: map[string]bool{"JobResult": true, "JobErrors": true}}
+	}})
+	done := createJob(t, b.store, 2)
+	finish(t, b.store, done.ID, 2, warren.JobCompleted, []byte(`[1,2]`), 2)
+	for _, path := range []string{"/v1/jobs/" + done.ID + "/result", "/v1/jobs/" + done.ID} {
+		resp := b.get(t, path)
+		requireError(t, resp, http.StatusInternalServerError, "internal")
+		require.NotContains(t, string(resp.body), "secret")
+	}
+}
+
+func TestPanicIs500(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &options{wrap: func(s store.Store) store.Store { return &faultyStore{Store: s, panics: "GetJob"} }})
+	requireError(t, b.get(t, "/v1/jobs/x"), http.StatusInternalServerError, "internal")
+	require.Equal(t, http.StatusOK, b.get(t, "/healthz").status)
+}

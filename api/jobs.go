@@ -1,0 +1,352 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// maxErrorSample is how many failed tasks a job object lists.
+const maxErrorSample = 10
+
+// maxPageSize is the largest limit a list accepts.
+const maxPageSize = 1000
+
+// jobJSON is a job as the API shows it.
+type jobJSON struct {
+	ID                      string          `json:"id"`
+	Type                    string          `json:"type"`
+	State                   warren.JobState `json:"state"`
+	ExpectedTasks           int64           `json:"expected_tasks"`
+	CompletedTasks          int64           `json:"completed_tasks"`
+	FailedTasks             int64           `json:"failed_tasks"`
+	PendingTasks            int64           `json:"pending_tasks"`
+	Reduce                  string          `json:"reduce"`
+	MaxRetries              int             `json:"max_retries"`
+	ToleratedFailures       int64           `json:"tolerated_failures"`
+	ToleratedFailurePercent float64         `json:"tolerated_failure_percent"`
+	FailFast                bool            `json:"fail_fast"`
+	Metadata                json.RawMessage `json:"metadata"` // null when absent
+	CreatedAt               time.Time       `json:"created_at"`
+	StartedAt               *time.Time      `json:"started_at"`
+	FinishedAt              *time.Time      `json:"finished_at"`
+	ResultURL               *string         `json:"result_url"`
+}
+
+// jobDetailJSON is a job with its sample of failed tasks, as GET
+// /v1/jobs/{id} and cancel show it.
+type jobDetailJSON struct {
+	jobJSON
+	Errors []taskErrorJSON `json:"errors"`
+}
+
+// taskErrorJSON is one failed task of a job's sample.
+type taskErrorJSON struct {
+	TaskID int64  `json:"task_id"`
+	Error  string `json:"error"`
+}
+
+// jobList is the body of GET /v1/jobs.
+type jobList struct {
+	Jobs       []jobJSON `json:"jobs"`
+	NextCursor *string   `json:"next_cursor"`
+}
+
+// taskJSON is a task as the API shows it.
+type taskJSON struct {
+	TaskID     int64            `json:"task_id"`
+	State      warren.TaskState `json:"state"`
+	Attempts   int              `json:"attempts"`
+	Worker     string           `json:"worker"`
+	Error      string           `json:"error"`
+	QueuedAt   *time.Time       `json:"queued_at"`
+	StartedAt  *time.Time       `json:"started_at"`
+	FinishedAt *time.Time       `json:"finished_at"`
+	Result     json.RawMessage  `json:"result"` // null until the task completed
+}
+
+// taskList is the body of GET /v1/jobs/{id}/tasks.
+type taskList struct {
+	Tasks      []taskJSON `json:"tasks"`
+	NextCursor *string    `json:"next_cursor"`
+}
+
+func jobURL(id string) string    { return "/v1/jobs/" + id }
+func resultURL(id string) string { return "/v1/jobs/" + id + "/result" }
+
+// toJobJSON converts a stored job.
+func toJobJSON(j warren.Job) jobJSON {
+	out := jobJSON{
+		ID:                      j.ID,
+		Type:                    j.Type,
+		State:                   j.State,
+		ExpectedTasks:           j.ExpectedTasks,
+		CompletedTasks:          j.CompletedTasks,
+		FailedTasks:             j.FailedTasks,
+		PendingTasks:            j.PendingTasks(),
+		Reduce:                  j.Policy.Reduce,
+		MaxRetries:              j.Policy.MaxRetries,
+		ToleratedFailures:       j.Policy.ToleratedFailures,
+		ToleratedFailurePercent: j.Policy.ToleratedFailurePercent,
+		FailFast:                j.Policy.FailFast,
+		Metadata:                j.Metadata,
+		CreatedAt:               j.CreatedAt.UTC(),
+		StartedAt:               utc(j.StartedAt),
+		FinishedAt:              utc(j.FinishedAt),
+	}
+	if len(out.Metadata) == 0 {
+		out.Metadata = nil
+	}
+	if j.State == warren.JobCompleted && j.ResultLocation != "" {
+		u := resultURL(j.ID)
+		out.ResultURL = &u
+	}
+	return out
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// jobDetail returns job with its sample of failed tasks.
+func (s *server) jobDetail(r *http.Request, job warren.Job) (jobDetailJSON, error) {
+	out := jobDetailJSON{jobJSON: toJobJSON(job), Errors: []taskErrorJSON{}}
+	if job.FailedTasks == 0 {
+		return out, nil
+	}
+	sample, err := s.cfg.Store.JobErrors(r.Context(), job.ID, maxErrorSample)
+	if err != nil {
+		return jobDetailJSON{}, err
+	}
+	for _, e := range sample {
+		out.Errors = append(out.Errors, taskErrorJSON{TaskID: e.TaskID, Error: e.Error})
+	}
+	return out, nil
+}
+
+// pathJobID returns the request's {id}. An id that no job can have (not
+// UTF-8, or with control characters, which PostgreSQL would refuse to even
+// look up) is answered 404 at once.
+func pathJobID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if !validText(id) {
+		writeError(w, errorf(http.StatusNotFound, codeNotFound, "job %q not found", id))
+		return "", false
+	}
+	return id, true
+}
+
+// getJob handles GET /v1/jobs/{id}.
+func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathJobID(w, r)
+	if !ok {
+		return
+	}
+	job, err := s.cfg.Store.GetJob(r.Context(), id)
+	if err != nil {
+		s.storeError(w, r, err, "get job", "job_id", id)
+		return
+	}
+	out, err := s.jobDetail(r, job)
+	if err != nil {
+		s.storeError(w, r, err, "job errors", "job_id", id)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listJobs handles GET /v1/jobs.
+func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	opts := store.ListJobsOpts{State: warren.JobState(q.Get("state")), Cursor: q.Get("cursor")}
+	if opts.State != "" && !opts.State.Valid() {
+		writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter,
+			"state must be one of pending, running, completed, failed, cancelled; got %q", opts.State))
+		return
+	}
+	limit, aerr := parseLimit(q.Get("limit"))
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	opts.Limit = limit
+	jobs, next, err := s.cfg.Store.ListJobs(r.Context(), opts)
+	if err != nil && opts.Cursor != "" {
+		err = s.blameCursor(r, err, func() error {
+			_, _, err := s.cfg.Store.ListJobs(r.Context(), store.ListJobsOpts{State: opts.State, Limit: 1})
+			return err
+		})
+	}
+	if err != nil {
+		s.storeError(w, r, err, "list jobs")
+		return
+	}
+	out := jobList{Jobs: make([]jobJSON, 0, len(jobs)), NextCursor: cursorJSON(next)}
+	for _, j := range jobs {
+		out.Jobs = append(out.Jobs, toJobJSON(j))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listTasks handles GET /v1/jobs/{id}/tasks.
+func (s *server) listTasks(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathJobID(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	opts := store.ListTasksOpts{State: warren.TaskState(q.Get("state")), Cursor: q.Get("cursor")}
+	if opts.State != "" && !opts.State.Valid() {
+		writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter,
+			"state must be one of pending, queued, completed, failed, cancelled; got %q", opts.State))
+		return
+	}
+	limit, aerr := parseLimit(q.Get("limit"))
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	opts.Limit = limit
+	tasks, next, err := s.cfg.Store.ListTasks(r.Context(), id, opts)
+	if err != nil && opts.Cursor != "" && !errors.Is(err, warren.ErrNotFound) {
+		err = s.blameCursor(r, err, func() error {
+			_, _, err := s.cfg.Store.ListTasks(r.Context(), id, store.ListTasksOpts{State: opts.State, Limit: 1})
+			return err
+		})
+	}
+	if err != nil {
+		s.storeError(w, r, err, "list tasks", "job_id", id)
+		return
+	}
+	out := taskList{Tasks: make([]taskJSON, 0, len(tasks)), NextCursor: cursorJSON(next)}
+	for _, t := range tasks {
+		out.Tasks = append(out.Tasks, taskJSON{
+			TaskID:     t.TaskID,
+			State:      t.State,
+			Attempts:   t.Attempts,
+			Worker:     t.Worker,
+			Error:      t.Error,
+			QueuedAt:   utc(t.QueuedAt),
+			StartedAt:  utc(t.StartedAt),
+			FinishedAt: utc(t.FinishedAt),
+			Result:     t.Result,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// blameCursor decides whether a list call failed because of its cursor.
+// The store has no error value for a malformed cursor, so the call is
+// repeated without one (retry): when that works, the cursor was to blame
+// and the answer is a 400; otherwise retry's error stands, so an unknown
+// job is still a 404 and a store outage a 503.
+func (s *server) blameCursor(r *http.Request, err error, retry func() error) error {
+	if r.Context().Err() != nil {
+		return err
+	}
+	if retryErr := retry(); retryErr != nil {
+		return retryErr
+	}
+	s.log.Debug("api: rejected a cursor", "error", err)
+	return errorf(http.StatusBadRequest, codeInvalidParameter, "cursor is not a next_cursor this server returned")
+}
+
+// parseLimit parses a limit query parameter: empty means the store's
+// default page size.
+func parseLimit(s string) (int, *apiError) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxPageSize {
+		return 0, errorf(http.StatusBadRequest, codeInvalidParameter, "limit must be an integer from 1 to %d; got %q", maxPageSize, s)
+	}
+	return n, nil
+}
+
+// cursorJSON is a next cursor as JSON: null at the end of a list.
+func cursorJSON(next string) *string {
+	if next == "" {
+		return nil
+	}
+	return &next
+}
+
+// getResult handles GET /v1/jobs/{id}/result: the reduced result of a
+// completed job, as stored.
+func (s *server) getResult(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathJobID(w, r)
+	if !ok {
+		return
+	}
+	job, err := s.cfg.Store.GetJob(r.Context(), id)
+	if err != nil {
+		s.storeError(w, r, err, "get job", "job_id", id)
+		return
+	}
+	switch job.State {
+	case warren.JobCompleted:
+	case warren.JobFailed, warren.JobCancelled:
+		writeError(w, errorf(http.StatusConflict, codeConflict, "job %q is %s: it has no result", id, job.State))
+		return
+	default:
+		writeError(w, errorf(http.StatusConflict, codeConflict, "job %q is %s: its result is available once it is completed", id, job.State))
+		return
+	}
+	result, err := s.cfg.Store.JobResult(r.Context(), id)
+	if errors.Is(err, warren.ErrNotFound) {
+		writeError(w, errorf(http.StatusNotFound, codeNotFound, "job %q completed without a stored result", id))
+		return
+	}
+	if err != nil {
+		s.storeError(w, r, err, "job result", "job_id", id)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(result)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(result)
+}
+
+// cancelJob handles POST /v1/jobs/{id}/cancel.
+func (s *server) cancelJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathJobID(w, r)
+	if !ok {
+		return
+	}
+	job, err := s.cfg.Store.CancelJob(r.Context(), id)
+	if errors.Is(err, warren.ErrConflict) {
+		err = s.closedConflict(r, id, err)
+	}
+	if err != nil {
+		s.storeError(w, r, err, "cancel job", "job_id", id)
+		return
+	}
+	s.log.Info("api: job cancelled", "job_id", id)
+	out, err := s.jobDetail(r, job)
+	if err != nil {
+		s.storeError(w, r, err, "job errors", "job_id", id)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// closedConflict turns a conflict from cancelling job id into a 409 that
+// names the state the job is in.
+func (s *server) closedConflict(r *http.Request, id string, err error) error {
+	job, getErr := s.cfg.Store.GetJob(r.Context(), id)
+	if getErr != nil {
+		return err
+	}
+	return errorf(http.StatusConflict, codeConflict, "job %q is already %s", id, job.State)
+}

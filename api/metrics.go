@@ -1,0 +1,164 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// jobsScrapeTimeout bounds the store queries of one warren_jobs scrape.
+const jobsScrapeTimeout = 5 * time.Second
+
+// Metrics is the API's own Prometheus instrumentation. Pass it in
+// Config.Metrics; a nil *Metrics records nothing. It registers:
+//
+//   - warren_api_requests_total{route,code}: requests answered, by route
+//     pattern (e.g. "GET /v1/jobs/{id}", "unmatched") and status code;
+//   - warren_api_request_duration_seconds{route}: their latency;
+//   - warren_jobs_submitted_total and warren_tasks_submitted_total: jobs
+//     created by submissions, and their tasks;
+//   - warren_idempotent_replays_total: submissions answered with an
+//     existing job because of their Idempotency-Key;
+//   - warren_jobs{state}: jobs in the store by state, counted when scraped.
+type Metrics struct {
+	requests       *prometheus.CounterVec
+	durations      *prometheus.HistogramVec
+	jobsSubmitted  prometheus.Counter
+	tasksSubmitted prometheus.Counter
+	replays        prometheus.Counter
+}
+
+// JobCounter is implemented by a store that counts its jobs by state in
+// one query. The warren_jobs collector uses it when the store has it, and
+// otherwise pages through ListJobs, which is slow for a large store (a
+// scrape gives up after a few seconds and reports an error instead).
+type JobCounter interface {
+	// CountJobs returns the number of jobs in each state; states without
+	// jobs may be absent.
+	CountJobs(ctx context.Context) (map[warren.JobState]int64, error)
+}
+
+// NewMetrics creates the API's metrics and registers them, with the
+// warren_jobs collector that counts st's jobs, on reg.
+func NewMetrics(reg prometheus.Registerer, st store.Store) (*Metrics, error) {
+	if reg == nil || st == nil {
+		return nil, errors.New("api: NewMetrics needs a Registerer and a Store")
+	}
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_api_requests_total",
+			Help: "HTTP API requests answered, by route pattern and status code.",
+		}, []string{"route", "code"}),
+		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "warren_api_request_duration_seconds",
+			Help:    "HTTP API request latency, by route pattern.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route"}),
+		jobsSubmitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warren_jobs_submitted_total",
+			Help: "Jobs created through the HTTP API.",
+		}),
+		tasksSubmitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warren_tasks_submitted_total",
+			Help: "Tasks of the jobs created through the HTTP API.",
+		}),
+		replays: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warren_idempotent_replays_total",
+			Help: "Submissions answered with an existing job because of their Idempotency-Key.",
+		}),
+	}
+	jobs := &jobsCollector{
+		store: st,
+		desc:  prometheus.NewDesc("warren_jobs", "Jobs in the store, by state.", []string{"state"}, nil),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.durations, m.jobsSubmitted, m.tasksSubmitted, m.replays, jobs} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// instrument wraps the handler of route with the request metrics.
+func (m *Metrics) instrument(route string, h http.Handler) http.Handler {
+	if m == nil {
+		return h
+	}
+	labels := prometheus.Labels{"route": route}
+	h = promhttp.InstrumentHandlerDuration(m.durations.MustCurryWith(labels), h)
+	return promhttp.InstrumentHandlerCounter(m.requests.MustCurryWith(labels), h)
+}
+
+// jobCreated counts a created job of tasks tasks.
+func (m *Metrics) jobCreated(tasks int64) {
+	if m == nil {
+		return
+	}
+	m.jobsSubmitted.Inc()
+	m.tasksSubmitted.Add(float64(tasks))
+}
+
+// idempotentReplay counts a submission answered with an existing job.
+func (m *Metrics) idempotentReplay() {
+	if m == nil {
+		return
+	}
+	m.replays.Inc()
+}
+
+// jobStates are the states warren_jobs reports, each always present.
+var jobStates = []warren.JobState{warren.JobPending, warren.JobRunning, warren.JobCompleted, warren.JobFailed, warren.JobCancelled}
+
+// jobsCollector reports warren_jobs{state}, asking the store when scraped.
+type jobsCollector struct {
+	store store.Store
+	desc  *prometheus.Desc
+}
+
+// Describe implements prometheus.Collector.
+func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector. A store that fails or is too
+// slow makes an invalid metric, which /metrics logs and leaves out.
+func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), jobsScrapeTimeout)
+	defer cancel()
+	counts, err := countJobs(ctx, c.store)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	for _, state := range jobStates {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[state]), string(state))
+	}
+}
+
+// countJobs counts st's jobs by state, in one query when st is a
+// JobCounter and by paging through every job otherwise.
+func countJobs(ctx context.Context, st store.Store) (map[warren.JobState]int64, error) {
+	if jc, ok := st.(JobCounter); ok {
+		return jc.CountJobs(ctx)
+	}
+	counts := map[warren.JobState]int64{}
+	cursor := ""
+	for {
+		jobs, next, err := st.ListJobs(ctx, store.ListJobsOpts{Limit: maxPageSize, Cursor: cursor})
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range jobs {
+			counts[j.State]++
+		}
+		if next == "" {
+			return counts, nil
+		}
+		cursor = next
+	}
+}

@@ -1,0 +1,370 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"iter"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// fullSpec is every job field but tasks, so that a "tasks" after it
+// streams.
+const fullSpec = `"type":"echo","reduce":"sum","max_retries":5,"tolerated_failures":2,` +
+	`"tolerated_failure_percent":12.5,"fail_fast":true,"metadata":{"owner":"ops"}`
+
+func TestSubmitJSON(t *testing.T) {
+	t.Parallel()
+	for _, kind := range bothStores {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, &options{kind: kind})
+			for name, body := range map[string]string{
+				"tasks last (streamed)":    `{` + fullSpec + `,"tasks":[{"n": 1}, [2], "three", 4, null, true]}`,
+				"tasks first (buffered)":   `{"tasks":[{"n": 1}, [2], "three", 4, null, true],` + fullSpec + `}`,
+				"tasks between (buffered)": `{"type":"echo","reduce":"sum","max_retries":5,"tasks":[{"n": 1}, [2], "three", 4, null, true],"tolerated_failures":2,"tolerated_failure_percent":12.5,"fail_fast":true,"metadata":{"owner":"ops"}}`,
+			} {
+				t.Run(name, func(t *testing.T) {
+					resp := b.submit(t, body)
+					require.Equal(t, http.StatusAccepted, resp.status, "body: %s", resp.body)
+					v := resp.json(t)
+					id := v["id"].(string)
+					require.Equal(t, "/v1/jobs/"+id, resp.header.Get("Location"))
+					require.Equal(t, map[string]any{"id": id, "state": "pending", "status_url": "/v1/jobs/" + id}, v)
+					require.Contains(t, b.onSubmitCalls(), id)
+
+					job, err := b.store.GetJob(context.Background(), id)
+					require.NoError(t, err)
+					require.Equal(t, "echo", job.Type)
+					require.Equal(t, int64(6), job.ExpectedTasks)
+					require.Equal(t, warren.Policy{Reduce: "sum", MaxRetries: 5, ToleratedFailures: 2, ToleratedFailurePercent: 12.5, FailFast: true}, job.Policy)
+					require.JSONEq(t, `{"owner":"ops"}`, string(job.Metadata))
+					require.Equal(t, []string{`{"n": 1}`, `[2]`, `"three"`, `4`, `null`, `true`},
+						payloadsOf(t, b.store, id), "payloads are stored byte for byte, in order")
+				})
+			}
+		})
+	}
+}
+
+func TestSubmitDefaults(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	id := b.mustSubmit(t, `{"type":"echo","tasks":[1]}`)
+	job, err := b.store.GetJob(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, warren.Policy{Reduce: "collect", MaxRetries: warren.DefaultMaxRetries}, job.Policy)
+	require.Nil(t, job.Metadata)
+
+	// null is the same as absent; an explicit 0 is not.
+	id = b.mustSubmit(t, `{"type":"echo","tasks":[1],"reduce":null,"max_retries":null,"metadata":null}`)
+	job, err = b.store.GetJob(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, warren.Policy{Reduce: "collect", MaxRetries: warren.DefaultMaxRetries}, job.Policy)
+	require.Nil(t, job.Metadata)
+	id = b.mustSubmit(t, `{"type":"echo","tasks":[1],"max_retries":0}`)
+	job, err = b.store.GetJob(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, 0, job.Policy.MaxRetries)
+}
+
+func TestSubmitIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	for _, kind := range bothStores {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, &options{kind: kind})
+			key := []string{"Idempotency-Key", "order-42"}
+			first := b.mustSubmit(t, `{"type":"echo","tasks":[1,2,3]}`, key...)
+			again := b.mustSubmit(t, `{"type":"echo","tasks":[1,2,3]}`, key...)
+			require.Equal(t, first, again)
+			// A replay is answered from the first job, whatever it carries.
+			ndjson := b.submitNDJSON(t, "{\"type\":\"other\"}\n7\n", key...)
+			require.Equal(t, http.StatusAccepted, ndjson.status, "body: %s", ndjson.body)
+			require.Equal(t, first, ndjson.json(t)["id"])
+			other := b.mustSubmit(t, `{"type":"echo","tasks":[1]}`, "Idempotency-Key", "order-43")
+			require.NotEqual(t, first, other)
+
+			jobs, _, err := b.store.ListJobs(context.Background(), store.ListJobsOpts{})
+			require.NoError(t, err)
+			require.Len(t, jobs, 2)
+			require.Equal(t, int64(3), jobs[1].ExpectedTasks, "the first job keeps its tasks")
+			require.Equal(t, []string{first, other}, b.onSubmitCalls(), "OnSubmit runs for created jobs only")
+		})
+	}
+}
+
+func TestSubmitNDJSON(t *testing.T) {
+	t.Parallel()
+	for _, kind := range bothStores {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, &options{kind: kind})
+			var body strings.Builder
+			body.WriteString(`{"type":"wordcount","reduce":"merge","metadata":{"corpus":"x"}}` + "\n\n")
+			want := make([]string, 0, 1000)
+			for i := 1; i <= 1000; i++ {
+				p := fmt.Sprintf(`{"text":"line %d"}`, i)
+				want = append(want, p)
+				body.WriteString(p + "\r\n")
+				if i%100 == 0 {
+					body.WriteString("   \n") // blank lines are skipped
+				}
+			}
+			resp := b.submitNDJSON(t, strings.TrimSuffix(body.String(), "\r\n")) // the last line has no newline
+			require.Equal(t, http.StatusAccepted, resp.status, "body: %s", resp.body)
+			id := resp.json(t)["id"].(string)
+			require.Equal(t, "/v1/jobs/"+id, resp.header.Get("Location"))
+
+			job, err := b.store.GetJob(context.Background(), id)
+			require.NoError(t, err)
+			require.Equal(t, "wordcount", job.Type)
+			require.Equal(t, int64(1000), job.ExpectedTasks)
+			require.Equal(t, "merge", job.Policy.Reduce)
+			require.Equal(t, warren.DefaultMaxRetries, job.Policy.MaxRetries)
+			require.Equal(t, want, payloadsOf(t, b.store, id))
+		})
+	}
+}
+
+func TestSubmitNDJSONMalformedLineLeavesNoJob(t *testing.T) {
+	t.Parallel()
+	for _, kind := range bothStores {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, &options{kind: kind})
+			var body strings.Builder
+			body.WriteString(`{"type":"echo"}` + "\n")
+			for i := 1; i <= 1000; i++ {
+				if i == 600 {
+					body.WriteString(`{"i": 600` + "\n") // line 601 of the body
+					continue
+				}
+				fmt.Fprintf(&body, `{"i":%d}`+"\n", i)
+			}
+			resp := b.submitNDJSON(t, body.String())
+			requireError(t, resp, http.StatusBadRequest, "invalid_json")
+			require.Contains(t, errorMessage(t, resp), "line 601")
+			requireNoJobs(t, b.store)
+			require.Empty(t, b.onSubmitCalls())
+		})
+	}
+}
+
+// TestSubmitBadInput sends bodies that must each be refused with a 4xx and
+// leave the store as it was.
+func TestSubmitBadInput(t *testing.T) {
+	t.Parallel()
+	type badInput struct {
+		name        string
+		contentType string
+		body        string
+		header      []string
+		status      int
+		code        string
+	}
+	const j, nd = "application/json", "application/x-ndjson"
+	tooLongType := strings.Repeat("t", 256)
+	cases := []badInput{
+		// Malformed JSON.
+		{"empty body", j, ``, nil, 400, "invalid_json"},
+		{"truncated", j, `{"type":"echo","tasks":[1,2`, nil, 400, "invalid_json"},
+		{"syntax error", j, `{"type":"echo" "tasks":[1]}`, nil, 400, "invalid_json"},
+		{"bad task element", j, `{"type":"echo","tasks":[1,{"a":}]}`, nil, 400, "invalid_json"},
+		{"bad task element (streamed)", j, `{` + fullSpec + `,"tasks":[1,2,{"a":}]}`, nil, 400, "invalid_json"},
+		{"truncated (streamed)", j, `{` + fullSpec + `,"tasks":[1,2`, nil, 400, "invalid_json"},
+		{"trailing data", j, `{"type":"echo","tasks":[1]} x`, nil, 400, "invalid_json"},
+		{"second object", j, `{"type":"echo","tasks":[1]}{}`, nil, 400, "invalid_json"},
+		{"trailing data (streamed)", j, `{` + fullSpec + `,"tasks":[1]} x`, nil, 400, "invalid_json"},
+		{"duplicate field", j, `{"type":"echo","type":"echo","tasks":[1]}`, nil, 400, "invalid_json"},
+		{"duplicate field after streamed tasks", j, `{` + fullSpec + `,"tasks":[1],"type":"x"}`, nil, 400, "invalid_json"},
+		// Wrong types.
+		{"not an object", j, `[1,2]`, nil, 400, "invalid_type"},
+		{"type is a number", j, `{"type":5,"tasks":[1]}`, nil, 400, "invalid_type"},
+		{"max_retries is a string", j, `{"type":"echo","tasks":[1],"max_retries":"3"}`, nil, 400, "invalid_type"},
+		{"max_retries is a fraction", j, `{"type":"echo","tasks":[1],"max_retries":1.5}`, nil, 400, "invalid_type"},
+		{"max_retries overflows", j, `{"type":"echo","tasks":[1],"max_retries":1e30}`, nil, 400, "invalid_type"},
+		{"tolerated_failures is a bool", j, `{"type":"echo","tasks":[1],"tolerated_failures":true}`, nil, 400, "invalid_type"},
+		{"tolerated_failure_percent is a string", j, `{"type":"echo","tasks":[1],"tolerated_failure_percent":"5%"}`, nil, 400, "invalid_type"},
+		{"fail_fast is a string", j, `{"type":"echo","tasks":[1],"fail_fast":"yes"}`, nil, 400, "invalid_type"},
+		{"reduce is an object", j, `{"type":"echo","tasks":[1],"reduce":{}}`, nil, 400, "invalid_type"},
+		{"metadata is an array", j, `{"type":"echo","tasks":[1],"metadata":[1]}`, nil, 400, "invalid_type"},
+		{"metadata is a string", j, `{"type":"echo","tasks":[1],"metadata":"x"}`, nil, 400, "invalid_type"},
+		{"tasks is an object", j, `{"type":"echo","tasks":{"a":1}}`, nil, 400, "invalid_type"},
+		{"tasks is a string (streamed)", j, `{` + fullSpec + `,"tasks":"abc"}`, nil, 400, "invalid_type"},
+		// Unknown fields.
+		{"unknown field", j, `{"type":"echo","tasks":[1],"priority":1}`, nil, 400, "unknown_field"},
+		{"unknown field after streamed tasks", j, `{` + fullSpec + `,"tasks":[1,2],"priority":1}`, nil, 400, "unknown_field"},
+		{"misspelled field", j, `{"type":"echo","task":[1]}`, nil, 400, "unknown_field"},
+		// Semantic problems.
+		{"missing tasks", j, `{"type":"echo"}`, nil, 422, "validation_failed"},
+		{"null tasks", j, `{"type":"echo","tasks":null}`, nil, 422, "validation_failed"},
+		{"null tasks (streamed)", j, `{` + fullSpec + `,"tasks":null}`, nil, 422, "validation_failed"},
+		{"empty tasks", j, `{"type":"echo","tasks":[ ]}`, nil, 422, "validation_failed"},
+		{"empty tasks (streamed)", j, `{` + fullSpec + `,"tasks":[]}`, nil, 422, "validation_failed"},
+		{"missing type", j, `{"tasks":[1]}`, nil, 422, "validation_failed"},
+		{"empty type", j, `{"type":"","tasks":[1]}`, nil, 422, "validation_failed"},
+		{"type too long", j, `{"type":"` + tooLongType + `","tasks":[1]}`, nil, 422, "validation_failed"},
+		{"type with NUL", j, `{"type":"a\u0000b","tasks":[1]}`, nil, 422, "validation_failed"},
+		{"type with a newline", j, `{"type":"a\nb","tasks":[1]}`, nil, 422, "validation_failed"},
+		{"unknown reducer", j, `{"type":"echo","tasks":[1],"reduce":"median"}`, nil, 422, "validation_failed"},
+		{"max_retries over 32 bits", j, `{"type":"echo","tasks":[1],"max_retries":3000000000}`, nil, 422, "validation_failed"},
+		{"negative max_retries", j, `{"type":"echo","tasks":[1],"max_retries":-1}`, nil, 422, "validation_failed"},
+		{"negative tolerated_failures", j, `{"type":"echo","tasks":[1],"tolerated_failures":-2}`, nil, 422, "validation_failed"},
+		{"percent over 100", j, `{"type":"echo","tasks":[1],"tolerated_failure_percent":100.5}`, nil, 422, "validation_failed"},
+		{"negative percent", j, `{"type":"echo","tasks":[1],"tolerated_failure_percent":-1}`, nil, 422, "validation_failed"},
+		// Headers.
+		{"idempotency key not UTF-8", j, `{"type":"echo","tasks":[1]}`, []string{"Idempotency-Key", "k\xff"}, 400, "invalid_parameter"},
+		{"idempotency key too long", j, `{"type":"echo","tasks":[1]}`, []string{"Idempotency-Key", strings.Repeat("k", 256)}, 400, "invalid_parameter"},
+		{"no content type", "", `{"type":"echo","tasks":[1]}`, nil, 415, "unsupported_media_type"},
+		{"text/plain", "text/plain", `{"type":"echo","tasks":[1]}`, nil, 415, "unsupported_media_type"},
+		{"form", "application/x-www-form-urlencoded", `type=echo`, nil, 415, "unsupported_media_type"},
+		// NDJSON.
+		{"ndjson: empty body", nd, "\n\n", nil, 400, "invalid_json"},
+		{"ndjson: spec is not JSON", nd, "type=echo\n1\n", nil, 400, "invalid_json"},
+		{"ndjson: spec is an array", nd, "[1]\n1\n", nil, 400, "invalid_type"},
+		{"ndjson: spec with tasks", nd, `{"type":"echo","tasks":[1]}` + "\n1\n", nil, 400, "unknown_field"},
+		{"ndjson: spec with an unknown field", nd, `{"type":"echo","queue":"q"}` + "\n1\n", nil, 400, "unknown_field"},
+		{"ndjson: two values on a line", nd, `{"type":"echo"}` + "\n1 2\n", nil, 400, "invalid_json"},
+		{"ndjson: spec wrong type", nd, `{"type":"echo","max_retries":"x"}` + "\n1\n", nil, 400, "invalid_type"},
+		{"ndjson: no tasks", nd, `{"type":"echo"}` + "\n\n  \n", nil, 422, "validation_failed"},
+		{"ndjson: unknown reducer", nd, `{"type":"echo","reduce":"avg"}` + "\n1\n", nil, 422, "validation_failed"},
+		{"ndjson: negative counts", nd, `{"type":"echo","tolerated_failures":-1}` + "\n1\n", nil, 422, "validation_failed"},
+	}
+	for _, kind := range bothStores {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, &options{kind: kind})
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					header := tc.header
+					if tc.contentType != "" {
+						header = append([]string{"Content-Type", tc.contentType}, header...)
+					}
+					resp := b.do(t, http.MethodPost, "/v1/jobs", strings.NewReader(tc.body), header...)
+					requireError(t, resp, tc.status, tc.code)
+					requireNoJobs(t, b.store)
+				})
+			}
+			require.Empty(t, b.onSubmitCalls())
+		})
+	}
+}
+
+func TestSubmitTooLarge(t *testing.T) {
+	t.Parallel()
+	const limit = 256
+	b := setup(t, &options{maxBody: limit})
+	tasks := strings.TrimSuffix(strings.Repeat(`{"pad":"xxxxxxxxxx"},`, 40), ",")
+	bodies := map[string]string{
+		"json, tasks streamed": `{` + fullSpec + `,"tasks":[` + tasks + `]}`,
+		"json, tasks buffered": `{"type":"echo","tasks":[` + tasks + `]}`,
+		"ndjson":               "{\"type\":\"echo\"}\n" + strings.ReplaceAll(tasks, "},", "}\n"),
+		"json, padding after":  `{"type":"echo","tasks":[1]}` + strings.Repeat(" ", 2*limit),
+	}
+	for name, body := range bodies {
+		contentType := "application/json"
+		if strings.HasPrefix(name, "ndjson") {
+			contentType = "application/x-ndjson"
+		}
+		t.Run(name+", with Content-Length", func(t *testing.T) {
+			resp := b.do(t, http.MethodPost, "/v1/jobs", strings.NewReader(body), "Content-Type", contentType)
+			requireError(t, resp, http.StatusRequestEntityTooLarge, "too_large")
+			requireNoJobs(t, b.store)
+		})
+		t.Run(name+", chunked", func(t *testing.T) {
+			// A reader of unknown length: the limit is found while the
+			// tasks are being written, and the job is rolled back.
+			resp := b.do(t, http.MethodPost, "/v1/jobs", io.MultiReader(strings.NewReader(body)), "Content-Type", contentType)
+			requireError(t, resp, http.StatusRequestEntityTooLarge, "too_large")
+			requireNoJobs(t, b.store)
+		})
+	}
+	// Just under the limit is fine.
+	id := b.mustSubmit(t, `{"type":"echo","tasks":[`+strings.Repeat("1,", 100)+`1]}`)
+	require.NotEmpty(t, id)
+}
+
+// streamProbe wraps a store so that a test learns when CreateJob has
+// consumed a first task, while the rest of the body is still unsent.
+type streamProbe struct {
+	store.Store
+	first chan struct{}
+}
+
+func (p *streamProbe) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
+	signalled := false
+	return p.Store.CreateJob(ctx, spec, func(yield func(json.RawMessage, error) bool) {
+		for payload, err := range tasks {
+			if !yield(payload, err) {
+				return
+			}
+			if !signalled {
+				signalled = true
+				close(p.first)
+			}
+		}
+	})
+}
+
+// TestSubmitStreamsTasks shows that tasks reach the store while the client
+// is still sending the body: the test sends the rest only after the store
+// has consumed a first task.
+func TestSubmitStreamsTasks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, contentType, head, tail string
+	}{
+		{"json", "application/json", `{` + fullSpec + `,"tasks":[{"i":1},`, `{"i":2},{"i":3}]}`},
+		{"ndjson", "application/x-ndjson", "{\"type\":\"echo\"}\n{\"i\":1}\n", "{\"i\":2}\n{\"i\":3}\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			probe := &streamProbe{first: make(chan struct{})}
+			b := setup(t, &options{wrap: func(s store.Store) store.Store { probe.Store = s; return probe }})
+			pr, pw := io.Pipe()
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.srv.URL+"/v1/jobs", pr)
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", tc.contentType)
+			done := make(chan response, 1)
+			go func() {
+				resp, err := b.srv.Client().Do(req)
+				if err != nil {
+					done <- response{status: -1, body: []byte(err.Error())}
+					return
+				}
+				defer resp.Body.Close()
+				body, _ := io.ReadAll(resp.Body)
+				done <- response{status: resp.StatusCode, header: resp.Header, body: body}
+			}()
+
+			_, err = io.WriteString(pw, tc.head)
+			require.NoError(t, err)
+			select {
+			case <-probe.first:
+			case resp := <-done:
+				t.Fatalf("answered before the body was complete: %d %s", resp.status, resp.body)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the store got no task before the body was complete: the tasks are not streamed")
+			}
+			_, err = io.WriteString(pw, tc.tail)
+			require.NoError(t, err)
+			require.NoError(t, pw.Close())
+
+			resp := <-done
+			conform(t, req, resp)
+			require.Equal(t, http.StatusAccepted, resp.status, "body: %s", resp.body)
+			id := resp.json(t)["id"].(string)
+			require.Equal(t, []string{`{"i":1}`, `{"i":2}`, `{"i":3}`}, payloadsOf(t, b.store, id))
+		})
+	}
+}

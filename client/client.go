@@ -1,0 +1,373 @@
+// Package client is the Go client of warren's HTTP API (v1). The warren
+// command uses it; programs can too:
+//
+//	c := client.New("http://127.0.0.1:8080", client.WithToken(tok))
+//	job, err := c.Submit(ctx, client.JobSpec{Type: "thumbnail", Tasks: payloads, Reduce: "collect"})
+//	final, err := c.Wait(ctx, job.ID, nil)
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client talks to one warren server. It is safe for concurrent use.
+type Client struct {
+	base  string
+	http  *http.Client
+	token string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithToken sends token as a bearer token with every request.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithHTTPClient uses hc instead of a client with a 30 s timeout.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
+
+// New returns a client of the server at baseURL (e.g.
+// "http://127.0.0.1:8080").
+func New(baseURL string, opts ...Option) *Client {
+	c := &Client{base: strings.TrimRight(baseURL, "/"), http: &http.Client{Timeout: 30 * time.Second}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Error is an error answer of the API: its HTTP status and the body's
+// {"error": {"code", "message"}}.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s (HTTP %d %s)", e.Message, e.Status, e.Code)
+}
+
+// IsNotFound reports whether err is an API answer 404.
+func IsNotFound(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusNotFound
+}
+
+// JobSpec is a job to submit.
+type JobSpec struct {
+	// Type names the handler that runs the tasks.
+	Type string `json:"type"`
+	// Tasks are the payloads, one per task; task ids are their positions.
+	Tasks []json.RawMessage `json:"tasks,omitempty"`
+	// Reduce names the reducer ("" for the server's default, collect).
+	Reduce string `json:"reduce,omitempty"`
+	// MaxRetries is the retry budget; nil for the server's default.
+	MaxRetries              *int            `json:"max_retries,omitempty"`
+	ToleratedFailures       int64           `json:"tolerated_failures,omitempty"`
+	ToleratedFailurePercent float64         `json:"tolerated_failure_percent,omitempty"`
+	FailFast                bool            `json:"fail_fast,omitempty"`
+	Metadata                json.RawMessage `json:"metadata,omitempty"`
+	// IdempotencyKey is sent as the Idempotency-Key header: submitting the
+	// same key again returns the same job.
+	IdempotencyKey string `json:"-"`
+}
+
+// Submitted is the answer to a submission.
+type Submitted struct {
+	ID        string `json:"id"`
+	State     string `json:"state"`
+	StatusURL string `json:"status_url"`
+}
+
+// TaskError is one failed task in a job's failure sample.
+type TaskError struct {
+	TaskID int64  `json:"task_id"`
+	Error  string `json:"error"`
+}
+
+// Job is a job's status as GET /v1/jobs/{id} returns it.
+type Job struct {
+	ID                      string          `json:"id"`
+	Type                    string          `json:"type"`
+	State                   string          `json:"state"`
+	ExpectedTasks           int64           `json:"expected_tasks"`
+	CompletedTasks          int64           `json:"completed_tasks"`
+	FailedTasks             int64           `json:"failed_tasks"`
+	PendingTasks            int64           `json:"pending_tasks"`
+	Reduce                  string          `json:"reduce"`
+	MaxRetries              int             `json:"max_retries"`
+	ToleratedFailures       int64           `json:"tolerated_failures"`
+	ToleratedFailurePercent float64         `json:"tolerated_failure_percent"`
+	FailFast                bool            `json:"fail_fast"`
+	Metadata                json.RawMessage `json:"metadata"`
+	CreatedAt               *time.Time      `json:"created_at"`
+	StartedAt               *time.Time      `json:"started_at"`
+	FinishedAt              *time.Time      `json:"finished_at"`
+	ResultURL               *string         `json:"result_url"`
+	Errors                  []TaskError     `json:"errors"`
+}
+
+// Terminal reports whether the job is closed.
+func (j Job) Terminal() bool {
+	return j.State == "completed" || j.State == "failed" || j.State == "cancelled"
+}
+
+// JobList is one page of jobs.
+type JobList struct {
+	Jobs       []Job   `json:"jobs"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+// Task is one task's row as the API lists it.
+type Task struct {
+	TaskID     int64           `json:"task_id"`
+	State      string          `json:"state"`
+	Attempts   int             `json:"attempts"`
+	Worker     string          `json:"worker"`
+	Error      string          `json:"error"`
+	QueuedAt   *time.Time      `json:"queued_at"`
+	StartedAt  *time.Time      `json:"started_at"`
+	FinishedAt *time.Time      `json:"finished_at"`
+	Result     json.RawMessage `json:"result"`
+}
+
+// TaskList is one page of a job's tasks.
+type TaskList struct {
+	Tasks      []Task  `json:"tasks"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+// ListOpts filters and pages the list calls; zero values mean "any" and
+// the server's default page size.
+type ListOpts struct {
+	State  string
+	Limit  int
+	Cursor string
+}
+
+func (o *ListOpts) query() string {
+	if o == nil {
+		return ""
+	}
+	q := url.Values{}
+	if o.State != "" {
+		q.Set("state", o.State)
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Cursor != "" {
+		q.Set("cursor", o.Cursor)
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+// Submit submits a job with its tasks in one JSON body. The tasks go
+// last in the body, so the server streams them into its store.
+func (c *Client) Submit(ctx context.Context, spec JobSpec) (Submitted, error) {
+	tasks := spec.Tasks
+	spec.Tasks = nil
+	head, err := json.Marshal(spec)
+	if err != nil {
+		return Submitted{}, err
+	}
+	var body bytes.Buffer
+	body.Write(head[:len(head)-1]) // without the closing brace
+	if len(head) > 2 {
+		body.WriteByte(',')
+	}
+	body.WriteString(`"tasks":[`)
+	for i, t := range tasks {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		if len(t) == 0 {
+			t = json.RawMessage("null")
+		}
+		body.Write(t)
+	}
+	body.WriteString("]}")
+	var out Submitted
+	err = c.do(ctx, http.MethodPost, "/v1/jobs", "application/json", spec.IdempotencyKey, &body, &out)
+	return out, err
+}
+
+// SubmitNDJSON submits a job as NDJSON, streaming: the spec (its Tasks
+// must be empty) as the first line, then tasks, which holds one JSON
+// payload per line, copied as it is read.
+func (c *Client) SubmitNDJSON(ctx context.Context, spec JobSpec, tasks io.Reader) (Submitted, error) {
+	if len(spec.Tasks) > 0 {
+		return Submitted{}, errors.New("client: SubmitNDJSON takes the tasks from the reader, not spec.Tasks")
+	}
+	head, err := json.Marshal(spec)
+	if err != nil {
+		return Submitted{}, err
+	}
+	body := io.MultiReader(bytes.NewReader(append(head, '\n')), tasks)
+	var out Submitted
+	err = c.do(ctx, http.MethodPost, "/v1/jobs", "application/x-ndjson", spec.IdempotencyKey, body, &out)
+	return out, err
+}
+
+// Get returns a job's status.
+func (c *Client) Get(ctx context.Context, id string) (Job, error) {
+	var out Job
+	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), "", "", nil, &out)
+	return out, err
+}
+
+// GetRaw returns a job's status exactly as the server encoded it.
+func (c *Client) GetRaw(ctx context.Context, id string) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), "", "", nil, &out)
+	return out, err
+}
+
+// List returns one page of jobs, newest first.
+func (c *Client) List(ctx context.Context, opts *ListOpts) (JobList, error) {
+	var out JobList
+	err := c.do(ctx, http.MethodGet, "/v1/jobs"+opts.query(), "", "", nil, &out)
+	return out, err
+}
+
+// Tasks returns one page of a job's tasks, in task id order.
+func (c *Client) Tasks(ctx context.Context, id string, opts *ListOpts) (TaskList, error) {
+	var out TaskList
+	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/tasks"+opts.query(), "", "", nil, &out)
+	return out, err
+}
+
+// Result returns a completed job's reduced result.
+func (c *Client) Result(ctx context.Context, id string) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/result", "", "", nil, &out)
+	return out, err
+}
+
+// Cancel cancels an open job and returns it.
+func (c *Client) Cancel(ctx context.Context, id string) (Job, error) {
+	var out Job
+	err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", "", "", nil, &out)
+	return out, err
+}
+
+// WaitOpts tunes Wait.
+type WaitOpts struct {
+	// MinInterval and MaxInterval bound the polling interval, which grows
+	// by half each poll; defaults 50 ms and 2 s.
+	MinInterval, MaxInterval time.Duration
+	// OnProgress, when set, is called with every status read.
+	OnProgress func(Job)
+}
+
+// Wait polls a job with backoff until it is closed or ctx is done, and
+// returns its last status. Transient failures to reach the server are
+// retried; API errors (such as 404) end the wait.
+func (c *Client) Wait(ctx context.Context, id string, opts *WaitOpts) (Job, error) {
+	lo, hi := 50*time.Millisecond, 2*time.Second
+	var progress func(Job)
+	if opts != nil {
+		if opts.MinInterval > 0 {
+			lo = opts.MinInterval
+		}
+		if opts.MaxInterval > 0 {
+			hi = opts.MaxInterval
+		}
+		progress = opts.OnProgress
+	}
+	interval := lo
+	for {
+		job, err := c.Get(ctx, id)
+		var apiErr *Error
+		switch {
+		case err == nil:
+			if progress != nil {
+				progress(job)
+			}
+			if job.Terminal() {
+				return job, nil
+			}
+		case errors.As(err, &apiErr) && apiErr.Status < 500:
+			return Job{}, err
+		case ctx.Err() != nil:
+			return Job{}, ctx.Err()
+		}
+		// Jitter keeps many waiters from polling in step.
+		d := interval/2 + rand.N(interval/2+1)
+		select {
+		case <-ctx.Done():
+			return job, ctx.Err()
+		case <-time.After(d):
+		}
+		interval = min(interval*3/2, hi)
+	}
+}
+
+func (c *Client) do(ctx context.Context, method, path, contentType, idemKey string, body io.Reader, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the warren server at %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return decodeError(resp)
+	}
+	if out == nil {
+		return nil
+	}
+	if raw, ok := out.(*json.RawMessage); ok {
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		*raw = b
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("client: bad answer to %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+func decodeError(resp *http.Response) error {
+	var body struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err := json.Unmarshal(raw, &body); err != nil || body.Error.Code == "" {
+		return &Error{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(resp.Status + " " + string(raw))}
+	}
+	return &Error{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message}
+}

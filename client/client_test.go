@@ -1,0 +1,155 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/api"
+	"github.com/warrenhq/warren/client"
+	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/sqlite"
+)
+
+type testBundle struct {
+	store  store.Store
+	client *client.Client
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "w.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	h, err := api.New(api.Config{Store: s, Tokens: []api.Token{{Value: "tok", Scopes: []api.Scope{api.ScopeAdmin}}}})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &testBundle{store: s, client: client.New(srv.URL, client.WithToken("tok"))}
+}
+
+// finish runs a job's tasks to completion through the store, as the relay
+// and the aggregator would.
+func (b *testBundle) finish(t *testing.T, id string) {
+	t.Helper()
+	ctx := context.Background()
+	var outcomes []store.Outcome
+	_, err := b.store.RelayBatch(ctx, 1000, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+		refs := make([]store.TaskRef, len(tasks))
+		for i, tk := range tasks {
+			refs[i] = tk.Ref()
+			outcomes = append(outcomes, store.Outcome{JobID: id, TaskID: tk.TaskID, State: warren.TaskCompleted, Result: tk.Payload, Attempts: 1})
+		}
+		return refs, nil
+	})
+	require.NoError(t, err)
+	_, err = b.store.ApplyOutcomes(ctx, outcomes)
+	require.NoError(t, err)
+	result, err := json.Marshal(outcomes[len(outcomes)-1].TaskID)
+	require.NoError(t, err)
+	ok, err := b.store.FinishJob(ctx, id, warren.JobCompleted, result, "")
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+func TestSubmitGetWaitResult(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	retries := 1
+	sub, err := b.client.Submit(ctx, client.JobSpec{Type: "echo", Reduce: "collect", MaxRetries: &retries,
+		Tasks: []json.RawMessage{json.RawMessage(`{"a":1}`), json.RawMessage(`2`)}, Metadata: json.RawMessage(`{"k":"v"}`)})
+	require.NoError(t, err)
+	require.Equal(t, "pending", sub.State)
+	require.Equal(t, "/v1/jobs/"+sub.ID, sub.StatusURL)
+
+	job, err := b.client.Get(ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), job.ExpectedTasks)
+	require.Equal(t, 1, job.MaxRetries)
+	require.JSONEq(t, `{"k":"v"}`, string(job.Metadata))
+	require.False(t, job.Terminal())
+
+	_, err = b.client.Result(ctx, sub.ID)
+	var apiErr *client.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusConflict, apiErr.Status)
+
+	b.finish(t, sub.ID)
+	var seen []string
+	final, err := b.client.Wait(ctx, sub.ID, &client.WaitOpts{OnProgress: func(j client.Job) { seen = append(seen, j.State) }})
+	require.NoError(t, err)
+	require.Equal(t, "completed", final.State)
+	require.Equal(t, []string{"completed"}, seen)
+	result, err := b.client.Result(ctx, sub.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `2`, string(result))
+
+	tasks, err := b.client.Tasks(ctx, sub.ID, &client.ListOpts{Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, tasks.Tasks, 1)
+	require.NotNil(t, tasks.NextCursor)
+	more, err := b.client.Tasks(ctx, sub.ID, &client.ListOpts{Limit: 1, Cursor: *tasks.NextCursor})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), more.Tasks[0].TaskID)
+	require.JSONEq(t, `2`, string(more.Tasks[0].Result))
+}
+
+func TestSubmitNDJSONAndIdempotency(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var lines strings.Builder
+	for i := 1; i <= 300; i++ {
+		fmt.Fprintf(&lines, "{\"i\":%d}\n", i)
+	}
+	spec := client.JobSpec{Type: "echo", IdempotencyKey: "k-1"}
+	first, err := b.client.SubmitNDJSON(ctx, spec, strings.NewReader(lines.String()))
+	require.NoError(t, err)
+	again, err := b.client.SubmitNDJSON(ctx, spec, strings.NewReader(lines.String()))
+	require.NoError(t, err)
+	require.Equal(t, first.ID, again.ID)
+	list, err := b.client.List(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, list.Jobs, 1)
+	require.Equal(t, int64(300), list.Jobs[0].ExpectedTasks)
+
+	_, err = b.client.SubmitNDJSON(ctx, client.JobSpec{Type: "x", Tasks: []json.RawMessage{json.RawMessage(`1`)}}, strings.NewReader(""))
+	require.Error(t, err)
+}
+
+func TestCancelAndErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	sub, err := b.client.Submit(ctx, client.JobSpec{Type: "echo", Tasks: []json.RawMessage{json.RawMessage(`1`)}})
+	require.NoError(t, err)
+	job, err := b.client.Cancel(ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, "cancelled", job.State)
+	_, err = b.client.Cancel(ctx, sub.ID)
+	var apiErr *client.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusConflict, apiErr.Status)
+	require.Equal(t, "conflict", apiErr.Code)
+
+	_, err = b.client.Get(ctx, "nope")
+	require.True(t, client.IsNotFound(err))
+	_, err = b.client.Wait(ctx, "nope", nil)
+	require.True(t, client.IsNotFound(err), "a 404 ends the wait")
+
+	_, err = b.client.Submit(ctx, client.JobSpec{Type: "echo"})
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusUnprocessableEntity, apiErr.Status)
+
+	_, err = client.New("http://127.0.0.1:1").Get(ctx, "x")
+	require.ErrorContains(t, err, "cannot reach the warren server")
+}
