@@ -42,8 +42,27 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	if job.ID == "" {
 		job.ID = ulid.Make().String()
 	}
+	if spec.IdempotencyKey != "" {
+		// A replay must not consume the tasks.
+		first, err := getJob(ctx, s.r, "idempotency_key = ?", spec.IdempotencyKey)
+		if err == nil {
+			return first, false, nil
+		}
+		if !errors.Is(err, warren.ErrNotFound) {
+			return warren.Job{}, false, fmt.Errorf("sqlite: create job: %w", err)
+		}
+	}
+	// SQLite has one writer: reading a slow upload inside the write
+	// transaction would stall the relay and the aggregator. The tasks are
+	// spooled to a temporary file first (disk, not memory), then inserted
+	// at disk speed.
+	sp, err := spoolTasks(tasks)
+	if err != nil {
+		return warren.Job{}, false, err
+	}
+	defer sp.close()
 	created := true
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		if spec.IdempotencyKey != "" {
 			first, err := getJob(ctx, tx, "idempotency_key = ?", spec.IdempotencyKey)
 			if err == nil {
@@ -64,7 +83,7 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 		if err := insertJob(ctx, tx, job); err != nil {
 			return err
 		}
-		n, err := insertTasks(ctx, tx, job.ID, tasks)
+		n, err := insertTasks(ctx, tx, job.ID, sp.all())
 		if err != nil {
 			return err
 		}

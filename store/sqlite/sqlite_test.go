@@ -277,3 +277,38 @@ func TestResultBeforeMarkKeepsStateAndGetsQueuedAt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, warren.JobRunning, got.State)
 }
+
+// A slow upload streaming into CreateJob must not hold SQLite's single
+// write lock: other writes go on while it is still being read.
+func TestSlowSubmissionDoesNotBlockWriters(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, filepath.Join(t.TempDir(), "w.db"))
+	ctx := context.Background()
+	release := make(chan struct{})
+	reading := make(chan struct{})
+	slow := func(yield func(json.RawMessage, error) bool) {
+		if !yield(json.RawMessage(`1`), nil) {
+			return
+		}
+		close(reading)
+		<-release // the rest of the upload has not arrived yet
+		yield(json.RawMessage(`2`), nil)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := s.CreateJob(ctx, store.NewJob{Type: "slow"}, slow)
+		done <- err
+	}()
+	<-reading
+	// Another submission and an outbox round commit meanwhile.
+	other, _, err := s.CreateJob(ctx, store.NewJob{Type: "fast"}, payloads(3))
+	require.NoError(t, err)
+	n, err := s.RelayBatch(ctx, 10, publishAll)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	close(release)
+	require.NoError(t, <-done)
+	got, err := s.GetJob(ctx, other.ID)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobRunning, got.State)
+}
