@@ -77,7 +77,7 @@ func TestMetrics(t *testing.T) {
 func TestMetricsLeaveOutAFailingCollector(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &options{wrap: func(s store.Store) store.Store {
-		return &faultyStore{Store: s, fail: map[string]bool{"ListJobs": true}}
+		return &faultyStore{Store: s, fail: map[string]bool{"CountJobs": true}}
 	}})
 	resp := b.get(t, "/metrics")
 	require.Equal(t, http.StatusOK, resp.status)
@@ -169,6 +169,13 @@ func (f *faultyStore) GetJob(ctx context.Context, id string) (warren.Job, error)
 		return warren.Job{}, err
 	}
 	return f.Store.GetJob(ctx, id)
+}
+
+func (f *faultyStore) CountJobs(ctx context.Context) (map[warren.JobState]int64, error) {
+	if err := f.check("CountJobs"); err != nil {
+		return nil, err
+	}
+	return f.Store.CountJobs(ctx)
 }
 
 func (f *faultyStore) ListJobs(ctx context.Context, opts store.ListJobsOpts) ([]warren.Job, string, error) {

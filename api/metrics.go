@@ -35,16 +35,6 @@ type Metrics struct {
 	replays        prometheus.Counter
 }
 
-// JobCounter is implemented by a store that counts its jobs by state in
-// one query. The warren_jobs collector uses it when the store has it, and
-// otherwise pages through ListJobs, which is slow for a large store (a
-// scrape gives up after a few seconds and reports an error instead).
-type JobCounter interface {
-	// CountJobs returns the number of jobs in each state; states without
-	// jobs may be absent.
-	CountJobs(ctx context.Context) (map[warren.JobState]int64, error)
-}
-
 // NewMetrics creates the API's metrics and registers them, with the
 // warren_jobs collector that counts st's jobs, on reg.
 func NewMetrics(reg prometheus.Registerer, st store.Store) (*Metrics, error) {
@@ -130,7 +120,7 @@ func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), jobsScrapeTimeout)
 	defer cancel()
-	counts, err := countJobs(ctx, c.store)
+	counts, err := c.store.CountJobs(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
@@ -140,25 +130,3 @@ func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// countJobs counts st's jobs by state, in one query when st is a
-// JobCounter and by paging through every job otherwise.
-func countJobs(ctx context.Context, st store.Store) (map[warren.JobState]int64, error) {
-	if jc, ok := st.(JobCounter); ok {
-		return jc.CountJobs(ctx)
-	}
-	counts := map[warren.JobState]int64{}
-	cursor := ""
-	for {
-		jobs, next, err := st.ListJobs(ctx, store.ListJobsOpts{Limit: maxPageSize, Cursor: cursor})
-		if err != nil {
-			return nil, err
-		}
-		for _, j := range jobs {
-			counts[j.State]++
-		}
-		if next == "" {
-			return counts, nil
-		}
-		cursor = next
-	}
-}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren/broker"
@@ -224,4 +225,33 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// BacklogCollector is a Prometheus collector of warren_relay_backlog: the
+// number of tasks waiting in the store's outbox, read at each scrape. A
+// scrape whose store query fails reports the error instead of a number.
+type BacklogCollector struct {
+	store store.Store
+	desc  *prometheus.Desc
+}
+
+// NewBacklogCollector returns the backlog collector of st.
+func NewBacklogCollector(st store.Store) *BacklogCollector {
+	return &BacklogCollector{store: st, desc: prometheus.NewDesc("warren_relay_backlog",
+		"Tasks written but not yet published (the outbox).", nil, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *BacklogCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *BacklogCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := c.store.Backlog(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n))
 }

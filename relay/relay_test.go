@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
@@ -192,4 +194,18 @@ func TestRelayConfigErrorsNameTheField(t *testing.T) {
 	t.Parallel()
 	_, err := relay.New(relay.Config{})
 	require.ErrorContains(t, err, "Config.Store")
+}
+
+func TestBacklogCollectorReportsTheOutbox(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.createJob(t, 12)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(relay.NewBacklogCollector(b.store))
+	n, err := testutil.GatherAndCount(reg, "warren_relay_backlog")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	require.Equal(t, 12.0, families[0].GetMetric()[0].GetGauge().GetValue())
 }

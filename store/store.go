@@ -46,6 +46,12 @@ type Store interface {
 	// JobErrors returns up to limit failed tasks of a job with their errors,
 	// in task id order.
 	JobErrors(ctx context.Context, jobID string, limit int) ([]warren.TaskError, error)
+	// CountJobs returns the number of jobs in each state; states without
+	// jobs may be absent.
+	CountJobs(ctx context.Context) (map[warren.JobState]int64, error)
+	// Backlog returns the number of tasks waiting in the outbox (pending,
+	// of open jobs).
+	Backlog(ctx context.Context) (int64, error)
 	// CancelJob moves an open job to cancelled and its unfinished tasks to
 	// cancelled, in one transaction. A closed job: warren.ErrConflict.
 	CancelJob(ctx context.Context, id string) (warren.Job, error)

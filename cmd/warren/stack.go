@@ -130,7 +130,7 @@ func openStack(ctx context.Context, f *stackFlags, tokens []api.Token, log *slog
 		Name: "warren_relay_published_total",
 		Help: "Task messages the relay published and the broker confirmed.",
 	})
-	reg.MustRegister(published)
+	reg.MustRegister(published, relay.NewBacklogCollector(s.store))
 	aggMetrics := aggregator.NewMetrics(reg)
 	apiMetrics, err := api.NewMetrics(reg, s.store)
 	if err != nil {

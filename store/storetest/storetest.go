@@ -48,6 +48,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"FinishJob", testFinishJob},
 		{"ScanResults", testScanResults},
 		{"JobErrors", testJobErrors},
+		{"Counts", testCounts},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

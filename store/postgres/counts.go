@@ -1,0 +1,40 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/warrenhq/warren"
+)
+
+// CountJobs returns the number of jobs in each state.
+func (s *Store) CountJobs(ctx context.Context) (map[warren.JobState]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT state, count(*) FROM jobs GROUP BY state`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: count jobs: %w", err)
+	}
+	defer rows.Close()
+	counts := map[warren.JobState]int64{}
+	for rows.Next() {
+		var state string
+		var n int64
+		if err := rows.Scan(&state, &n); err != nil {
+			return nil, fmt.Errorf("postgres: count jobs: %w", err)
+		}
+		counts[warren.JobState(state)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: count jobs: %w", err)
+	}
+	return counts, nil
+}
+
+// Backlog returns the number of pending tasks: the outbox's length. It
+// uses the partial index of pending tasks.
+func (s *Store) Backlog(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE state = 'pending'`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("postgres: backlog: %w", err)
+	}
+	return n, nil
+}

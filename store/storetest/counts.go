@@ -1,0 +1,60 @@
+package storetest
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+func testCounts(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("CountJobsByState", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		counts, err := s.CountJobs(t.Context())
+		require.NoError(t, err)
+		require.Empty(t, counts)
+
+		newJob(t, s, 2)
+		running := newJob(t, s, 1)
+		relay(t, s, 3) // the first job's two tasks and the second's one
+		cancelled := newJob(t, s, 1)
+		_, err = s.CancelJob(t.Context(), cancelled.ID)
+		require.NoError(t, err)
+		newJob(t, s, 4)
+		apply(t, s, completed(running.ID, 1, `1`))
+		ok, err := s.FinishJob(t.Context(), running.ID, warren.JobCompleted, []byte(`[1]`), "")
+		require.NoError(t, err)
+		require.True(t, ok)
+
+		counts, err = s.CountJobs(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, map[warren.JobState]int64{
+			warren.JobRunning: 1, warren.JobCompleted: 1, warren.JobCancelled: 1, warren.JobPending: 1,
+		}, counts)
+	})
+
+	t.Run("BacklogIsThePendingTasksOfOpenJobs", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		n, err := s.Backlog(t.Context())
+		require.NoError(t, err)
+		require.Zero(t, n)
+
+		newJob(t, s, 5)
+		cancelled := newJob(t, s, 3)
+		newJob(t, s, 2)
+		n, err = s.Backlog(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, int64(10), n)
+
+		relay(t, s, 4)
+		_, err = s.CancelJob(t.Context(), cancelled.ID)
+		require.NoError(t, err)
+		n, err = s.Backlog(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, int64(3), n, "one task of the first job and two of the third")
+	})
+}
