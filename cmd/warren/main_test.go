@@ -93,10 +93,15 @@ func TestUnreachableServicesAreOneClearLine(t *testing.T) {
 	require.NotContains(t, errOut, "secret")
 	require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
 
-	code, _, errOut = runCLI(t, nil, "migrate", "--database", "postgres://postgres@127.0.0.1:1/test?connect_timeout=5")
+	for _, cmd := range []string{"migrate", "server"} {
+		code, _, errOut = runCLI(t, nil, cmd, "--database", "postgres://postgres@127.0.0.1:1/test?connect_timeout=5")
+		require.Equal(t, 1, code, cmd)
+		require.Contains(t, errOut, "unreachable", cmd)
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
+	}
+	code, _, errOut = runCLI(t, map[string]string{"WARREN_AMQP_URL": "amqp://127.0.0.1:1/"}, "worker")
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "unreachable")
-	require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
+	require.Contains(t, errOut, "cannot connect to RabbitMQ")
 }
 
 func TestMigrateCreatesTheStore(t *testing.T) {

@@ -25,9 +25,17 @@ func Open(ctx context.Context, rawURL string) (store.Store, error) {
 		if path == "" {
 			return nil, fmt.Errorf("database URL %q has no file path (want sqlite://PATH)", rawURL)
 		}
-		return sqlite.Open(ctx, path)
+		s, err := sqlite.Open(ctx, path)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return s, nil
 	case strings.HasPrefix(rawURL, "postgres://"), strings.HasPrefix(rawURL, "postgresql://"):
-		return postgres.Open(ctx, rawURL)
+		s, err := postgres.Open(ctx, rawURL)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	default:
 		return nil, fmt.Errorf("database URL %q: unsupported scheme (want sqlite://PATH or postgres://...)", rawURL)
 	}

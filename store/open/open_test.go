@@ -35,3 +35,13 @@ func TestOpenRejectsUnknownSchemes(t *testing.T) {
 		require.NotContains(t, err.Error(), "\n")
 	}
 }
+
+// A failed open returns a nil interface, so callers' nil checks work.
+func TestOpenFailureReturnsNil(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"postgres://postgres@127.0.0.1:1/x?connect_timeout=2", "sqlite:///no/such/dir/w.db"} {
+		s, err := open.Open(context.Background(), u)
+		require.Error(t, err, u)
+		require.Nil(t, s, u)
+	}
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren/api"
+	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/sqlite"
+)
+
+// apiServer serves the real API on a fresh SQLite store.
+func apiServer(t *testing.T) (string, store.Store) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "w.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	h, err := api.New(api.Config{Store: st})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL, st
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "spec")
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	return path
+}
+
+func TestSubmitJSONAndNDJSONSpecs(t *testing.T) {
+	t.Parallel()
+	url, st := apiServer(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, spec string
+		args       []string
+		wantType   string
+		wantReduce string
+		wantTasks  int64
+	}{
+		{"json", `{"type": "echo", "tasks": [1, 2, 3], "reduce": "sum"}`, nil, "echo", "sum", 3},
+		{"json over lines", "{\n  \"type\": \"echo\",\n  \"tasks\": [1,\n 2]\n}\n", nil, "echo", "collect", 2},
+		{"ndjson", "{\"type\": \"echo\"}\n{\"a\": 1}\n\n{\"a\": 2}\n3\n", nil, "echo", "collect", 3},
+		{"overrides", "{\"type\": \"echo\"}\n1\n", []string{"--type", "wordcount", "--reduce", "merge"}, "wordcount", "merge", 1},
+	} {
+		args := append([]string{"submit", "--server", url, writeFile(t, tc.spec)}, tc.args...)
+		code, out, errOut := runCLI(t, nil, args...)
+		require.Equal(t, 0, code, "%s: %s", tc.name, errOut)
+		job, err := st.GetJob(ctx, strings.TrimSpace(out))
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.wantType, job.Type, tc.name)
+		require.Equal(t, tc.wantReduce, job.Policy.Reduce, tc.name)
+		require.Equal(t, tc.wantTasks, job.ExpectedTasks, tc.name)
+	}
+}
+
+func TestSubmitBadSpecsChangeNothing(t *testing.T) {
+	t.Parallel()
+	url, st := apiServer(t)
+	for _, spec := range []string{
+		``,
+		`not json`,
+		`{"type": "echo", "tasks": []}`,
+		`{"type": "echo", "tasks": [1], "reduce": "nope"}`,
+		"{\"type\": \"echo\", \"tasks\": [1]}\n2\n",
+		"{\"type\": \"echo\"}\n{broken\n",
+		`{"type": "echo", "tasks": [1], "unknown": true}`,
+	} {
+		code, out, errOut := runCLI(t, nil, "submit", "--server", url, writeFile(t, spec))
+		require.Equal(t, 1, code, "spec %q", spec)
+		require.Empty(t, out, "spec %q", spec)
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line for %q: %q", spec, errOut)
+	}
+	jobs, _, err := st.ListJobs(context.Background(), store.ListJobsOpts{})
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+}
+
+func TestStatusAndWatch(t *testing.T) {
+	t.Parallel()
+	url, st := apiServer(t)
+	ctx := context.Background()
+	code, out, errOut := runCLI(t, nil, "submit", "--server", url, writeFile(t, `{"type":"echo","tasks":[1]}`))
+	require.Equal(t, 0, code, errOut)
+	id := strings.TrimSpace(out)
+
+	code, out, _ = runCLI(t, nil, "status", id, "--server", url)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "state     pending")
+	code, out, _ = runCLI(t, nil, "status", "--json", "--server", url, id)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `"expected_tasks": 1`)
+
+	_, err := st.CancelJob(ctx, id)
+	require.NoError(t, err)
+	code, out, errOut = runCLI(t, nil, "watch", id, "--server", url)
+	require.Equal(t, 1, code, "a cancelled job is not a success")
+	require.Contains(t, out, "cancelled")
+	require.Contains(t, errOut, "is cancelled")
+
+	code, _, errOut = runCLI(t, nil, "status", "no-such-job", "--server", url)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "404")
+	code, _, _ = runCLI(t, nil, "status", "--server", url)
+	require.Equal(t, 2, code, "the id is required")
+}
