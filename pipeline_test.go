@@ -273,6 +273,33 @@ func forEachStore(t *testing.T, f func(t *testing.T, kind string)) {
 	}
 }
 
+// plainClient is a worker with no warren code: it holds n task deliveries
+// unacknowledged and publishes results for them with plain amqp091-go.
+type plainClient struct {
+	conn  *amqp.Connection
+	ch    *amqp.Channel
+	ds    []amqp.Delivery
+	tasks []plainTask
+	b     *testBundle
+}
+
+func (b *testBundle) takePlain(t *testing.T, n int) *plainClient {
+	t.Helper()
+	conn := amqptest.Dial(t)
+	ch, ds := takeTasks(t, conn, b.names.Prefix+"tasks.q", n)
+	return &plainClient{conn: conn, ch: ch, ds: ds, tasks: decodePlain(t, ds), b: b}
+}
+
+func (p *plainClient) publish(t *testing.T, results []plainTask, value func(plainTask) int) {
+	t.Helper()
+	publishPlainResults(t, p.conn, p.b.names.Prefix+"results.x", results, value)
+}
+
+func (p *plainClient) ackAll(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.ch.Ack(p.ds[len(p.ds)-1].DeliveryTag, true))
+}
+
 // A plain AMQP client, with no warren code, publishing three-field results
 // in shuffled order closes a 1,000-task job with exact counters and the
 // result in task order.
@@ -284,12 +311,11 @@ func TestShuffledPlainResultsCloseAJobInTaskOrder(t *testing.T) {
 		const n = 1000
 		job := b.submit(t, n, warren.Policy{})
 
-		conn := amqptest.Dial(t)
-		ch, ds := takeTasks(t, conn, b.names.Prefix+"tasks.q", n)
-		tasks := decodePlain(t, ds)
+		pc := b.takePlain(t, n)
+		tasks := pc.tasks
 		rand.Shuffle(len(tasks), func(i, j int) { tasks[i], tasks[j] = tasks[j], tasks[i] })
-		publishPlainResults(t, conn, b.names.Prefix+"results.x", tasks, doubled)
-		require.NoError(t, ch.Ack(ds[len(ds)-1].DeliveryTag, true))
+		pc.publish(t, tasks, doubled)
+		pc.ackAll(t)
 
 		require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
 		b.expectDoubled(t, job.ID, n)
@@ -306,19 +332,17 @@ func TestDuplicateResultsAreAbsorbed(t *testing.T) {
 		const n = 500
 		job := b.submit(t, n, warren.Policy{})
 
-		conn := amqptest.Dial(t)
-		ch, ds := takeTasks(t, conn, b.names.Prefix+"tasks.q", n)
-		tasks := decodePlain(t, ds)
+		pc := b.takePlain(t, n)
 		var copies []plainTask
-		for i, tk := range tasks {
+		for i, tk := range pc.tasks {
 			copies = append(copies, tk, tk)
 			if i%10 == 0 {
 				copies = append(copies, tk)
 			}
 		}
 		rand.Shuffle(len(copies), func(i, j int) { copies[i], copies[j] = copies[j], copies[i] })
-		publishPlainResults(t, conn, b.names.Prefix+"results.x", copies, doubled)
-		require.NoError(t, ch.Ack(ds[len(ds)-1].DeliveryTag, true))
+		pc.publish(t, copies, doubled)
+		pc.ackAll(t)
 
 		require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
 		b.expectDoubled(t, job.ID, n)
@@ -339,17 +363,15 @@ func TestLateResultsChangeNothing(t *testing.T) {
 		const n = 100
 		job := b.submit(t, n, warren.Policy{})
 
-		conn := amqptest.Dial(t)
-		ch, ds := takeTasks(t, conn, b.names.Prefix+"tasks.q", n)
-		tasks := decodePlain(t, ds)
-		publishPlainResults(t, conn, b.names.Prefix+"results.x", tasks, doubled)
-		require.NoError(t, ch.Ack(ds[len(ds)-1].DeliveryTag, true))
+		pc := b.takePlain(t, n)
+		pc.publish(t, pc.tasks, doubled)
+		pc.ackAll(t)
 		require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
 		before, err := b.store.JobResult(context.Background(), job.ID)
 		require.NoError(t, err)
 
 		// Different values, arriving late: all no-ops.
-		publishPlainResults(t, conn, b.names.Prefix+"results.x", tasks, func(plainTask) int { return -1 })
+		pc.publish(t, pc.tasks, func(plainTask) int { return -1 })
 		b.waitFor(t, func() bool { return b.late.Load()+b.duplicates.Load() == n }, "%d late results absorbed", n)
 		b.expectDoubled(t, job.ID, n)
 		after, err := b.store.JobResult(context.Background(), job.ID)
