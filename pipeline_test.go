@@ -21,6 +21,7 @@ import (
 	"github.com/warrenhq/warren/aggregator"
 	"github.com/warrenhq/warren/broker"
 	"github.com/warrenhq/warren/broker/amqptest"
+	"github.com/warrenhq/warren/dlq"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/relay"
 	"github.com/warrenhq/warren/store"
@@ -44,6 +45,9 @@ type testBundle struct {
 	applied, duplicates, late atomic.Int64
 	batches                   chan store.ApplyReport
 	invalid, closes           atomic.Int64
+	published                 atomic.Int64
+	relays                    []*relay.Relay
+	topo                      *broker.TopologyOptions
 	// signal is pinged after every aggregator event; waitFor re-checks
 	// its condition then.
 	signal chan struct{}
@@ -85,7 +89,7 @@ func setupWith(t *testing.T, kind string, opts *broker.TopologyOptions) *testBun
 	names, admin := amqptest.Topology(t, opts)
 	s, u := openStore(t, kind)
 	return &testBundle{
-		names: names, admin: admin, store: s, dbURL: u,
+		names: names, admin: admin, store: s, dbURL: u, topo: opts,
 		closed:  make(chan closedJob, 16),
 		batches: make(chan store.ApplyReport, 10000),
 		signal:  make(chan struct{}, 1),
@@ -99,8 +103,10 @@ func (b *testBundle) startServer(t *testing.T, st store.Store) *aggregator.Aggre
 	conn := amqptest.Dial(t)
 	pub, err := broker.NewPublisher(conn, nil)
 	require.NoError(t, err)
-	r, err := relay.New(relay.Config{Store: st, Publisher: pub, Names: b.names, PollInterval: 20 * time.Millisecond})
+	r, err := relay.New(relay.Config{Store: st, Publisher: pub, Names: b.names, PollInterval: 20 * time.Millisecond,
+		OnPublished: func(n int) { b.published.Add(int64(n)); b.ping() }})
 	require.NoError(t, err)
+	b.relays = append(b.relays, r)
 	a, err := aggregator.New(aggregator.Config{
 		Store: st, Conn: conn, Names: b.names, ScanInterval: 200 * time.Millisecond,
 		Hooks: aggregator.Hooks{
@@ -140,8 +146,15 @@ func (b *testBundle) startServer(t *testing.T, st store.Store) *aggregator.Aggre
 	return a
 }
 
-// submit creates a job of n tasks whose payloads are {"n": i}.
+// submit creates a job of n "double" tasks whose payloads are {"n": i}.
 func (b *testBundle) submit(t *testing.T, n int, policy warren.Policy) warren.Job {
+	t.Helper()
+	return b.submitTyped(t, "double", n, policy)
+}
+
+// submitTyped creates a job of n tasks of type typ whose payloads are
+// {"n": i}, and wakes the relays.
+func (b *testBundle) submitTyped(t *testing.T, typ string, n int, policy warren.Policy) warren.Job {
 	t.Helper()
 	if policy.Reduce == "" {
 		policy.Reduce = "collect"
@@ -153,10 +166,45 @@ func (b *testBundle) submit(t *testing.T, n int, policy warren.Policy) warren.Jo
 			}
 		}
 	}
-	job, created, err := b.store.CreateJob(context.Background(), store.NewJob{Type: "double", Policy: policy}, tasks)
+	job, created, err := b.store.CreateJob(context.Background(), store.NewJob{Type: typ, Policy: policy}, tasks)
 	require.NoError(t, err)
 	require.True(t, created)
+	b.wakeRelays()
 	return job
+}
+
+// workerConfig is a worker configuration that matches the bundle's
+// topology.
+func (b *testBundle) workerConfig(concurrency int) worker.Config {
+	cfg := worker.Config{AMQPURL: amqptest.URL(), Prefix: b.names.Prefix, Concurrency: concurrency}
+	if b.topo != nil {
+		cfg.RetryTiers, cfg.DeliveryLimit = b.topo.RetryTiers, b.topo.DeliveryLimit
+	}
+	return cfg
+}
+
+// wakeRelays makes the relays look at the outbox now.
+func (b *testBundle) wakeRelays() {
+	for _, r := range b.relays {
+		r.Wake()
+	}
+}
+
+// dlq returns the dead-letter operations of the bundle's installation.
+func (b *testBundle) dlq(t *testing.T) *dlq.Queue {
+	t.Helper()
+	pub, err := broker.NewPublisher(b.admin, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	q, err := dlq.New(dlq.Config{Conn: b.admin, Publisher: pub, Names: b.names, Store: b.store})
+	require.NoError(t, err)
+	return q
+}
+
+// amqpMsg is a persistent task message of type typ with a raw body.
+func amqpMsg(typ, body string) amqp.Publishing {
+	return amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: protocol.ContentType, Type: typ,
+		MessageId: fmt.Sprintf("raw-%d", rand.Int64()), Body: []byte(body)}
 }
 
 func (b *testBundle) waitClosed(t *testing.T, id string) warren.JobState {
@@ -483,7 +531,7 @@ func TestFailedTasksAndTolerance(t *testing.T) {
 	b.startServer(t, b.store)
 	strict := b.submit(t, 10, warren.Policy{})
 	tolerant := b.submit(t, 10, warren.Policy{ToleratedFailures: 1, ToleratedFailurePercent: 10})
-	w, err := worker.New(worker.Config{AMQPURL: amqptest.URL(), Prefix: b.names.Prefix, Concurrency: 4})
+	w, err := worker.New(b.workerConfig(4))
 	require.NoError(t, err)
 	w.Handle("double", func(_ context.Context, tk worker.Task) (any, error) {
 		var p struct{ N int }
@@ -546,7 +594,7 @@ func TestInvalidResultsAreDeadLettered(t *testing.T) {
 
 func newDoublingWorker(t *testing.T, b *testBundle, seen func(worker.Task)) *worker.Worker {
 	t.Helper()
-	w, err := worker.New(worker.Config{AMQPURL: amqptest.URL(), Prefix: b.names.Prefix, Concurrency: 8})
+	w, err := worker.New(b.workerConfig(8))
 	require.NoError(t, err)
 	w.Handle("double", func(_ context.Context, tk worker.Task) (any, error) {
 		if seen != nil {
@@ -565,7 +613,13 @@ func runWorker(t *testing.T, w *worker.Worker) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	go func() {
+		err := w.Run(ctx)
+		if ctx.Err() == nil {
+			t.Errorf("worker stopped before the test ended: %v", err)
+		}
+		done <- err
+	}()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done)
@@ -579,8 +633,8 @@ func (b *testBundle) ping() {
 	}
 }
 
-// waitFor re-checks cond after every aggregator event until it holds or
-// the wait times out.
+// waitFor re-checks cond after every aggregator or relay event until it
+// holds or the wait times out.
 func (b *testBundle) waitFor(t *testing.T, cond func() bool, format string, args ...any) {
 	t.Helper()
 	timeout := time.After(waitTimeout)
@@ -665,7 +719,7 @@ func TestRetriesExhaustedFailsTheTask(t *testing.T) {
 	b.startServer(t, b.store)
 	job := b.submit(t, 3, warren.Policy{MaxRetries: 1, ToleratedFailures: 1, ToleratedFailurePercent: 50})
 	var runs atomic.Int64
-	w, err := worker.New(worker.Config{AMQPURL: amqptest.URL(), Prefix: b.names.Prefix, Concurrency: 2})
+	w, err := worker.New(b.workerConfig(2))
 	require.NoError(t, err)
 	w.Handle("double", func(_ context.Context, tk worker.Task) (any, error) {
 		if tk.TaskID == 2 {

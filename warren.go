@@ -99,6 +99,22 @@ type Policy struct {
 	// FailFast closes the job as failed as soon as its failures exceed the
 	// tolerance, without waiting for the remaining tasks.
 	FailFast bool
+	// TaskTimeout is how long a task may stay without a terminal state
+	// after its last publish before the reconciler republishes it (or,
+	// with no retries left, fails it as lost). 0 means DefaultTaskTimeout.
+	TaskTimeout time.Duration
+}
+
+// DefaultTaskTimeout is a job's TaskTimeout when it gives none.
+const DefaultTaskTimeout = time.Hour
+
+// EffectiveTaskTimeout returns TaskTimeout, or DefaultTaskTimeout when it
+// is 0.
+func (p Policy) EffectiveTaskTimeout() time.Duration {
+	if p.TaskTimeout <= 0 {
+		return DefaultTaskTimeout
+	}
+	return p.TaskTimeout
 }
 
 // Validate returns an error naming the first field that is out of range.
@@ -110,6 +126,10 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("tolerated_failures must be >= 0, got %d", p.ToleratedFailures)
 	case math.IsNaN(p.ToleratedFailurePercent) || p.ToleratedFailurePercent < 0 || p.ToleratedFailurePercent > 100:
 		return fmt.Errorf("tolerated_failure_percent must be between 0 and 100, got %v", p.ToleratedFailurePercent)
+	case p.TaskTimeout < 0:
+		return fmt.Errorf("task_timeout must be >= 0, got %s", p.TaskTimeout)
+	case p.TaskTimeout > 0 && p.TaskTimeout < time.Second:
+		return fmt.Errorf("task_timeout must be at least 1s, got %s", p.TaskTimeout)
 	}
 	return nil
 }

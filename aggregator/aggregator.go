@@ -64,6 +64,11 @@ type Hooks struct {
 	OnJobClosed func(jobID string, state warren.JobState)
 	// OnInvalid is called for each delivery dead-lettered as invalid.
 	OnInvalid func(queue string, reason string)
+	// OnDeadLetter is called for each dead-lettered task the aggregator
+	// recorded (after its acknowledgement), with the routing key it was
+	// dead-lettered with and the reason (a protocol Reason constant, or
+	// the broker's x-death reason).
+	OnDeadLetter func(routingKey, reason string)
 }
 
 func (c Config) withDefaults() Config {
@@ -124,6 +129,7 @@ type item struct {
 	d       amqp.Delivery
 	outcome int    // index into the batch's outcomes, or -1
 	invalid string // why the delivery can never be applied
+	reason  string // why a dead-lettered task failed
 }
 
 // Run consumes results and dead letters until ctx is done and closes
@@ -225,7 +231,8 @@ func (a *Aggregator) next(ctx context.Context, results, dead *source, timeout <-
 func (a *Aggregator) process(ctx context.Context, batch []item) error {
 	outcomes := make([]store.Outcome, 0, len(batch))
 	for i := range batch {
-		o, err := decode(batch[i])
+		o, reason, err := decode(batch[i])
+		batch[i].reason = reason
 		if err != nil {
 			batch[i].invalid = err.Error()
 			continue
@@ -249,6 +256,13 @@ func (a *Aggregator) process(ctx context.Context, batch []item) error {
 	}
 	if a.cfg.Hooks.OnBatch != nil {
 		a.cfg.Hooks.OnBatch(len(batch), report)
+	}
+	if a.cfg.Hooks.OnDeadLetter != nil {
+		for _, it := range batch {
+			if it.src.dead && it.invalid == "" {
+				a.cfg.Hooks.OnDeadLetter(it.d.RoutingKey, it.reason)
+			}
+		}
 	}
 	for _, id := range report.ReadyToClose {
 		a.requestClose(id)
@@ -308,14 +322,15 @@ func (a *Aggregator) acknowledge(batch []item) error {
 	return nil
 }
 
-// decode turns a delivery into a task outcome.
-func decode(it item) (store.Outcome, error) {
+// decode turns a delivery into a task outcome, with the failure reason of
+// a dead-lettered task.
+func decode(it item) (store.Outcome, string, error) {
 	if it.src.dead {
 		return decodeDead(it.d)
 	}
 	r, err := protocol.DecodeResult(it.d.Body)
 	if err != nil {
-		return store.Outcome{}, err
+		return store.Outcome{}, "", err
 	}
 	o := store.Outcome{
 		JobID:      r.JobID,
@@ -339,15 +354,15 @@ func decode(it item) (store.Outcome, error) {
 		now := time.Now().UTC()
 		o.FinishedAt = &now
 	}
-	return o, nil
+	return o, "", nil
 }
 
 // decodeDead reads a dead-lettered task message: dead-lettered by a
 // worker (x-failure-reason, x-error) or by the broker (x-death).
-func decodeDead(d amqp.Delivery) (store.Outcome, error) {
+func decodeDead(d amqp.Delivery) (store.Outcome, string, error) {
 	t, err := protocol.DecodeTask(d.Body)
 	if err != nil {
-		return store.Outcome{}, err
+		return store.Outcome{}, "", err
 	}
 	now := time.Now().UTC()
 	o := store.Outcome{JobID: t.JobID, TaskID: t.TaskID, State: warren.TaskFailed, FinishedAt: &now}
@@ -359,35 +374,57 @@ func decodeDead(d amqp.Delivery) (store.Outcome, error) {
 	reason, _ := d.Headers[protocol.HeaderReason].(string)
 	msg, _ := d.Headers[protocol.HeaderError].(string)
 	o.Worker, _ = d.Headers[protocol.HeaderWorker].(string)
+	o.StartedAt = headerTime(d.Headers, protocol.HeaderStartedAt)
+	if at := headerTime(d.Headers, protocol.HeaderFailedAt); at != nil {
+		o.FinishedAt = at
+	}
 	if reason == "" {
 		reason, queue := deathReason(d.Headers)
 		o.Error = fmt.Sprintf("dead-lettered by the broker from %q: %s", queue, reason)
-		if reason == "delivery_limit" {
+		if reason == protocol.ReasonDeliveryLimit {
 			o.Error += " (the task was delivered too many times without an ack; it may crash its worker)"
 		}
-		return o, nil
+		return o, reason, nil
 	}
 	if msg == "" {
 		msg = reason
 	}
 	o.Error = fmt.Sprintf("%s: %s", reason, msg)
-	return o, nil
+	return o, reason, nil
 }
 
-// deathReason returns the reason and queue of the first x-death entry.
+// deathReason returns the reason and queue of the latest dead-lettering:
+// x-death lists the most recent first. x-first-death-* is only a fallback:
+// a task that waited in a retry tier carries "expired" there for good.
 func deathReason(h amqp.Table) (string, string) {
-	if r, ok := h["x-first-death-reason"].(string); ok {
-		q, _ := h["x-first-death-queue"].(string)
-		return r, q
-	}
 	if deaths, ok := h["x-death"].([]any); ok && len(deaths) > 0 {
 		if t, ok := deaths[0].(amqp.Table); ok {
 			r, _ := t["reason"].(string)
 			q, _ := t["queue"].(string)
-			return r, q
+			if r != "" {
+				return r, q
+			}
 		}
 	}
+	if r, ok := h["x-first-death-reason"].(string); ok {
+		q, _ := h["x-first-death-queue"].(string)
+		return r, q
+	}
 	return "unknown", "unknown"
+}
+
+// headerTime reads an RFC 3339 time header; nil if absent or invalid.
+func headerTime(h amqp.Table, key string) *time.Time {
+	v, ok := h[key].(string)
+	if !ok {
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return nil
+	}
+	t = t.UTC()
+	return &t
 }
 
 // headerInt reads an AMQP integer header of any width; 0 if absent.
@@ -414,6 +451,11 @@ func headerInt(h amqp.Table, key string) int64 {
 	}
 	return 0
 }
+
+// RequestClose asks the aggregator to close a job that is ready to close
+// (for example one whose last task the reconciler failed). It never
+// blocks: when its queue is full, the periodic scan finds the job.
+func (a *Aggregator) RequestClose(id string) { a.requestClose(id) }
 
 // requestClose queues a job for the closer without blocking the consumer;
 // if the queue is full, the periodic scan finds the job.

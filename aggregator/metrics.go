@@ -16,6 +16,7 @@ type Metrics struct {
 	invalid    *prometheus.CounterVec
 	batchSize  prometheus.Histogram
 	closed     *prometheus.CounterVec
+	dead       *prometheus.CounterVec
 }
 
 // NewMetrics creates the aggregator's metrics and registers them with reg.
@@ -50,11 +51,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "warren_jobs_closed_total",
 			Help: "Jobs this process closed, by final state.",
 		}, []string{"state"}),
+		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_dead_letters_total",
+			Help: "Dead-lettered tasks recorded as failed, by dead-letter routing key and reason.",
+		}, []string{"routing_key", "reason"}),
 	}
 	for _, s := range []warren.TaskState{warren.TaskCompleted, warren.TaskFailed} {
 		m.tasks.WithLabelValues(string(s))
 	}
-	reg.MustRegister(m.tasks, m.duplicates, m.late, m.unknown, m.invalid, m.batchSize, m.closed)
+	reg.MustRegister(m.tasks, m.duplicates, m.late, m.unknown, m.invalid, m.batchSize, m.closed, m.dead)
 	return m
 }
 
@@ -77,6 +82,12 @@ func (m *Metrics) Hooks(next Hooks) Hooks {
 			m.closed.WithLabelValues(string(state)).Inc()
 			if next.OnJobClosed != nil {
 				next.OnJobClosed(id, state)
+			}
+		},
+		OnDeadLetter: func(routingKey, reason string) {
+			m.dead.WithLabelValues(routingKey, reason).Inc()
+			if next.OnDeadLetter != nil {
+				next.OnDeadLetter(routingKey, reason)
 			}
 		},
 		OnInvalid: func(queue, reason string) {

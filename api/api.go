@@ -1,10 +1,12 @@
 // Package api is warren's HTTP API (v1): submitting jobs, reading their
-// state, tasks and results, cancelling them, and the health, readiness,
-// metrics and OpenAPI endpoints.
+// state, tasks and results, cancelling and redriving them, operating on
+// the dead-letter queue, and the health, readiness, metrics and OpenAPI
+// endpoints.
 //
-// The handler never talks to the broker: a submission writes the job and
-// its tasks to the store in one transaction and answers 202 Accepted; the
-// outbox relay publishes the tasks later. Every error is a JSON object
+// The handler talks to the broker only through Config.DeadLetters: a
+// submission writes the job and its tasks to the store in one transaction
+// and answers 202 Accepted; the outbox relay publishes the tasks later,
+// and a redrive only requeues tasks in the store. Every error is a JSON object
 // {"error": {"code", "message"}} with a 4xx status for bad input (which never
 // leaves a job or task row behind), 503 when the store is down and 500 for
 // anything else, whose detail is logged rather than sent.
@@ -69,6 +71,19 @@ type Config struct {
 	// committed. The server uses it to wake the relay. It runs on the
 	// request's goroutine, so it must not block.
 	OnSubmit func(jobID string)
+	// OnCancel, when set, is called with the id of every job a request
+	// cancelled, after the store committed it. The server uses it to tell
+	// the workers. It runs on the request's goroutine, so it must not
+	// block.
+	OnCancel func(jobID string)
+	// OnRedrive, when set, is called with the id of every job a request
+	// redrove, after the store committed it. The server uses it to wake
+	// the relay. It runs on the request's goroutine, so it must not block.
+	OnRedrive func(jobID string)
+	// DeadLetters lists, replays and purges the dead-letter queue for the
+	// /v1/deadletters routes (a *dlq.Queue). nil means those routes answer
+	// 503.
+	DeadLetters DeadLetters
 	// Logger receives the handler's logs. nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -131,6 +146,10 @@ func (s *server) routes() []route {
 		{"GET /v1/jobs/{id}/tasks", ScopeRead, s.listTasks},
 		{"GET /v1/jobs/{id}/result", ScopeRead, s.getResult},
 		{"POST /v1/jobs/{id}/cancel", ScopeWrite, s.cancelJob},
+		{"POST /v1/jobs/{id}/redrive", ScopeWrite, s.redriveJob},
+		{"GET /v1/deadletters", ScopeRead, s.listDeadLetters},
+		{"POST /v1/deadletters/replay", ScopeAdmin, s.replayDeadLetters},
+		{"POST /v1/deadletters/purge", ScopeAdmin, s.purgeDeadLetters},
 		{"GET /healthz", "", s.healthz},
 		{"GET /readyz", "", s.readyz},
 		{"GET /metrics", ScopeRead, s.serveMetrics},

@@ -17,9 +17,11 @@ type Scope string
 const (
 	// ScopeRead allows the GET routes (jobs, tasks, results, metrics).
 	ScopeRead Scope = "read"
-	// ScopeWrite allows submitting and cancelling jobs, and reading.
+	// ScopeWrite allows submitting, cancelling and redriving jobs, and
+	// reading.
 	ScopeWrite Scope = "write"
-	// ScopeAdmin allows everything.
+	// ScopeAdmin allows everything, including replaying and purging dead
+	// letters.
 	ScopeAdmin Scope = "admin"
 )
 

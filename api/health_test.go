@@ -95,6 +95,9 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 		{http.MethodDelete, "/v1/jobs", "GET, HEAD, POST"},
 		{http.MethodPut, "/v1/jobs/abc", "GET, HEAD"},
 		{http.MethodGet, "/v1/jobs/abc/cancel", "POST"},
+		{http.MethodGet, "/v1/jobs/abc/redrive", "POST"},
+		{http.MethodGet, "/v1/deadletters/replay", "POST"},
+		{http.MethodDelete, "/v1/deadletters", "GET, HEAD"},
 		{http.MethodPost, "/healthz", "GET, HEAD"},
 		{http.MethodPatch, "/metrics", "GET, HEAD"},
 	} {
@@ -114,6 +117,7 @@ func storeCalls(id string) []struct{ method, path, body string } {
 		{http.MethodGet, "/v1/jobs/" + id + "/tasks", ""},
 		{http.MethodGet, "/v1/jobs/" + id + "/result", ""},
 		{http.MethodPost, "/v1/jobs/" + id + "/cancel", ""},
+		{http.MethodPost, "/v1/jobs/" + id + "/redrive", ""},
 	}
 }
 
@@ -206,6 +210,13 @@ func (f *faultyStore) CancelJob(ctx context.Context, id string) (warren.Job, err
 	return f.Store.CancelJob(ctx, id)
 }
 
+func (f *faultyStore) RedriveJob(ctx context.Context, id string) (warren.Job, int, error) {
+	if err := f.check("RedriveJob"); err != nil {
+		return warren.Job{}, 0, err
+	}
+	return f.Store.RedriveJob(ctx, id)
+}
+
 func (f *faultyStore) JobResult(ctx context.Context, id string) ([]byte, error) {
 	if err := f.check("JobResult"); err != nil {
 		return nil, err
@@ -215,7 +226,7 @@ func (f *faultyStore) JobResult(ctx context.Context, id string) ([]byte, error) 
 
 func TestStoreErrorIs500WithoutDetails(t *testing.T) {
 	t.Parallel()
-	fail := map[string]bool{"CreateJob": true, "GetJob": true, "ListJobs": true, "ListTasks": true, "CancelJob": true}
+	fail := map[string]bool{"CreateJob": true, "GetJob": true, "ListJobs": true, "ListTasks": true, "CancelJob": true, "RedriveJob": true}
 	b := setup(t, &options{wrap: func(s store.Store) store.Store { return &faultyStore{Store: s, fail: fail} }})
 	job := createJob(t, b.store, 1)
 	for _, c := range storeCalls(job.ID) {

@@ -333,6 +333,9 @@ func (s *server) cancelJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("api: job cancelled", "job_id", id)
+	if s.cfg.OnCancel != nil {
+		s.cfg.OnCancel(id)
+	}
 	out, err := s.jobDetail(r, job)
 	if err != nil {
 		s.storeError(w, r, err, "job errors", "job_id", id)
@@ -349,4 +352,47 @@ func (s *server) closedConflict(r *http.Request, id string, err error) error {
 		return err
 	}
 	return errorf(http.StatusConflict, codeConflict, "job %q is already %s", id, job.State)
+}
+
+// redriveJob handles POST /v1/jobs/{id}/redrive: the failed tasks of a
+// closed job go back to the outbox and the job runs again.
+func (s *server) redriveJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathJobID(w, r)
+	if !ok {
+		return
+	}
+	job, requeued, err := s.cfg.Store.RedriveJob(r.Context(), id)
+	if errors.Is(err, warren.ErrConflict) {
+		err = s.redriveConflict(r, id, err)
+	}
+	if err != nil {
+		s.storeError(w, r, err, "redrive job", "job_id", id)
+		return
+	}
+	s.log.Info("api: job redriven", "job_id", id, "tasks", requeued)
+	if s.cfg.OnRedrive != nil {
+		s.cfg.OnRedrive(id)
+	}
+	out, err := s.jobDetail(r, job)
+	if err != nil {
+		s.storeError(w, r, err, "job errors", "job_id", id)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// redriveConflict turns a conflict from redriving job id into a 409 that
+// says why the job cannot be redriven.
+func (s *server) redriveConflict(r *http.Request, id string, err error) error {
+	job, getErr := s.cfg.Store.GetJob(r.Context(), id)
+	if getErr != nil {
+		return err
+	}
+	switch job.State {
+	case warren.JobPending, warren.JobRunning:
+		return errorf(http.StatusConflict, codeConflict, "job %q is %s: only a closed job with failed tasks can be redriven", id, job.State)
+	case warren.JobCancelled:
+		return errorf(http.StatusConflict, codeConflict, "job %q is cancelled: a cancelled job cannot be redriven", id)
+	}
+	return errorf(http.StatusConflict, codeConflict, "job %q is %s without failed tasks: there is nothing to redrive", id, job.State)
 }

@@ -82,6 +82,7 @@ func TestIDsNoJobCanHave(t *testing.T) {
 				requireError(t, b.get(t, "/v1/jobs/"+id+"/tasks"), http.StatusNotFound, "not_found")
 				requireError(t, b.get(t, "/v1/jobs/"+id+"/result"), http.StatusNotFound, "not_found")
 				requireError(t, b.do(t, http.MethodPost, "/v1/jobs/"+id+"/cancel", nil), http.StatusNotFound, "not_found")
+				requireError(t, b.do(t, http.MethodPost, "/v1/jobs/"+id+"/redrive", nil), http.StatusNotFound, "not_found")
 			}
 			for _, cursor := range []string{"%00", "%FF", "dDE6eA", "ajE6MToA"} {
 				requireError(t, b.get(t, "/v1/jobs?cursor="+cursor), http.StatusBadRequest, "invalid_parameter")

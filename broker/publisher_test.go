@@ -25,21 +25,6 @@ func msg(id string) amqp.Publishing {
 	}
 }
 
-func TestDeclareTopologyIsIdempotent(t *testing.T) {
-	t.Parallel()
-	names, conn := amqptest.Topology(t, nil)
-	require.NoError(t, broker.DeclareTopology(conn, names, nil))
-	require.NoError(t, broker.DeclareTopology(conn, names, nil))
-}
-
-func TestDeclareTopologyConflictingArgumentsIsAClearError(t *testing.T) {
-	t.Parallel()
-	names, conn := amqptest.Topology(t, nil)
-	err := broker.DeclareTopology(conn, names, &broker.TopologyOptions{DeliveryLimit: 3})
-	require.Error(t, err)
-	require.Contains(t, err.Error(), names.TasksQueue)
-}
-
 func TestPublisherConfirmsRoutedMessages(t *testing.T) {
 	t.Parallel()
 	names, conn := amqptest.Topology(t, nil)

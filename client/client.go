@@ -266,6 +266,106 @@ func (c *Client) Cancel(ctx context.Context, id string) (Job, error) {
 	return out, err
 }
 
+// Redrive requeues the failed tasks of a closed job (failed, or completed
+// with tolerated failures) and returns the job, running again. A job that
+// is open, cancelled or has no failed task is a 409 Error that says why.
+func (c *Client) Redrive(ctx context.Context, id string) (Job, error) {
+	var out Job
+	err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/redrive", "", "", nil, &out)
+	return out, err
+}
+
+// DeadLetter is one message of the dead-letter queue: a task that failed
+// for good.
+type DeadLetter struct {
+	JobID  string `json:"job_id"`
+	TaskID int64  `json:"task_id"`
+	// MessageID is the AMQP message id, "<job_id>:<task_id>".
+	MessageID string `json:"message_id"`
+	// RoutingKey is the key the task was dead-lettered with.
+	RoutingKey string `json:"routing_key"`
+	// Reason is why: permanent, retries_exhausted, unknown_type,
+	// malformed, or the broker's delivery_limit, rejected, expired.
+	Reason string `json:"reason"`
+	Error  string `json:"error"`
+	// Attempts is the number of runs the task had.
+	Attempts int `json:"attempts"`
+	// Time is when the task was dead-lettered; zero when unknown.
+	Time time.Time `json:"time,omitzero"`
+}
+
+// DeadLetters lists the dead letters, oldest first, of job jobID (all
+// jobs when empty), at most limit of them (all when 0). Listing leaves
+// them in the queue.
+func (c *Client) DeadLetters(ctx context.Context, jobID string, limit int) ([]DeadLetter, error) {
+	if limit < 0 {
+		return nil, fmt.Errorf("client: limit must be >= 0, got %d", limit)
+	}
+	q := url.Values{}
+	if jobID != "" {
+		q.Set("job_id", jobID)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	path := "/v1/deadletters"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out struct {
+		DeadLetters []DeadLetter `json:"deadletters"`
+	}
+	err := c.do(ctx, http.MethodGet, path, "", "", nil, &out)
+	return out.DeadLetters, err
+}
+
+// ReplayDeadLetters republishes the dead letters of job jobID (all jobs
+// when empty), oldest first, at most limit of them (all when 0), with
+// their retries reset. Skipped counts the ones left in the queue because
+// their task is not failed any more (or is not a task).
+func (c *Client) ReplayDeadLetters(ctx context.Context, jobID string, limit int) (replayed, skipped int, err error) {
+	body, err := filterBody(jobID, limit)
+	if err != nil {
+		return 0, 0, err
+	}
+	var out struct {
+		Replayed int `json:"replayed"`
+		Skipped  int `json:"skipped"`
+	}
+	err = c.do(ctx, http.MethodPost, "/v1/deadletters/replay", "application/json", "", body, &out)
+	return out.Replayed, out.Skipped, err
+}
+
+// PurgeDeadLetters deletes the dead letters of job jobID (every one when
+// empty) and returns how many it deleted.
+func (c *Client) PurgeDeadLetters(ctx context.Context, jobID string) (int, error) {
+	body, err := filterBody(jobID, 0)
+	if err != nil {
+		return 0, err
+	}
+	var out struct {
+		Purged int `json:"purged"`
+	}
+	err = c.do(ctx, http.MethodPost, "/v1/deadletters/purge", "application/json", "", body, &out)
+	return out.Purged, err
+}
+
+// filterBody is the JSON body of a dead-letter operation.
+func filterBody(jobID string, limit int) (io.Reader, error) {
+	if limit < 0 {
+		return nil, fmt.Errorf("client: limit must be >= 0, got %d", limit)
+	}
+	f := struct {
+		JobID string `json:"job_id,omitempty"`
+		Limit int    `json:"limit,omitempty"`
+	}{jobID, limit}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return nil, err
+	}
+	return bytes.NewReader(b), nil
+}
+
 // WaitOpts tunes Wait.
 type WaitOpts struct {
 	// MinInterval and MaxInterval bound the polling interval, which grows

@@ -37,7 +37,16 @@ type Names struct {
 	DeadQueue string
 	// ResultsDLQ parks results that can never be applied.
 	ResultsDLQ string
+	// RetryExchange is the direct exchange of the retry delay tiers; the
+	// routing key of a tier is its name (see RetryTierName).
+	RetryExchange string
+	// ControlExchange is the fanout exchange of control messages to every
+	// worker (cancellations).
+	ControlExchange string
 }
+
+// RetryQueue returns the name of the delay-tier queue for a tier.
+func (n Names) RetryQueue(tier string) string { return n.Prefix + "retry." + tier + ".q" }
 
 // NamesFor returns the names with prefix prepended to each.
 func NamesFor(prefix string) Names {
@@ -51,5 +60,7 @@ func NamesFor(prefix string) Names {
 		TasksDLQ:           prefix + "tasks.dlq",
 		DeadQueue:          prefix + "dead.q",
 		ResultsDLQ:         prefix + "results.dlq",
+		RetryExchange:      prefix + "retry.x",
+		ControlExchange:    prefix + "control.x",
 	}
 }

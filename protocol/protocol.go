@@ -34,6 +34,9 @@ const (
 	HeaderWorker = "x-worker"
 	// HeaderFailedAt is the RFC 3339 time a worker dead-lettered a message.
 	HeaderFailedAt = "x-failed-at"
+	// HeaderStartedAt is the RFC 3339 time the failed run of a
+	// dead-lettered task started, when it ran.
+	HeaderStartedAt = "x-started-at"
 )
 
 // Dead-letter reasons carried in HeaderReason.

@@ -3,6 +3,7 @@ package protocol_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -93,4 +94,30 @@ func TestNamesArePrefixed(t *testing.T) {
 		require.Regexp(t, `^acme\.`, name)
 	}
 	require.Equal(t, "tasks.q", protocol.NamesFor("").TasksQueue)
+}
+
+func TestRetryTierNames(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		time.Second: "1s", 5 * time.Second: "5s", 30 * time.Second: "30s", 2 * time.Minute: "2m",
+		10 * time.Minute: "10m", 90 * time.Minute: "1h30m", time.Hour: "1h", 250 * time.Millisecond: "250ms",
+		90 * time.Second: "1m30s",
+	} {
+		require.Equal(t, want, protocol.RetryTierName(d), d.String())
+	}
+	require.Equal(t, "p.retry.5s.q", protocol.NamesFor("p.").RetryQueue("5s"))
+	require.Equal(t, 0, protocol.RetryTier(1, 5))
+	require.Equal(t, 4, protocol.RetryTier(9, 5))
+	require.Equal(t, 0, protocol.RetryTier(0, 5))
+}
+
+func TestControlRoundTrip(t *testing.T) {
+	t.Parallel()
+	body, err := protocol.EncodeControl(protocol.Control{Type: protocol.ControlCancel, JobID: "j1"})
+	require.NoError(t, err)
+	c, err := protocol.DecodeControl(body)
+	require.NoError(t, err)
+	require.Equal(t, protocol.Control{Type: "cancel", JobID: "j1"}, c)
+	_, err = protocol.DecodeControl([]byte(`{"type":"cancel"}`))
+	require.ErrorIs(t, err, protocol.ErrMalformed)
 }

@@ -92,6 +92,45 @@ type Store interface {
 	// JobResult returns a closed job's stored reduced result. A job without
 	// one: warren.ErrNotFound.
 	JobResult(ctx context.Context, jobID string) ([]byte, error)
+
+	// RedriveJob reopens a closed job that has failed tasks (a failed job,
+	// or one completed with tolerated failures), in one transaction: its
+	// failed tasks go back to pending (the relay publishes them again,
+	// their attempts kept, so OutboxTask.Attempts continues the count), the
+	// failed counter drops by as many, its stored result, result location,
+	// error and finished_at are cleared, and it is running again. It
+	// returns the reopened job and how many tasks were requeued. A job that
+	// is open, cancelled, or has no failed task: warren.ErrConflict.
+	RedriveJob(ctx context.Context, id string) (warren.Job, int, error)
+	// ReopenTask makes one failed task runnable again, for a dead-letter
+	// replay that republishes the task itself: the task becomes queued
+	// (queued_at now, attempts kept, error cleared), the job's failed
+	// counter drops by one and, if the job was closed as failed or
+	// completed, the job reopens as running (result, location, error and
+	// finished_at cleared). It returns false and changes nothing when the
+	// task is not failed or its job is cancelled. Unknown job or task:
+	// warren.ErrNotFound.
+	ReopenTask(ctx context.Context, jobID string, taskID int64) (bool, error)
+	// ReconcileStale looks at up to limit tasks of open jobs that are
+	// queued (not terminal) and were last queued (queued_at) more than
+	// their job's task timeout before now. The lost run counts as an
+	// attempt: a task whose attempts+1 is at most its job's max_retries
+	// goes back to pending with attempts+1, for the relay to publish again
+	// (the relay's mark then sets a new queued_at); any other is failed
+	// with attempts+1 and the error "lost: no result within the task
+	// timeout", counted as failed as ApplyOutcomes would. Several servers
+	// may call it at once without handling a task twice.
+	ReconcileStale(ctx context.Context, now time.Time, limit int) (ReconcileReport, error)
+}
+
+// ReconcileReport says what ReconcileStale did.
+type ReconcileReport struct {
+	// Requeued counts tasks sent back to the outbox.
+	Requeued int
+	// Failed counts tasks failed as lost.
+	Failed int
+	// ReadyToClose lists jobs that failing tasks made ready to close.
+	ReadyToClose []string
 }
 
 // NewJob is a job to create, without its tasks.

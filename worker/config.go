@@ -6,12 +6,14 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren/broker"
+	"github.com/warrenhq/warren/protocol"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -53,6 +55,13 @@ type Config struct {
 	// broker.DeclareTopology; 0 means broker.DefaultDeliveryLimit. It must
 	// match the value the queues were declared with.
 	DeliveryLimit int
+	// RetryTiers are the delays of the retry tiers: the nth retry of a task
+	// waits RetryTiers[n-1], every retry past the last tier waits the last.
+	// Default protocol.DefaultRetryTiers. Each must be a positive whole
+	// number of milliseconds. Run declares a delay queue for each (see
+	// broker.TopologyOptions.RetryTiers); use the same tiers as the server
+	// so that every tier queue in use is also known to its operators.
+	RetryTiers []time.Duration
 	// Logger receives the worker's logs, with job_id and task_id as
 	// attributes; default slog.Default(). Per-task logs are at Debug level
 	// (Warn and Error for failures); Info is kept for start and stop.
@@ -81,6 +90,10 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if len(c.RetryTiers) == 0 {
+		c.RetryTiers = protocol.DefaultRetryTiers
+	}
+	c.RetryTiers = slices.Clone(c.RetryTiers) // the caller's slice may change
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -102,6 +115,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: Config.ShutdownTimeout must be >= 0, got %v", c.ShutdownTimeout)
 	case c.DeliveryLimit < 0:
 		return fmt.Errorf("worker: Config.DeliveryLimit must be >= 0, got %d", c.DeliveryLimit)
+	}
+	if err := broker.CheckRetryTiers(c.RetryTiers); err != nil {
+		return fmt.Errorf("worker: Config.RetryTiers: %v", err)
 	}
 	if c.AMQPURL != "" {
 		if _, err := amqp.ParseURI(c.AMQPURL); err != nil {

@@ -18,6 +18,7 @@ func TestNewNamesTheInvalidField(t *testing.T) {
 		"Config.Prefetch (2)":    {Concurrency: 4, Prefetch: 2},
 		"Config.ShutdownTimeout": {ShutdownTimeout: -time.Second},
 		"Config.DeliveryLimit":   {DeliveryLimit: -1},
+		"Config.RetryTiers":      {RetryTiers: []time.Duration{time.Second, 0}},
 		"Config.AMQPURL":         {AMQPURL: "http://127.0.0.1:5672/"},
 	} {
 		_, err := worker.New(cfg)

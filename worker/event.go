@@ -1,5 +1,7 @@
 package worker
 
+import "time"
+
 // EventKind says what happened to a task (or to the worker).
 type EventKind string
 
@@ -13,7 +15,8 @@ const (
 	// confirmed and the task acked.
 	EventFailed EventKind = "failed"
 	// EventRetried: the task failed transiently; a copy with x-retry
-	// incremented was confirmed and the original acked.
+	// incremented was confirmed by the retry tier it waits in (Event.Delay)
+	// and the original acked.
 	EventRetried EventKind = "retried"
 	// EventDeadLettered: the task was dead-lettered (Event.Reason says
 	// why), the copy confirmed and the original acked.
@@ -24,6 +27,14 @@ const (
 	// EventRequeued: shutdown returned the task to the queue unfinished
 	// (never started, or its handler outlived ShutdownTimeout).
 	EventRequeued EventKind = "requeued"
+	// EventSkipped: the task's job was cancelled (a control broadcast);
+	// the task was acked without running its handler or publishing a
+	// result.
+	EventSkipped EventKind = "skipped"
+	// EventCancelSeen: a cancel broadcast for Event.JobID arrived; the
+	// job's tasks delivered from now on are skipped. It carries no other
+	// task fields.
+	EventCancelSeen EventKind = "cancel_seen"
 	// EventDraining: Run stopped taking new tasks after its context was
 	// done and returned the unstarted ones; in-flight handlers are still
 	// finishing. It carries no task fields.
@@ -44,6 +55,9 @@ type Event struct {
 	// Reason is the dead-letter reason (a protocol.Reason constant) for
 	// EventDeadLettered.
 	Reason string
+	// Delay is how long the task waits before its next run, for
+	// EventRetried: the delay of the retry tier it was published to.
+	Delay time.Duration
 	// Err is the handler's error for EventFailed, EventRetried and
 	// EventDeadLettered, and the publish error for EventPublishFailed.
 	Err error

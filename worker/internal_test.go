@@ -28,11 +28,18 @@ func TestConfigDefaults(t *testing.T) {
 	require.Contains(t, w.cfg.Name, ":")
 	require.NotNil(t, w.cfg.Logger)
 	require.Equal(t, protocol.NamesFor(""), w.names)
+	require.Equal(t, protocol.DefaultRetryTiers, w.cfg.RetryTiers)
 
 	w, err = New(Config{Concurrency: 3, Prefix: "p."})
 	require.NoError(t, err)
 	require.Equal(t, 6, w.cfg.Prefetch)
 	require.Equal(t, "p.tasks.q", w.names.TasksQueue)
+
+	tiers := []time.Duration{time.Second}
+	w, err = New(Config{RetryTiers: tiers})
+	require.NoError(t, err)
+	tiers[0] = time.Hour
+	require.Equal(t, []time.Duration{time.Second}, w.cfg.RetryTiers, "New keeps its own copy")
 }
 
 func TestHeaderIntAcceptsEveryIntegerType(t *testing.T) {
@@ -61,20 +68,73 @@ func TestDecideFailure(t *testing.T) {
 	t.Parallel()
 	transient := errors.New("flaky")
 	permanent := fmt.Errorf("wrapped: %w", Permanent(transient))
+	tiers := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}
 	for _, c := range []struct {
 		err                 error
 		attempt, maxRetries int
 		want                failureAction
+		delay               time.Duration
 	}{
-		{transient, 1, 3, retryTask},
-		{transient, 3, 3, retryTask},
-		{transient, 4, 3, deadLetterTask},
-		{transient, 1, 0, deadLetterTask},
-		{permanent, 1, 3, failTask},
-		{permanent, 9, 3, failTask},
+		{transient, 1, 3, retryTask, time.Second},
+		{transient, 2, 3, retryTask, 5 * time.Second},
+		{transient, 3, 3, retryTask, 30 * time.Second},
+		{transient, 5, 9, retryTask, 30 * time.Second}, // past the last tier: the last
+		{transient, 4, 3, deadLetterTask, 0},
+		{transient, 1, 0, deadLetterTask, 0},
+		{permanent, 1, 3, failTask, 0},
+		{permanent, 9, 3, failTask, 0},
 	} {
-		require.Equal(t, c.want, decideFailure(c.err, c.attempt, c.maxRetries), "%v attempt %d of 1+%d", c.err, c.attempt, c.maxRetries)
+		action, delay := decideFailure(c.err, c.attempt, c.maxRetries, tiers)
+		require.Equal(t, c.want, action, "%v attempt %d of 1+%d", c.err, c.attempt, c.maxRetries)
+		require.Equal(t, c.delay, delay, "%v attempt %d of 1+%d", c.err, c.attempt, c.maxRetries)
 	}
+}
+
+// fakeClock is a clock a test moves by hand.
+type fakeClock struct{ now time.Time }
+
+func (c *fakeClock) Now() time.Time { return c.now }
+
+func TestCancelSetEvictsTheOldestBeyondItsLimit(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	c := newCancelSet(3, time.Hour, clock.Now)
+	for _, id := range []string{"a", "b", "c"} {
+		c.add(id)
+		clock.now = clock.now.Add(time.Second)
+	}
+	require.True(t, c.has("a"))
+	c.add("a") // cancelled again: now the newest
+	c.add("d") // evicts b, the oldest
+	require.False(t, c.has("b"))
+	for _, id := range []string{"a", "c", "d"} {
+		require.True(t, c.has(id), id)
+	}
+	require.Equal(t, 3, c.len())
+	require.False(t, c.has("never"))
+}
+
+func TestCancelSetForgetsExpiredJobs(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	c := newCancelSet(100, time.Hour, clock.Now)
+	c.add("old")
+	clock.now = clock.now.Add(59 * time.Minute)
+	c.add("young")
+	require.True(t, c.has("old"))
+	clock.now = clock.now.Add(time.Minute)
+	require.False(t, c.has("old"), "an hour old")
+	require.True(t, c.has("young"))
+	c.add("new") // drops what has expired
+	require.Equal(t, 2, c.len())
+}
+
+func TestCancelSetDefaultBounds(t *testing.T) {
+	t.Parallel()
+	w, err := New(Config{})
+	require.NoError(t, err)
+	require.Equal(t, 100_000, w.cancelled.limit)
+	require.Equal(t, 24*time.Hour, w.cancelled.ttl)
 }
 
 func TestMarshalResult(t *testing.T) {

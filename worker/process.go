@@ -30,7 +30,7 @@ const (
 func (s *session) process(d *delivery) {
 	body, err := protocol.DecodeTask(d.Body)
 	if err != nil {
-		s.deadLetter(d, Task{Type: d.Type, Attempt: retriesSoFar(d.Headers) + 1}, protocol.ReasonMalformed, err)
+		s.deadLetter(d, Task{Type: d.Type, Attempt: retriesSoFar(d.Headers) + 1}, protocol.ReasonMalformed, err, nil)
 		return
 	}
 	t := Task{
@@ -41,9 +41,13 @@ func (s *session) process(d *delivery) {
 		MaxRetries: maxRetries(d.Headers),
 		Payload:    body.Payload,
 	}
+	if s.w.cancelled.has(t.JobID) {
+		s.skip(d, t)
+		return
+	}
 	h := s.w.handler(d.Type)
 	if h == nil {
-		s.deadLetter(d, t, protocol.ReasonUnknownType, unknownType(d.Type))
+		s.deadLetter(d, t, protocol.ReasonUnknownType, unknownType(d.Type), nil)
 		return
 	}
 	log := s.taskLog(t)
@@ -87,25 +91,18 @@ func (s *session) call(h HandlerFunc, t Task, log *slog.Logger) (v any, err erro
 
 // fail settles a task whose run failed, as decideFailure says.
 func (s *session) fail(d *delivery, t Task, res protocol.Result, herr error, log *slog.Logger) {
-	switch decideFailure(herr, t.Attempt, t.MaxRetries) {
+	action, delay := decideFailure(herr, t.Attempt, t.MaxRetries, s.w.cfg.RetryTiers)
+	switch action {
 	case failTask:
-		log.Warn("worker: task failed permanently", "error", herr)
-		res.Status = protocol.StatusFailed
-		res.Error = herr.Error()
-		msg, err := resultMessage(res)
-		if err != nil {
-			// Unreachable: the ids were validated when the task was decoded.
-			s.deadLetter(d, t, protocol.ReasonMalformed, err)
-			return
-		}
-		ev := s.event(t)
-		ev.Kind, ev.Err = EventFailed, herr
-		s.publishThenAck(d, s.w.names.ResultsExchange, protocol.RoutingKeyResult, msg, ev, log)
+		// A permanent failure is dead-lettered like an exhausted one: the
+		// aggregator marks the task failed from dead.q, and people find it
+		// in tasks.dlq.
+		s.deadLetter(d, t, protocol.ReasonPermanent, herr, res.StartedAt)
 	case retryTask:
-		log.Debug("worker: task failed; retrying", "error", herr, "max_retries", t.MaxRetries)
-		s.retry(d, t, herr, log)
+		log.Debug("worker: task failed; retrying", "error", herr, "max_retries", t.MaxRetries, "delay", delay)
+		s.retry(d, t, delay, herr, log)
 	default:
-		s.deadLetter(d, t, protocol.ReasonRetriesExhausted, herr)
+		s.deadLetter(d, t, protocol.ReasonRetriesExhausted, herr, res.StartedAt)
 	}
 }
 
@@ -122,8 +119,9 @@ func (s *session) completedResult(res protocol.Result, value any) (amqp.Publishi
 }
 
 // deadLetter publishes a copy of the task to the dead-letter exchange
-// with the reason and cause in its headers, then acks the task.
-func (s *session) deadLetter(d *delivery, t Task, reason string, cause error) {
+// with the reason and cause in its headers (and when the failed run
+// started, if it ran), then acks the task.
+func (s *session) deadLetter(d *delivery, t Task, reason string, cause error, started *time.Time) {
 	log := s.taskLog(t)
 	log.Warn("worker: task dead-lettered", "reason", reason, "error", cause)
 	msg := s.copyOf(d, t)
@@ -134,10 +132,35 @@ func (s *session) deadLetter(d *delivery, t Task, reason string, cause error) {
 	msg.Headers[protocol.HeaderReason] = reason
 	msg.Headers[protocol.HeaderWorker] = s.w.cfg.Name
 	msg.Headers[protocol.HeaderFailedAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	if started != nil {
+		msg.Headers[protocol.HeaderStartedAt] = started.UTC().Format(time.RFC3339Nano)
+	} else {
+		delete(msg.Headers, protocol.HeaderStartedAt)
+	}
 	msg.Headers[protocol.HeaderRetry] = int64(retriesSoFar(d.Headers))
 	ev := s.event(t)
 	ev.Kind, ev.Reason, ev.Err = EventDeadLettered, reason, cause
 	s.publishThenAck(d, s.w.names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, msg, ev, log)
+}
+
+// skip acks a task of a cancelled job without running it or publishing
+// anything: the job is closed, and nothing about the task matters any
+// more.
+func (s *session) skip(d *delivery, t Task) {
+	log := s.taskLog(t)
+	ran, err := d.settle(func() error { return d.Ack(false) })
+	if !ran {
+		return
+	}
+	if err != nil {
+		// The task comes back when the channel closes, and is skipped again.
+		log.Warn("worker: ack a task of a cancelled job", "error", err)
+		return
+	}
+	log.Debug("worker: task skipped; its job is cancelled")
+	ev := s.event(t)
+	ev.Kind = EventSkipped
+	s.w.emit(ev)
 }
 
 // publishThenAck publishes msg, waits for the broker's confirm, and only

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/warrenhq/warren/protocol"
 )
@@ -12,7 +13,7 @@ type failureAction int
 const (
 	// failTask publishes a failed result: the error is permanent.
 	failTask failureAction = iota
-	// retryTask runs the task again.
+	// retryTask runs the task again after a delay.
 	retryTask
 	// deadLetterTask dead-letters the task: its retries are spent.
 	deadLetterTask
@@ -20,25 +21,34 @@ const (
 
 // decideFailure is the retry policy, in one place: a permanent error fails
 // the task; a transient one retries it while attempt <= maxRetries (so a
-// task runs at most 1+maxRetries times), then dead-letters it.
-func decideFailure(err error, attempt, maxRetries int) failureAction {
+// task runs at most 1+maxRetries times), then dead-letters it. A retry
+// waits in a delay tier: the nth retry in tiers[n-1], every retry past the
+// last tier in the last; the returned delay is that tier's.
+func decideFailure(err error, attempt, maxRetries int, tiers []time.Duration) (failureAction, time.Duration) {
 	switch {
 	case IsPermanent(err):
-		return failTask
+		return failTask, 0
 	case attempt <= maxRetries:
-		return retryTask
+		// This run is attempt; the retry is the attempt-th.
+		return retryTask, tiers[protocol.RetryTier(attempt, len(tiers))]
 	default:
-		return deadLetterTask
+		return deadLetterTask, 0
 	}
 }
 
-// retry schedules another run of the task: for now, at once, by
-// republishing it to the work queue with x-retry incremented (x-max-retries
-// and everything else kept), then acking the original.
-func (s *session) retry(d *delivery, t Task, cause error, log *slog.Logger) {
+// retry schedules another run of the task after delay: it publishes a
+// copy with x-retry incremented (x-max-retries and the other headers
+// kept) to the retry exchange, routed to the tier of that delay, then
+// acks the original. The tier's queue holds the copy for delay and the
+// broker dead-letters it back to the work queue: the worker never holds
+// a message to delay it.
+func (s *session) retry(d *delivery, t Task, delay time.Duration, cause error, log *slog.Logger) {
 	msg := s.copyOf(d, t)
 	msg.Headers[protocol.HeaderRetry] = int64(t.Attempt)
+	// A per-message TTL shorter than the tier would cut the delay short;
+	// the broker drops it when the tier dead-letters the copy anyway.
+	msg.Expiration = ""
 	ev := s.event(t)
-	ev.Kind, ev.Err = EventRetried, cause
-	s.publishThenAck(d, s.w.names.JobsExchange, protocol.RoutingKeyTask, msg, ev, log)
+	ev.Kind, ev.Err, ev.Delay = EventRetried, cause, delay
+	s.publishThenAck(d, s.w.names.RetryExchange, protocol.RetryTierName(delay), msg, ev, log)
 }

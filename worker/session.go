@@ -61,6 +61,8 @@ func newSession(ctx context.Context, w *Worker, pub *broker.Publisher, tag strin
 	}
 }
 
+var errControlLost = errors.New("the control consumer's channel closed or the broker cancelled it")
+
 // delivery is a task delivery that is acked or nacked at most once, by
 // whichever of its handler's goroutine and the shutdown gets there first.
 type delivery struct {
@@ -80,13 +82,15 @@ func (d *delivery) settle(f func() error) (bool, error) {
 // consume starts a handler for each delivery, at most Concurrency at
 // once, until the stop context is done (nil) or a channel or connection
 // closes under it (an error).
-func (s *session) consume(deliveries <-chan amqp.Delivery, publisherDone <-chan struct{}) error {
+func (s *session) consume(deliveries <-chan amqp.Delivery, publisherDone, controlLost <-chan struct{}) error {
 	for {
 		select {
 		case <-s.stop.Done():
 			return nil
 		case <-publisherDone:
 			return errors.New("the publisher's channel closed")
+		case <-controlLost:
+			return errControlLost
 		case d, ok := <-deliveries:
 			if !ok {
 				// Without a close reason it was the broker that cancelled
@@ -106,6 +110,8 @@ func (s *session) consume(deliveries <-chan amqp.Delivery, publisherDone <-chan 
 			case <-publisherDone:
 				// d stays unacked: closing the channel returns it.
 				return errors.New("the publisher's channel closed")
+			case <-controlLost:
+				return errControlLost
 			}
 		}
 	}

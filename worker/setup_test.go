@@ -25,28 +25,41 @@ const taskType = "square"
 // waitTimeout bounds every wait for a signal; a test that hits it fails.
 const waitTimeout = 15 * time.Second
 
+// fastTiers are the retry tiers of most tests: retries come back at once,
+// as far as a test can tell.
+var fastTiers = []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}
+
 // testBundle is one test's own topology, an admin connection to inspect
 // it, and a confirming publisher to send tasks.
 type testBundle struct {
 	names protocol.Names
+	tiers []time.Duration
 	admin *amqp.Connection
 	pub   *broker.Publisher
 }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	names, admin := amqptest.Topology(t, nil)
+	return setupTiers(t, fastTiers)
+}
+
+// setupTiers is setup with the given retry tiers, for the topology and
+// the workers alike, so that the test's cleanup deletes every tier queue.
+func setupTiers(t *testing.T, tiers []time.Duration) *testBundle {
+	t.Helper()
+	names, admin := amqptest.Topology(t, &broker.TopologyOptions{RetryTiers: tiers})
 	pub, err := broker.NewPublisher(amqptest.Dial(t), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	return &testBundle{names: names, admin: admin, pub: pub}
+	return &testBundle{names: names, tiers: tiers, admin: admin, pub: pub}
 }
 
 // config returns a worker configuration for the bundle's topology; cfg's
-// non-zero fields are kept.
+// non-zero fields are kept, except RetryTiers, which are the bundle's.
 func (b *testBundle) config(cfg worker.Config) worker.Config {
 	cfg.AMQPURL = amqptest.URL()
 	cfg.Prefix = b.names.Prefix
+	cfg.RetryTiers = b.tiers
 	if cfg.Name == "" {
 		cfg.Name = "test-worker"
 	}
@@ -63,10 +76,11 @@ func testLogger() *slog.Logger {
 
 // runningWorker is a worker whose Run runs in the background.
 type runningWorker struct {
-	events chan worker.Event
-	cancel context.CancelFunc
-	done   chan struct{} // closed when Run has returned err
-	err    error
+	events  chan worker.Event
+	control chan controlConsumer
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when Run has returned err
+	err     error
 }
 
 // start runs a worker with cfg and handlers; the test's end stops it.
@@ -74,7 +88,11 @@ type runningWorker struct {
 // cfg.OnEvent, if set, has seen them.
 func (b *testBundle) start(t *testing.T, cfg worker.Config, handlers map[string]worker.HandlerFunc) *runningWorker {
 	t.Helper()
-	rw := &runningWorker{events: make(chan worker.Event, 1000), done: make(chan struct{})}
+	rw := &runningWorker{
+		events:  make(chan worker.Event, 1000),
+		control: make(chan controlConsumer, 10),
+		done:    make(chan struct{}),
+	}
 	cfg = b.config(cfg)
 	inner := cfg.OnEvent
 	cfg.OnEvent = func(ev worker.Event) {
@@ -88,6 +106,9 @@ func (b *testBundle) start(t *testing.T, cfg worker.Config, handlers map[string]
 	for typ, h := range handlers {
 		w.Handle(typ, h)
 	}
+	worker.OnControlConsumer(w, func(queue string, ch *amqp.Channel) {
+		rw.control <- controlConsumer{queue, ch}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	rw.cancel = cancel
 	go func() {
@@ -96,6 +117,19 @@ func (b *testBundle) start(t *testing.T, cfg worker.Config, handlers map[string]
 	}()
 	t.Cleanup(func() { _ = rw.stop() })
 	return rw
+}
+
+// controlConsumer is a worker's control queue and its channel.
+type controlConsumer struct {
+	queue string
+	ch    *amqp.Channel
+}
+
+// listening waits until the worker consumes its control queue, and
+// returns it: from then on it hears cancels.
+func (rw *runningWorker) listening(t *testing.T) controlConsumer {
+	t.Helper()
+	return recv(t, rw.control, "control consumer")
 }
 
 // stop cancels Run's context and returns Run's error.

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -45,7 +46,15 @@ type Worker struct {
 	mu       sync.RWMutex
 	handlers map[string]HandlerFunc
 
+	// cancelled holds the jobs cancelled by control broadcasts; it
+	// outlives one Run, so a reconnecting worker still skips them.
+	cancelled *cancelSet
+
 	running atomic.Bool
+
+	// testHookControl, set only by tests, sees the control queue and its
+	// channel once the worker consumes it.
+	testHookControl func(queue string, ch *amqp.Channel)
 }
 
 // New returns a Worker for cfg with defaults applied, or an error naming
@@ -56,10 +65,11 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{
-		cfg:      cfg,
-		names:    protocol.NamesFor(cfg.Prefix),
-		log:      cfg.Logger.With("worker", cfg.Name),
-		handlers: make(map[string]HandlerFunc),
+		cfg:       cfg,
+		names:     protocol.NamesFor(cfg.Prefix),
+		log:       cfg.Logger.With("worker", cfg.Name),
+		handlers:  make(map[string]HandlerFunc),
+		cancelled: newCancelSet(maxCancelledJobs, cancelledJobTTL, time.Now),
 	}, nil
 }
 
@@ -90,17 +100,20 @@ func (w *Worker) handler(taskType string) HandlerFunc {
 	return w.handlers[taskType]
 }
 
-// Run connects to the broker, declares warren's topology, and runs tasks
-// from the work queue until ctx is done. Then it stops taking tasks,
-// returns the ones it had not started to the queue, and waits up to
+// Run connects to the broker, declares warren's topology, listens to the
+// control exchange, and runs tasks from the work queue until ctx is done.
+// Tasks of jobs cancelled by a control broadcast are acked without
+// running (EventSkipped). Once ctx is done it stops taking tasks, returns
+// the ones it had not started to the queue, and waits up to
 // Config.ShutdownTimeout for the running handlers to finish and their
 // outcomes to be published and acked; handlers still running after that
 // have their context cancelled and their tasks are returned to the queue.
 // It returns nil after such a shutdown.
 //
 // Run returns an error wrapping ErrConnectionLost if the broker connection
-// is lost (it does not reconnect), and an error if it cannot connect, no
-// handler is registered, or Run is already running on w.
+// is lost or its task or control consumer ends (it does not reconnect),
+// and an error if it cannot connect, no handler is registered, or Run is
+// already running on w.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.RLock()
 	n := len(w.handlers)
@@ -118,7 +131,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer func() { _ = consumerConn.Close() }()
-	if err := broker.DeclareTopology(consumerConn, w.names, &broker.TopologyOptions{DeliveryLimit: w.cfg.DeliveryLimit}); err != nil {
+	topology := &broker.TopologyOptions{DeliveryLimit: w.cfg.DeliveryLimit, RetryTiers: w.cfg.RetryTiers}
+	if err := broker.DeclareTopology(consumerConn, w.names, topology); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	// Outcomes are published on a connection of their own: when RabbitMQ
@@ -137,6 +151,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer func() { _ = pub.Close() }()
 
 	tag := consumerTag(w.cfg.Name)
+	// Cancels are heard before the first task is taken.
+	control, err := w.consumeControl(consumerConn, tag+" control")
+	if err != nil {
+		return err
+	}
+	go control.run(w)
+	defer control.close()
+
 	ch, deliveries, err := broker.Consume(consumerConn, w.names.TasksQueue, tag, w.cfg.Prefetch)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -149,8 +171,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("worker: consuming", "queue", w.names.TasksQueue,
 		"concurrency", w.cfg.Concurrency, "prefetch", w.cfg.Prefetch)
 
-	if err := s.consume(deliveries, pub.Done()); err != nil {
-		err = fmt.Errorf("%w: %v", ErrConnectionLost, closeReason(err, consumerLost, publisherLost))
+	if err := s.consume(deliveries, pub.Done(), control.lost); err != nil {
+		err = fmt.Errorf("%w: %v", ErrConnectionLost, closeReason(err, consumerLost, control.closes, publisherLost))
 		w.log.Error("worker: stopped", "error", err)
 		s.abandon()
 		return err

@@ -219,11 +219,11 @@ func TestRunRetriesAPanicThenDeadLettersIt(t *testing.T) {
 	require.Zero(t, b.depth(t, b.names.ResultsQueue))
 }
 
-func TestRunPermanentErrorFailsWithoutRetry(t *testing.T) {
+func TestRunPermanentErrorIsDeadLetteredWithoutRetry(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var runs atomic.Int64
-	rw := b.start(t, worker.Config{}, map[string]worker.HandlerFunc{
+	rw := b.start(t, worker.Config{Name: "w-perm"}, map[string]worker.HandlerFunc{
 		taskType: func(context.Context, worker.Task) (any, error) {
 			runs.Add(1)
 			return nil, worker.Permanent(errors.New("bad input"))
@@ -231,21 +231,24 @@ func TestRunPermanentErrorFailsWithoutRetry(t *testing.T) {
 	})
 	b.publishTask(t, taskType, "job-f", 3, `{}`, retries(3))
 
-	ev := rw.expect(t, worker.EventFailed)[0]
+	ev := rw.expect(t, worker.EventDeadLettered)[0]
 	require.True(t, worker.IsPermanent(ev.Err))
+	require.Equal(t, protocol.ReasonPermanent, ev.Reason)
 	require.Equal(t, 1, ev.Attempt)
 
-	r, _ := b.result(t)
-	require.Equal(t, protocol.StatusFailed, r.Status)
-	require.Equal(t, "bad input", r.Error)
-	require.Equal(t, "null", string(r.Result))
-	require.Equal(t, 1, r.Attempt)
-
+	for _, q := range []string{b.names.TasksDLQ, b.names.DeadQueue} {
+		d := b.get(t, q)
+		requireDeadLetter(t, d, protocol.ReasonPermanent, "bad input", "w-perm")
+		require.Equal(t, int64(0), d.Headers[protocol.HeaderRetry], "no retry, in %s", q)
+		started, ok := d.Headers[protocol.HeaderStartedAt].(string)
+		require.True(t, ok, "the failed run's start, in %s", q)
+		_, err := time.Parse(time.RFC3339Nano, started)
+		require.NoError(t, err)
+	}
 	require.NoError(t, rw.stop())
 	require.EqualValues(t, 1, runs.Load())
 	require.Zero(t, b.depth(t, b.names.TasksQueue))
-	require.Zero(t, b.depth(t, b.names.TasksDLQ))
-	require.Zero(t, b.depth(t, b.names.DeadQueue))
+	require.Zero(t, b.depth(t, b.names.ResultsQueue), "no result message")
 }
 
 // A result that cannot be marshalled can never be published: the task
@@ -253,49 +256,15 @@ func TestRunPermanentErrorFailsWithoutRetry(t *testing.T) {
 func TestRunUnmarshallableResultFailsTheTask(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	rw := b.start(t, worker.Config{}, map[string]worker.HandlerFunc{
+	rw := b.start(t, worker.Config{Name: "w-marshal"}, map[string]worker.HandlerFunc{
 		taskType: func(context.Context, worker.Task) (any, error) { return func() {}, nil },
 	})
 	b.publishTask(t, taskType, "job-g", 1, `{}`, nil)
 
-	rw.expect(t, worker.EventFailed)
-	r, _ := b.result(t)
-	require.Equal(t, protocol.StatusFailed, r.Status)
-	require.Contains(t, r.Error, "func()")
-}
-
-func TestRunRetriesTransientErrorsUntilSuccess(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	seen := make(chan worker.Task, 10)
-	rw := b.start(t, worker.Config{}, map[string]worker.HandlerFunc{
-		taskType: func(ctx context.Context, task worker.Task) (any, error) {
-			seen <- task
-			if task.Attempt < 3 {
-				return nil, fmt.Errorf("flaky %d", task.Attempt)
-			}
-			return square(ctx, task)
-		},
-	})
-	b.publishTask(t, taskType, "job-h", 4, `{"x": 4}`, retries(5))
-
-	evs := rw.expect(t, worker.EventRetried, worker.EventRetried, worker.EventCompleted)
-	require.EqualError(t, evs[0].Err, "flaky 1")
-	require.EqualError(t, evs[1].Err, "flaky 2")
-	for i := 1; i <= 3; i++ {
-		task := recv(t, seen, "handler call")
-		require.Equal(t, i, task.Attempt)
-		require.Equal(t, 5, task.MaxRetries, "x-max-retries is kept on retries")
-		require.JSONEq(t, `{"x": 4}`, string(task.Payload))
-	}
-
-	r, _ := b.result(t)
-	require.Equal(t, protocol.StatusCompleted, r.Status)
-	require.Equal(t, 3, r.Attempt)
-	require.JSONEq(t, `{"square": 16}`, string(r.Result))
-	require.NoError(t, rw.stop())
-	require.Zero(t, b.depth(t, b.names.TasksQueue))
-	require.Zero(t, b.depth(t, b.names.ResultsQueue))
+	rw.expect(t, worker.EventDeadLettered)
+	d := b.get(t, b.names.DeadQueue)
+	require.Equal(t, protocol.ReasonPermanent, d.Headers[protocol.HeaderReason])
+	require.Contains(t, d.Headers[protocol.HeaderError], "func()")
 }
 
 func TestRunDeadLettersAnUnknownType(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -52,7 +53,9 @@ func Dial(t testing.TB) *amqp.Connection {
 }
 
 // Topology declares warren's topology under a fresh prefix and deletes it
-// when the test ends. It returns the names and an admin connection.
+// when the test ends, retry tiers included (those of opts and the
+// defaults; a test whose workers declare other tiers must pass them in
+// opts). It returns the names and an admin connection.
 func Topology(t testing.TB, opts *broker.TopologyOptions) (protocol.Names, *amqp.Connection) {
 	t.Helper()
 	names := protocol.NamesFor(Prefix(t))
@@ -67,7 +70,11 @@ func Topology(t testing.TB, opts *broker.TopologyOptions) (protocol.Names, *amqp
 			return
 		}
 		defer func() { _ = c.Close() }()
-		if err := broker.DeleteTopology(c, names); err != nil {
+		var tiers []time.Duration
+		if opts != nil {
+			tiers = opts.RetryTiers
+		}
+		if err := broker.DeleteTopology(c, names, tiers...); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})

@@ -35,6 +35,8 @@ var commands = []command{
 	{"submit", "submit a JSON or NDJSON job spec; prints the job id", runSubmit},
 	{"status", "show a job's status", runStatus},
 	{"watch", "show a job's progress until it closes", runWatch},
+	{"redrive", "requeue the failed tasks of a job and reopen it", runRedrive},
+	{"dlq", "list, replay or purge dead letters", runDLQ},
 	{"migrate", "apply the job store's schema migrations and exit", runMigrate},
 }
 

@@ -15,9 +15,13 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/aggregator"
 	"github.com/warrenhq/warren/api"
 	"github.com/warrenhq/warren/broker"
+	"github.com/warrenhq/warren/dlq"
+	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/reconciler"
 	"github.com/warrenhq/warren/relay"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/open"
@@ -92,6 +96,8 @@ type stack struct {
 	pub      *broker.Publisher
 	relay    *relay.Relay
 	agg      *aggregator.Aggregator
+	recon    *reconciler.Reconciler
+	names    protocol.Names
 	http     *http.Server
 	listener net.Listener
 }
@@ -106,6 +112,7 @@ func openStack(ctx context.Context, f *stackFlags, tokens []api.Token, log *slog
 		}
 	}()
 	names := f.names()
+	s.names = names
 	if s.store, err = open.Open(ctx, f.databaseURL); err != nil {
 		return nil, err
 	}
@@ -130,7 +137,11 @@ func openStack(ctx context.Context, f *stackFlags, tokens []api.Token, log *slog
 		Name: "warren_relay_published_total",
 		Help: "Task messages the relay published and the broker confirmed.",
 	})
-	reg.MustRegister(published, relay.NewBacklogCollector(s.store))
+	queues := []string{names.TasksQueue, names.ResultsQueue, names.DeadQueue, names.TasksDLQ, names.ResultsDLQ}
+	for _, d := range protocol.DefaultRetryTiers {
+		queues = append(queues, names.RetryQueue(protocol.RetryTierName(d)))
+	}
+	reg.MustRegister(published, relay.NewBacklogCollector(s.store), broker.NewDepthCollector(s.conConn, queues...))
 	aggMetrics := aggregator.NewMetrics(reg)
 	apiMetrics, err := api.NewMetrics(reg, s.store)
 	if err != nil {
@@ -142,14 +153,35 @@ func openStack(ctx context.Context, f *stackFlags, tokens []api.Token, log *slog
 		return nil, err
 	}
 	if s.agg, err = aggregator.New(aggregator.Config{Store: s.store, Conn: s.conConn, Names: names,
-		BatchSize: f.aggBatch, Linger: f.aggLinger, Logger: log, Hooks: aggMetrics.Hooks(aggregator.Hooks{})}); err != nil {
+		BatchSize: f.aggBatch, Linger: f.aggLinger, Logger: log, Hooks: aggMetrics.Hooks(aggregator.Hooks{
+			// A job closed failed (fail-fast, say) may still have tasks in
+			// the queue: workers skip them.
+			OnJobClosed: func(id string, state warren.JobState) {
+				if state == warren.JobFailed {
+					s.broadcastCancel(id)
+				}
+			},
+		})}); err != nil {
+		return nil, err
+	}
+	if s.recon, err = reconciler.New(reconciler.Config{Store: s.store, Logger: log,
+		OnRequeued:     func(int) { s.relay.Wake() },
+		OnReadyToClose: s.agg.RequestClose,
+	}); err != nil {
+		return nil, err
+	}
+	deadLetters, err := dlq.New(dlq.Config{Conn: s.conConn, Publisher: s.pub, Names: names, Store: s.store, Logger: log})
+	if err != nil {
 		return nil, err
 	}
 	handler, err := api.New(api.Config{
-		Store: s.store, Tokens: tokens, MaxBodyBytes: f.maxBody, Gatherer: reg, Metrics: apiMetrics,
-		Ready:    s.brokerReady,
-		OnSubmit: func(string) { s.relay.Wake() },
-		Logger:   log,
+		DeadLetters: deadLetters,
+		Store:       s.store, Tokens: tokens, MaxBodyBytes: f.maxBody, Gatherer: reg, Metrics: apiMetrics,
+		Ready:     s.brokerReady,
+		OnSubmit:  func(string) { s.relay.Wake() },
+		OnRedrive: func(string) { s.relay.Wake() },
+		OnCancel:  s.broadcastCancel,
+		Logger:    log,
 	})
 	if err != nil {
 		return nil, err
@@ -159,6 +191,20 @@ func openStack(ctx context.Context, f *stackFlags, tokens []api.Token, log *slog
 	}
 	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	return s, nil
+}
+
+// broadcastCancel tells every worker, in the background, to skip the
+// job's remaining tasks. A missed broadcast costs only wasted work: the
+// aggregator ignores results of closed jobs.
+func (s *stack) broadcastCancel(jobID string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := broker.PublishCancel(ctx, s.pub, s.names, jobID); err != nil {
+			s.log.Warn("cancel broadcast failed; workers will run the job's queued tasks and their results will be ignored",
+				"job_id", jobID, "error", err)
+		}
+	}()
 }
 
 // brokerReady reports whether both broker connections are open.
@@ -184,6 +230,7 @@ func (s *stack) run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return stopOthers(gctx, "relay", s.relay.Run(gctx)) })
 	g.Go(func() error { return stopOthers(gctx, "aggregator", s.agg.Run(gctx)) })
+	g.Go(func() error { return stopOthers(gctx, "reconciler", s.recon.Run(gctx)) })
 	g.Go(func() error {
 		err := s.http.Serve(s.listener)
 		if errors.Is(err, http.ErrServerClosed) {

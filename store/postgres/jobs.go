@@ -19,25 +19,27 @@ import (
 
 // jobColumns is the column list scanJob reads, in its order.
 const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks,
-	reduce, max_retries, tolerated_failures, tolerated_failure_percent, fail_fast,
+	reduce, max_retries, tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms,
 	metadata, coalesce(idempotency_key, ''), created_at, started_at, finished_at,
 	result_location, error`
 
 // scanJob reads one row of jobColumns.
 func scanJob(row pgx.Row) (warren.Job, error) {
 	var (
-		j        warren.Job
-		state    string
-		metadata []byte
+		j         warren.Job
+		state     string
+		timeoutMS int64
+		metadata  []byte
 	)
 	err := row.Scan(&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent, &j.Policy.FailFast,
-		&metadata, &j.IdempotencyKey, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
+		&timeoutMS, &metadata, &j.IdempotencyKey, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
 		&j.ResultLocation, &j.Error)
 	if err != nil {
 		return warren.Job{}, err
 	}
 	j.State = warren.JobState(state)
+	j.Policy.TaskTimeout = time.Duration(timeoutMS) * time.Millisecond
 	j.Metadata = metadata
 	j.CreatedAt = j.CreatedAt.UTC()
 	j.StartedAt = utc(j.StartedAt)
@@ -73,12 +75,12 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	var inserted string
 	err = tx.QueryRow(ctx, `
 		INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
-			tolerated_failure_percent, fail_fast, metadata, idempotency_key, created_at)
-		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, NULLIF($9, ''), $10)
+			tolerated_failure_percent, fail_fast, task_timeout_ms, metadata, idempotency_key, created_at)
+		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $9, NULLIF($10, ''), $11)
 		ON CONFLICT (idempotency_key) DO NOTHING
 		RETURNING id`,
 		id, spec.Type, p.Reduce, p.MaxRetries, p.ToleratedFailures,
-		p.ToleratedFailurePercent, p.FailFast, []byte(spec.Metadata), spec.IdempotencyKey, s.clock(),
+		p.ToleratedFailurePercent, p.FailFast, p.TaskTimeout.Milliseconds(), []byte(spec.Metadata), spec.IdempotencyKey, s.clock(),
 	).Scan(&inserted)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -135,7 +135,7 @@ func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (st
 	slices.Sort(report.Unknown)
 
 	if report.ReadyToClose, err = bumpCounters(ctx, tx, deltas); err != nil {
-		return store.ApplyReport{}, err
+		return store.ApplyReport{}, fmt.Errorf("postgres: apply outcomes: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return store.ApplyReport{}, fmt.Errorf("postgres: apply outcomes: commit: %w", err)
@@ -226,7 +226,7 @@ func bumpCounters(ctx context.Context, tx pgx.Tx, deltas map[string]*counts) ([]
 			&p.ToleratedFailures, &p.ToleratedFailurePercent, &p.FailFast)
 		if err != nil {
 			_ = br.Close()
-			return nil, fmt.Errorf("postgres: apply outcomes: count results of job %q: %w", id, err)
+			return nil, fmt.Errorf("count results of job %q: %w", id, err)
 		}
 		d := deltas[id]
 		before := readyToClose(p, expected, completed-d.completed, failed-d.failed)
@@ -235,7 +235,7 @@ func bumpCounters(ctx context.Context, tx pgx.Tx, deltas map[string]*counts) ([]
 		}
 	}
 	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("postgres: apply outcomes: %w", err)
+		return nil, fmt.Errorf("count results: %w", err)
 	}
 	return ready, nil
 }

@@ -118,9 +118,14 @@ func markQueued(ctx context.Context, tx pgx.Tx, refs []store.TaskRef, now time.T
 		}
 	}
 	b := &pgx.Batch{}
+	// A pending task gets queued_at now even if it has one: this publish
+	// (after a redrive or a reconciler's requeue) starts its task timeout
+	// afresh. A task an early result finished keeps its state and gets a
+	// queued_at only if it had none.
 	b.Queue(`
-		UPDATE tasks SET queued_at = COALESCE(tasks.queued_at, $3),
-		       state = CASE WHEN tasks.state = 'pending' THEN 'queued' ELSE tasks.state END
+		UPDATE tasks
+		SET queued_at = CASE WHEN tasks.state = 'pending' THEN $3 ELSE COALESCE(tasks.queued_at, $3) END,
+		    state = CASE WHEN tasks.state = 'pending' THEN 'queued' ELSE tasks.state END
 		FROM unnest($1::text[], $2::bigint[]) AS r(job_id, task_id)
 		WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id
 		  AND (tasks.state = 'pending' OR tasks.queued_at IS NULL)`,

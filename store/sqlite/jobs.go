@@ -10,6 +10,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 
@@ -39,6 +40,8 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 		IdempotencyKey: spec.IdempotencyKey,
 		CreatedAt:      now(),
 	}
+	// The timeout is stored in milliseconds: return what GetJob will.
+	job.Policy.TaskTimeout = job.Policy.TaskTimeout.Truncate(time.Millisecond)
 	if job.ID == "" {
 		job.ID = ulid.Make().String()
 	}
@@ -108,10 +111,11 @@ func insertJob(ctx context.Context, tx *sql.Tx, j warren.Job) error {
 		metadata = []byte(j.Metadata)
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
-		tolerated_failure_percent, fail_fast, metadata, idempotency_key, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		tolerated_failure_percent, fail_fast, task_timeout_ms, metadata, idempotency_key, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		j.ID, j.Type, string(j.State), j.Policy.Reduce, j.Policy.MaxRetries, j.Policy.ToleratedFailures,
-		j.Policy.ToleratedFailurePercent, j.Policy.FailFast, metadata, key, j.CreatedAt.UnixMicro())
+		j.Policy.ToleratedFailurePercent, j.Policy.FailFast, j.Policy.TaskTimeout.Milliseconds(),
+		metadata, key, j.CreatedAt.UnixMicro())
 	return err
 }
 
@@ -169,7 +173,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (warren.Job, error) {
 }
 
 const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks, reduce, max_retries,
-	tolerated_failures, tolerated_failure_percent, fail_fast, metadata, COALESCE(idempotency_key, ''),
+	tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms, metadata, COALESCE(idempotency_key, ''),
 	created_at, started_at, finished_at, result_location, error, seq`
 
 // getJob returns the one job matching where, or warren.ErrNotFound.
@@ -188,16 +192,18 @@ func scanJob(row interface{ Scan(...any) error }) (warren.Job, int64, error) {
 		state             string
 		metadata          []byte
 		created, seq      int64
+		timeoutMS         int64
 		started, finished sql.NullInt64
 	)
 	err := row.Scan(&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent,
-		&j.Policy.FailFast, &metadata, &j.IdempotencyKey, &created, &started, &finished,
+		&j.Policy.FailFast, &timeoutMS, &metadata, &j.IdempotencyKey, &created, &started, &finished,
 		&j.ResultLocation, &j.Error, &seq)
 	if err != nil {
 		return warren.Job{}, 0, err
 	}
 	j.State = warren.JobState(state)
+	j.Policy.TaskTimeout = time.Duration(timeoutMS) * time.Millisecond
 	j.Metadata = nilIfEmpty(metadata)
 	j.CreatedAt = *timeOf(sql.NullInt64{Int64: created, Valid: true})
 	j.StartedAt = timeOf(started)

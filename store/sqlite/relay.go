@@ -90,12 +90,16 @@ func (s *Store) markQueued(ctx context.Context, offered []store.OutboxTask, refs
 		}
 	}
 	at := now().UnixMicro()
-	// A fast worker's result may have finished a task before its mark:
-	// the task keeps its terminal state and still gets its queued_at.
+	// A pending task gets queued_at now even if it has one: this publish
+	// (after a redrive or a reconciler's requeue) starts its task timeout
+	// afresh. A fast worker's result may have finished a task before its
+	// mark: the task keeps its terminal state and still gets a queued_at
+	// if it had none.
 	var marked int
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		mark, err := tx.PrepareContext(ctx, `UPDATE tasks SET queued_at = COALESCE(queued_at, ?1),
-			state = CASE WHEN state = 'pending' THEN 'queued' ELSE state END
+		mark, err := tx.PrepareContext(ctx, `UPDATE tasks
+			SET queued_at = CASE WHEN state = 'pending' THEN ?1 ELSE COALESCE(queued_at, ?1) END,
+			    state = CASE WHEN state = 'pending' THEN 'queued' ELSE state END
 			WHERE job_id = ?2 AND task_id = ?3 AND (state = 'pending' OR queued_at IS NULL)`)
 		if err != nil {
 			return err

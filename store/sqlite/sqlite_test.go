@@ -2,11 +2,13 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -311,4 +313,60 @@ func TestSlowSubmissionDoesNotBlockWriters(t *testing.T) {
 	got, err := s.GetJob(ctx, other.ID)
 	require.NoError(t, err)
 	require.Equal(t, warren.JobRunning, got.State)
+}
+
+// The reconciler's query seeks the queued tasks published before its
+// cutoff through tasks_queued, in order: it never reads the others and
+// never sorts.
+func TestStaleQuerySeeksQueuedTasks(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, filepath.Join(t.TempDir(), "warren.db"))
+	rows, err := s.r.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+staleSQL, 0, 3600000, 10)
+	require.NoError(t, err)
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+		plan = append(plan, detail)
+	}
+	require.NoError(t, rows.Err())
+	require.Contains(t, plan, "SEARCH t USING INDEX tasks_queued (queued_at<?)")
+	for _, step := range plan {
+		require.NotContains(t, step, "TEMP B-TREE", "the stale query sorts: %q", plan)
+	}
+}
+
+// A file written before migration 0002 migrates forward: its jobs get the
+// default task timeout and the reconciler finds their stale tasks.
+func TestMigratesVersion1FileForward(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "warren.db")
+	ms, err := migrations()
+	require.NoError(t, err)
+	require.Equal(t, 1, ms[0].version)
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	queued := time.Now().Add(-2 * time.Hour).UnixMicro()
+	for _, stmt := range []string{
+		`CREATE TABLE warren_schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT`,
+		ms[0].sql,
+		`INSERT INTO warren_schema_migrations VALUES (1, '` + ms[0].name + `', 0)`,
+		`INSERT INTO jobs (id, type, state, expected_tasks, max_retries, created_at) VALUES ('old', 't', 'running', 1, 3, 0)`,
+		fmt.Sprintf(`INSERT INTO tasks (job_id, task_id, state, payload, queued_at) VALUES ('old', 1, 'queued', X'31', %d)`, queued),
+	} {
+		_, err := db.ExecContext(t.Context(), stmt)
+		require.NoError(t, err, stmt)
+	}
+	require.NoError(t, db.Close())
+
+	s := openTest(t, path)
+	job, err := s.GetJob(t.Context(), "old")
+	require.NoError(t, err)
+	require.Zero(t, job.Policy.TaskTimeout)
+	require.Equal(t, warren.DefaultTaskTimeout, job.Policy.EffectiveTaskTimeout())
+	report, err := s.ReconcileStale(t.Context(), time.Now(), 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, report.Requeued)
 }

@@ -49,6 +49,10 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ScanResults", testScanResults},
 		{"JobErrors", testJobErrors},
 		{"Counts", testCounts},
+		{"TaskTimeout", testTaskTimeout},
+		{"RedriveJob", testRedriveJob},
+		{"ReopenTask", testReopenTask},
+		{"ReconcileStale", testReconcileStale},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

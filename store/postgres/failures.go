@@ -1,0 +1,328 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// lostError is the error of a task the reconciler fails as lost.
+const lostError = "lost: no result within the task timeout"
+
+// requeueSQL locks job $1's tasks in the states $2, in task id order, moves
+// them back to pending with their attempts kept and the rest of their last
+// run cleared (queued_at stays: the relay's mark replaces it), and counts
+// how many were failed and how many it moved in all.
+const requeueSQL = `
+	WITH locked AS (
+		SELECT task_id, state FROM tasks
+		WHERE job_id = $1 AND state = ANY($2::text[])
+		ORDER BY task_id
+		FOR UPDATE
+	), requeued AS (
+		UPDATE tasks SET state = 'pending', error = '', result = NULL, started_at = NULL, finished_at = NULL
+		FROM locked
+		WHERE tasks.job_id = $1 AND tasks.task_id = locked.task_id
+		RETURNING locked.state
+	)
+	SELECT count(*) FILTER (WHERE state = 'failed'), count(*) FROM requeued`
+
+// reopenJobSQL moves closed job $1 back to running, without finished_at,
+// error or result location, and drops its failed counter by $2.
+const reopenJobSQL = `
+	UPDATE jobs SET state = 'running', failed_tasks = failed_tasks - $2,
+		finished_at = NULL, error = '', result_location = ''
+	WHERE id = $1 AND state IN ('failed', 'completed')
+	RETURNING ` + jobColumns
+
+// RedriveJob reopens job id, closed as failed or completed, in one
+// transaction: its failed tasks, and the tasks that closing it cancelled
+// (a fail-fast job's tasks that never finished), go back to pending with
+// their attempts kept; the failed counter drops by the failed ones; the
+// job is running again, without finished_at, error, result location or
+// stored result. It returns the reopened job and how many tasks went back
+// to pending, both kinds together, so that completed + failed + pending
+// tasks is expected again. The task rows are locked before the job row
+// (the package's lock order), and the job moves by a guarded transition:
+// of concurrent redrives of one job exactly one succeeds. An open or
+// cancelled job, or one without a failed task: warren.ErrConflict; an
+// unknown one: warren.ErrNotFound.
+func (s *Store) RedriveJob(ctx context.Context, id string) (warren.Job, int, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return warren.Job{}, 0, fmt.Errorf("postgres: redrive job %q: %w", id, err)
+	}
+	defer rollback(ctx, tx)
+
+	var state string
+	err = tx.QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1`, id).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return warren.Job{}, 0, notFound(id)
+	}
+	if err != nil {
+		return warren.Job{}, 0, fmt.Errorf("postgres: redrive job %q: %w", id, err)
+	}
+	if !isReopenable(warren.JobState(state)) {
+		return warren.Job{}, 0, fmt.Errorf("postgres: redrive job %q: %w: the job is %s", id, warren.ErrConflict, state)
+	}
+	var failed, requeued int64
+	states := []string{string(warren.TaskFailed), string(warren.TaskCancelled)}
+	if err := tx.QueryRow(ctx, requeueSQL, id, states).Scan(&failed, &requeued); err != nil {
+		return warren.Job{}, 0, fmt.Errorf("postgres: redrive job %q: requeue tasks: %w", id, err)
+	}
+	if failed == 0 {
+		return warren.Job{}, 0, fmt.Errorf("postgres: redrive job %q: %w: the job has no failed task", id, warren.ErrConflict)
+	}
+	job, err := scanJob(tx.QueryRow(ctx, reopenJobSQL, id, failed))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return warren.Job{}, 0, fmt.Errorf("postgres: redrive job %q: %w: the job was reopened meanwhile", id, warren.ErrConflict)
+	}
+	if err != nil {
+		return warren.Job{}, 0, fmt.Errorf("postgres: redrive job %q: %w", id, err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM job_results WHERE job_id = $1`, id); err != nil {
+		return warren.Job{}, 0, fmt.Errorf("postgres: redrive job %q: delete result: %w", id, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return warren.Job{}, 0, fmt.Errorf("postgres: redrive job %q: commit: %w", id, err)
+	}
+	return job, int(requeued), nil
+}
+
+// reopenTries bounds how often ReopenTask starts over when the task's job
+// closed between its first look and its lock.
+const reopenTries = 5
+
+// ReopenTask makes failed task taskID of job jobID queued again (queued_at
+// now, attempts kept, error, result and timestamps cleared) for a
+// dead-letter replay that republishes it, and drops the job's failed
+// counter by one, in one transaction. A closed job (failed or completed)
+// reopens as running, as RedriveJob leaves it, and its tasks that closing
+// it cancelled go back to pending: they never ran, and the job must be
+// able to close again with every task accounted for. It returns false,
+// changing nothing, when the task is not failed or the job is cancelled.
+// Unknown job or task: warren.ErrNotFound.
+func (s *Store) ReopenTask(ctx context.Context, jobID string, taskID int64) (bool, error) {
+	for range reopenTries {
+		reopened, again, err := s.reopenTask(ctx, jobID, taskID)
+		if err != nil {
+			return false, fmt.Errorf("postgres: reopen task %d of job %q: %w", taskID, jobID, err)
+		}
+		if !again {
+			return reopened, nil
+		}
+	}
+	return false, fmt.Errorf("postgres: reopen task %d of job %q: the job closed under it %d times", taskID, jobID, reopenTries)
+}
+
+// reopenTask is one try of ReopenTask. It locks the task rows it changes
+// (the task, and for a closed job its cancelled tasks) in task id order
+// before the job row; which rows those are depends on the job's state as
+// first read, so when the locked job row shows the job closed meanwhile
+// it changes nothing and asks to start over (again).
+func (s *Store) reopenTask(ctx context.Context, jobID string, taskID int64) (reopened, again bool, err error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return false, false, err
+	}
+	defer rollback(ctx, tx)
+
+	var seen string
+	err = tx.QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1`, jobID).Scan(&seen)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, false, warren.ErrNotFound
+	}
+	if err != nil {
+		return false, false, err
+	}
+	wasClosed := isReopenable(warren.JobState(seen))
+	rows, err := tx.Query(ctx, `
+		SELECT task_id, state FROM tasks
+		WHERE job_id = $1 AND (task_id = $2 OR ($3 AND state = 'cancelled'))
+		ORDER BY task_id
+		FOR UPDATE`, jobID, taskID, wasClosed)
+	if err != nil {
+		return false, false, err
+	}
+	var (
+		taskState string
+		cancelled []int64
+	)
+	err = forEachRow(rows, func(id int64, state string) {
+		if id == taskID {
+			taskState = state
+		} else {
+			cancelled = append(cancelled, id)
+		}
+	})
+	if err != nil {
+		return false, false, err
+	}
+	if taskState == "" {
+		return false, false, fmt.Errorf("task %d: %w", taskID, warren.ErrNotFound)
+	}
+	if warren.TaskState(taskState) != warren.TaskFailed {
+		return false, false, nil
+	}
+	var state string
+	if err := tx.QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1 FOR UPDATE`, jobID).Scan(&state); err != nil {
+		return false, false, err
+	}
+	isClosed := isReopenable(warren.JobState(state))
+	switch {
+	case warren.JobState(state) == warren.JobCancelled:
+		return false, false, nil
+	case isClosed && !wasClosed:
+		return false, true, nil
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE tasks SET state = 'queued', queued_at = $3, error = '', result = NULL, started_at = NULL, finished_at = NULL
+		WHERE job_id = $1 AND task_id = $2`, jobID, taskID, s.clock()); err != nil {
+		return false, false, err
+	}
+	if isClosed {
+		if _, err := tx.Exec(ctx, `
+			UPDATE tasks SET state = 'pending', error = '', result = NULL, started_at = NULL, finished_at = NULL
+			WHERE job_id = $1 AND task_id = ANY($2) AND state = 'cancelled'`, jobID, cancelled); err != nil {
+			return false, false, err
+		}
+		if _, err := tx.Exec(ctx, reopenJobSQL, jobID, 1); err != nil {
+			return false, false, err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM job_results WHERE job_id = $1`, jobID); err != nil {
+			return false, false, err
+		}
+	} else if _, err := tx.Exec(ctx, `UPDATE jobs SET failed_tasks = failed_tasks - 1 WHERE id = $1`, jobID); err != nil {
+		return false, false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, false, err
+	}
+	return true, false, nil
+}
+
+// isReopenable reports whether a job in state is closed in a way a failed
+// task can reopen: failed, or completed with tolerated failures.
+func isReopenable(state warren.JobState) bool {
+	return state == warren.JobFailed || state == warren.JobCompleted
+}
+
+// forEachRow calls fn with each (task_id, state) row of rows.
+func forEachRow(rows pgx.Rows, fn func(id int64, state string)) error {
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id    int64
+			state string
+		)
+		if err := rows.Scan(&id, &state); err != nil {
+			return err
+		}
+		fn(id, state)
+	}
+	return rows.Err()
+}
+
+// reconcileSQL claims up to $3 queued tasks of open jobs whose last publish
+// (queued_at) is more than their job's task timeout before $1 ($2 is the
+// default timeout in milliseconds), oldest publish first, skipping rows
+// another transaction holds, and in the same statement sends each back to
+// pending or fails it as lost ($4) at $1, with attempts+1.
+//
+// The first queued_at bound, with the shortest timeout of any open job,
+// lets tasks_queued_idx yield only the tasks queued before it, in order;
+// the second applies each task's own job's timeout. A task another
+// transaction finished or cancelled after this statement's snapshot is
+// re-checked once locked and left out. The job rows are read, not locked:
+// closing a job locks its unfinished tasks first, which this claim either
+// holds (the close waits) or skips.
+const reconcileSQL = `
+	WITH stale AS (
+		SELECT t.job_id, t.task_id, t.attempts + 1 <= j.max_retries AS retry
+		FROM tasks t JOIN jobs j ON j.id = t.job_id
+		WHERE t.state = 'queued'
+		  AND t.queued_at < $1::timestamptz - interval '1 millisecond' * (
+		      SELECT min(CASE WHEN task_timeout_ms > 0 THEN task_timeout_ms ELSE $2::bigint END)
+		      FROM jobs WHERE state IN ('pending', 'running'))
+		  AND j.state IN ('pending', 'running')
+		  AND t.queued_at < $1::timestamptz - interval '1 millisecond' *
+		      CASE WHEN j.task_timeout_ms > 0 THEN j.task_timeout_ms ELSE $2::bigint END
+		ORDER BY t.queued_at
+		LIMIT $3
+		FOR UPDATE OF t SKIP LOCKED
+	)
+	UPDATE tasks SET
+		state = CASE WHEN stale.retry THEN 'pending' ELSE 'failed' END,
+		attempts = tasks.attempts + 1,
+		error = CASE WHEN stale.retry THEN tasks.error ELSE $4 END,
+		finished_at = CASE WHEN stale.retry THEN tasks.finished_at ELSE $1::timestamptz END
+	FROM stale
+	WHERE tasks.job_id = stale.job_id AND tasks.task_id = stale.task_id
+	RETURNING tasks.job_id, stale.retry`
+
+// ReconcileStale handles, in one transaction, up to limit queued tasks of
+// open jobs last queued more than their job's task timeout (see
+// warren.Policy.EffectiveTaskTimeout) before now, oldest publish first.
+// The lost run counts as an attempt: a task with attempts+1 <= max_retries
+// goes back to pending with attempts+1, for the relay to publish again;
+// any other fails with attempts+1, finished_at now and the error
+// "lost: no result within the task timeout", and its job's failed counter
+// moves as ApplyOutcomes would move it, job rows in id order after the
+// task rows. ReadyToClose lists, once each and in id order, the jobs that
+// were not ready to close before and are after.
+//
+// Several servers may call it at once: the tasks are claimed with
+// FOR UPDATE SKIP LOCKED, so each is handled by one call. Such a claim
+// never waits for a task lock, so the order it takes them in (oldest
+// publish first) cannot close a cycle with the package's lock order.
+// limit <= 0 means store.DefaultPageSize.
+func (s *Store) ReconcileStale(ctx context.Context, now time.Time, limit int) (store.ReconcileReport, error) {
+	var report store.ReconcileReport
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return report, fmt.Errorf("postgres: reconcile stale tasks: %w", err)
+	}
+	defer rollback(ctx, tx)
+
+	rows, err := tx.Query(ctx, reconcileSQL, now.UTC().Truncate(time.Microsecond),
+		warren.DefaultTaskTimeout.Milliseconds(), pageSize(limit), lostError)
+	if err != nil {
+		return report, fmt.Errorf("postgres: reconcile stale tasks: %w", err)
+	}
+	deltas := make(map[string]*counts)
+	for rows.Next() {
+		var (
+			jobID string
+			retry bool
+		)
+		if err := rows.Scan(&jobID, &retry); err != nil {
+			rows.Close()
+			return store.ReconcileReport{}, fmt.Errorf("postgres: reconcile stale tasks: %w", err)
+		}
+		if retry {
+			report.Requeued++
+			continue
+		}
+		report.Failed++
+		if deltas[jobID] == nil {
+			deltas[jobID] = &counts{}
+		}
+		deltas[jobID].failed++
+	}
+	if err := rows.Err(); err != nil {
+		return store.ReconcileReport{}, fmt.Errorf("postgres: reconcile stale tasks: %w", err)
+	}
+	if report.ReadyToClose, err = bumpCounters(ctx, tx, deltas); err != nil {
+		return store.ReconcileReport{}, fmt.Errorf("postgres: reconcile stale tasks: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return store.ReconcileReport{}, fmt.Errorf("postgres: reconcile stale tasks: commit: %w", err)
+	}
+	return report, nil
+}

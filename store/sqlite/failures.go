@@ -1,0 +1,253 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// lostError is the error of a task the reconciler fails as lost.
+const lostError = "lost: no result within the task timeout"
+
+// RedriveJob reopens job id, closed as failed or completed, in one write
+// transaction: its failed tasks, and the tasks that closing it cancelled
+// (a fail-fast job's tasks that never finished), go back to pending with
+// their attempts kept and their error, result and timestamps cleared
+// (queued_at stays: the relay's mark replaces it); the failed counter
+// drops by the failed ones; the job is running again, without
+// finished_at, error, result location or stored result. It returns the
+// reopened job and how many tasks went back to pending, both kinds
+// together, so that completed + failed + pending tasks is expected again.
+// An open or cancelled job, or one without a failed task, wraps
+// warren.ErrConflict; an unknown one, warren.ErrNotFound.
+func (s *Store) RedriveJob(ctx context.Context, id string) (warren.Job, int, error) {
+	var (
+		job      warren.Job
+		requeued int64
+	)
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		j, err := getJob(ctx, tx, "id = ?", id)
+		if err != nil {
+			return err
+		}
+		if j.State != warren.JobFailed && j.State != warren.JobCompleted {
+			return fmt.Errorf("job is %s: %w", j.State, warren.ErrConflict)
+		}
+		failed, err := requeueTasks(ctx, tx, id, warren.TaskFailed)
+		if err != nil {
+			return err
+		}
+		if failed == 0 {
+			return fmt.Errorf("job has no failed task: %w", warren.ErrConflict)
+		}
+		cancelled, err := requeueTasks(ctx, tx, id, warren.TaskCancelled)
+		if err != nil {
+			return err
+		}
+		if err := reopenJob(ctx, tx, id, failed); err != nil {
+			return err
+		}
+		requeued = failed + cancelled
+		job, err = getJob(ctx, tx, "id = ?", id)
+		return err
+	})
+	if err != nil {
+		return warren.Job{}, 0, fmt.Errorf("sqlite: redrive job %s: %w", id, err)
+	}
+	return job, int(requeued), nil
+}
+
+// ReopenTask makes failed task taskID of job jobID queued again (queued_at
+// now, attempts kept, error, result and timestamps cleared) for a
+// dead-letter replay that republishes it, and drops the job's failed
+// counter by one, in one write transaction. A closed job (failed or
+// completed) reopens as running, as RedriveJob leaves it, and its tasks
+// that closing it cancelled go back to pending: they never ran, and the
+// job must be able to close again with every task accounted for. It
+// returns false, changing nothing, when the task is not failed or the job
+// is cancelled. An unknown job or task wraps warren.ErrNotFound.
+func (s *Store) ReopenTask(ctx context.Context, jobID string, taskID int64) (bool, error) {
+	var reopened bool
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		reopened = false
+		j, err := getJob(ctx, tx, "id = ?", jobID)
+		if err != nil {
+			return err
+		}
+		var state string
+		err = tx.QueryRowContext(ctx, `SELECT state FROM tasks WHERE job_id = ? AND task_id = ?`, jobID, taskID).Scan(&state)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("task %d: %w", taskID, warren.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if j.State == warren.JobCancelled || warren.TaskState(state) != warren.TaskFailed {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'queued', queued_at = ?,
+			error = '', result = NULL, started_at = NULL, finished_at = NULL
+			WHERE job_id = ? AND task_id = ? AND state = 'failed'`, now().UnixMicro(), jobID, taskID); err != nil {
+			return err
+		}
+		if j.State.Terminal() {
+			if _, err := requeueTasks(ctx, tx, jobID, warren.TaskCancelled); err != nil {
+				return err
+			}
+			if err := reopenJob(ctx, tx, jobID, 1); err != nil {
+				return err
+			}
+		} else if _, err := tx.ExecContext(ctx, `UPDATE jobs SET failed_tasks = failed_tasks - 1 WHERE id = ?`, jobID); err != nil {
+			return err
+		}
+		reopened = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("sqlite: reopen task %d of job %s: %w", taskID, jobID, err)
+	}
+	return reopened, nil
+}
+
+// requeueTasks moves job id's tasks in state back to pending, their
+// attempts kept and the rest of their last run cleared, and returns how
+// many it moved.
+func requeueTasks(ctx context.Context, tx *sql.Tx, id string, state warren.TaskState) (int64, error) {
+	res, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'pending',
+		error = '', result = NULL, started_at = NULL, finished_at = NULL
+		WHERE job_id = ? AND state = ?`, id, string(state))
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// reopenJob moves closed job id back to running, without finished_at,
+// error, result location or stored result, and drops its failed counter
+// by failed.
+func reopenJob(ctx context.Context, tx *sql.Tx, id string, failed int64) error {
+	if _, err := tx.ExecContext(ctx, `UPDATE jobs SET state = 'running', failed_tasks = failed_tasks - ?,
+		finished_at = NULL, error = '', result_location = ''
+		WHERE id = ?`, failed, id); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `DELETE FROM job_results WHERE job_id = ?`, id)
+	return err
+}
+
+// staleSQL selects up to ?3 queued tasks of open jobs whose last publish
+// (queued_at) is more than their job's task timeout before ?1, oldest
+// publish first; ?2 is the default timeout in milliseconds. The first
+// queued_at bound, with the shortest timeout of any open job, is what lets
+// tasks_queued read only the tasks queued before it; the second applies
+// each task's own job's timeout. CROSS JOIN makes SQLite walk the tasks
+// first, so nothing is sorted.
+const staleSQL = `SELECT t.job_id, t.task_id, t.attempts, j.max_retries
+	FROM tasks AS t INDEXED BY tasks_queued CROSS JOIN jobs AS j
+	WHERE t.state = 'queued'
+	  AND t.queued_at < ?1 - 1000 * (SELECT MIN(CASE WHEN task_timeout_ms > 0 THEN task_timeout_ms ELSE ?2 END)
+	      FROM jobs WHERE state IN ('pending', 'running'))
+	  AND j.id = t.job_id AND j.state IN ('pending', 'running')
+	  AND t.queued_at < ?1 - 1000 * CASE WHEN j.task_timeout_ms > 0 THEN j.task_timeout_ms ELSE ?2 END
+	ORDER BY t.queued_at
+	LIMIT ?3`
+
+// staleTask is a task ReconcileStale found.
+type staleTask struct {
+	jobID      string
+	taskID     int64
+	attempts   int
+	maxRetries int
+}
+
+// ReconcileStale handles, in one write transaction, up to limit queued
+// tasks of open jobs last queued more than their job's task timeout (see
+// warren.Policy.EffectiveTaskTimeout) before now, oldest publish first.
+// The lost run counts as an attempt: a task with attempts+1 <= max_retries
+// goes back to pending with attempts+1, for the relay to publish again;
+// any other fails with attempts+1, finished_at now and the error
+// "lost: no result within the task timeout", and its job's failed counter
+// moves as ApplyOutcomes would move it. ReadyToClose lists, once each and
+// in id order, the jobs that were not ready to close before and are after.
+// Write transactions are serialised, so concurrent calls never handle a
+// task twice. limit <= 0 means store.DefaultPageSize.
+func (s *Store) ReconcileStale(ctx context.Context, now time.Time, limit int) (store.ReconcileReport, error) {
+	var report store.ReconcileReport
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		report = store.ReconcileReport{}
+		tasks, err := staleTasks(ctx, tx, now, pageSize(limit))
+		if err != nil {
+			return err
+		}
+		failed := make(map[string]int64)
+		at := now.UnixMicro()
+		for _, t := range tasks {
+			if t.attempts+1 <= t.maxRetries {
+				_, err = tx.ExecContext(ctx, `UPDATE tasks SET state = 'pending', attempts = attempts + 1
+					WHERE job_id = ? AND task_id = ? AND state = 'queued'`, t.jobID, t.taskID)
+				report.Requeued++
+			} else {
+				_, err = tx.ExecContext(ctx, `UPDATE tasks SET state = 'failed', attempts = attempts + 1,
+					error = ?, finished_at = ?
+					WHERE job_id = ? AND task_id = ? AND state = 'queued'`, lostError, at, t.jobID, t.taskID)
+				report.Failed++
+				failed[t.jobID]++
+			}
+			if err != nil {
+				return err
+			}
+		}
+		report.ReadyToClose, err = countLost(ctx, tx, failed)
+		return err
+	})
+	if err != nil {
+		return store.ReconcileReport{}, fmt.Errorf("sqlite: reconcile stale tasks: %w", err)
+	}
+	return report, nil
+}
+
+// staleTasks reads the stale tasks staleSQL selects.
+func staleTasks(ctx context.Context, tx *sql.Tx, now time.Time, limit int) ([]staleTask, error) {
+	rows, err := tx.QueryContext(ctx, staleSQL, now.UnixMicro(), warren.DefaultTaskTimeout.Milliseconds(), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var tasks []staleTask
+	for rows.Next() {
+		var t staleTask
+		if err := rows.Scan(&t.jobID, &t.taskID, &t.attempts, &t.maxRetries); err != nil {
+			return nil, err
+		}
+		tasks = append(tasks, t)
+	}
+	return tasks, rows.Err()
+}
+
+// countLost adds each job's lost tasks to its failed counter, in id
+// order, and returns the jobs that became ready to close.
+func countLost(ctx context.Context, tx *sql.Tx, failed map[string]int64) ([]string, error) {
+	var ready []string
+	for _, id := range slices.Sorted(maps.Keys(failed)) {
+		j, err := getJob(ctx, tx, "id = ?", id)
+		if err != nil {
+			return nil, err
+		}
+		before := readyToClose(j)
+		j.FailedTasks += failed[id]
+		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET failed_tasks = ? WHERE id = ?`, j.FailedTasks, id); err != nil {
+			return nil, err
+		}
+		if !before && readyToClose(j) {
+			ready = append(ready, id)
+		}
+	}
+	return ready, nil
+}
