@@ -300,6 +300,8 @@ func decodeField(dec *json.Decoder, key string, sp *jobSpec) *apiError {
 		target = &sp.ToleratedFailurePercent
 	case "fail_fast":
 		target = &sp.FailFast
+	case "task_timeout":
+		target = &sp.TaskTimeout
 	case "metadata":
 		target = &sp.Metadata
 	}

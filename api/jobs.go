@@ -31,6 +31,7 @@ type jobJSON struct {
 	ToleratedFailures       int64           `json:"tolerated_failures"`
 	ToleratedFailurePercent float64         `json:"tolerated_failure_percent"`
 	FailFast                bool            `json:"fail_fast"`
+	TaskTimeout             float64         `json:"task_timeout"`
 	Metadata                json.RawMessage `json:"metadata"` // null when absent
 	CreatedAt               time.Time       `json:"created_at"`
 	StartedAt               *time.Time      `json:"started_at"`
@@ -94,6 +95,7 @@ func toJobJSON(j warren.Job) jobJSON {
 		ToleratedFailures:       j.Policy.ToleratedFailures,
 		ToleratedFailurePercent: j.Policy.ToleratedFailurePercent,
 		FailFast:                j.Policy.FailFast,
+		TaskTimeout:             j.Policy.EffectiveTaskTimeout().Seconds(),
 		Metadata:                j.Metadata,
 		CreatedAt:               j.CreatedAt.UTC(),
 		StartedAt:               utc(j.StartedAt),

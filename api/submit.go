@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/warrenhq/warren"
@@ -25,6 +26,8 @@ const (
 const (
 	maxTypeLen           = 255
 	maxIdempotencyKeyLen = 255
+	// maxTaskTimeout bounds task_timeout: a week.
+	maxTaskTimeout = 7 * 24 * time.Hour
 )
 
 // specFields are the fields of a job spec other than "tasks", with the JSON
@@ -36,6 +39,7 @@ var specFields = map[string]string{
 	"tolerated_failures":        "an integer",
 	"tolerated_failure_percent": "a number",
 	"fail_fast":                 "a boolean",
+	"task_timeout":              "a number of seconds",
 	"metadata":                  "an object",
 }
 
@@ -48,6 +52,7 @@ type jobSpec struct {
 	ToleratedFailures       *int64
 	ToleratedFailurePercent *float64
 	FailFast                bool
+	TaskTimeout             *float64
 	Metadata                json.RawMessage
 }
 
@@ -144,6 +149,14 @@ func (sp jobSpec) newJob() (store.NewJob, *apiError) {
 	}
 	if sp.ToleratedFailurePercent != nil {
 		p.ToleratedFailurePercent = *sp.ToleratedFailurePercent
+	}
+	if sp.TaskTimeout != nil {
+		secs := *sp.TaskTimeout
+		if !(secs >= 1 && secs <= maxTaskTimeout.Seconds()) {
+			return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation,
+				"task_timeout must be between 1 and %.0f seconds, got %v", maxTaskTimeout.Seconds(), secs)
+		}
+		p.TaskTimeout = time.Duration(secs * float64(time.Second))
 	}
 	if err := p.Validate(); err != nil {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "%v", err)

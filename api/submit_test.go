@@ -20,7 +20,7 @@ import (
 // fullSpec is every job field but tasks, so that a "tasks" after it
 // streams.
 const fullSpec = `"type":"echo","reduce":"sum","max_retries":5,"tolerated_failures":2,` +
-	`"tolerated_failure_percent":12.5,"fail_fast":true,"metadata":{"owner":"ops"}`
+	`"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":90,"metadata":{"owner":"ops"}`
 
 func TestSubmitJSON(t *testing.T) {
 	t.Parallel()
@@ -31,7 +31,7 @@ func TestSubmitJSON(t *testing.T) {
 			for name, body := range map[string]string{
 				"tasks last (streamed)":    `{` + fullSpec + `,"tasks":[{"n": 1}, [2], "three", 4, null, true]}`,
 				"tasks first (buffered)":   `{"tasks":[{"n": 1}, [2], "three", 4, null, true],` + fullSpec + `}`,
-				"tasks between (buffered)": `{"type":"echo","reduce":"sum","max_retries":5,"tasks":[{"n": 1}, [2], "three", 4, null, true],"tolerated_failures":2,"tolerated_failure_percent":12.5,"fail_fast":true,"metadata":{"owner":"ops"}}`,
+				"tasks between (buffered)": `{"type":"echo","reduce":"sum","max_retries":5,"tasks":[{"n": 1}, [2], "three", 4, null, true],"tolerated_failures":2,"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":90,"metadata":{"owner":"ops"}}`,
 			} {
 				t.Run(name, func(t *testing.T) {
 					resp := b.submit(t, body)
@@ -46,7 +46,8 @@ func TestSubmitJSON(t *testing.T) {
 					require.NoError(t, err)
 					require.Equal(t, "echo", job.Type)
 					require.Equal(t, int64(6), job.ExpectedTasks)
-					require.Equal(t, warren.Policy{Reduce: "sum", MaxRetries: 5, ToleratedFailures: 2, ToleratedFailurePercent: 12.5, FailFast: true}, job.Policy)
+					require.Equal(t, warren.Policy{Reduce: "sum", MaxRetries: 5, ToleratedFailures: 2, ToleratedFailurePercent: 12.5,
+						FailFast: true, TaskTimeout: 90 * time.Second}, job.Policy)
 					require.JSONEq(t, `{"owner":"ops"}`, string(job.Metadata))
 					require.Equal(t, []string{`{"n": 1}`, `[2]`, `"three"`, `4`, `null`, `true`},
 						payloadsOf(t, b.store, id), "payloads are stored byte for byte, in order")
@@ -196,6 +197,9 @@ func TestSubmitBadInput(t *testing.T) {
 		{"tolerated_failures is a bool", j, `{"type":"echo","tasks":[1],"tolerated_failures":true}`, nil, 400, "invalid_type"},
 		{"tolerated_failure_percent is a string", j, `{"type":"echo","tasks":[1],"tolerated_failure_percent":"5%"}`, nil, 400, "invalid_type"},
 		{"fail_fast is a string", j, `{"type":"echo","tasks":[1],"fail_fast":"yes"}`, nil, 400, "invalid_type"},
+		{"task_timeout is a string", j, `{"type":"echo","tasks":[1],"task_timeout":"1h"}`, nil, 400, "invalid_type"},
+		{"task_timeout under a second", j, `{"type":"echo","tasks":[1],"task_timeout":0.5}`, nil, 422, "validation_failed"},
+		{"task_timeout over a week", j, `{"type":"echo","tasks":[1],"task_timeout":1e9}`, nil, 422, "validation_failed"},
 		{"reduce is an object", j, `{"type":"echo","tasks":[1],"reduce":{}}`, nil, 400, "invalid_type"},
 		{"metadata is an array", j, `{"type":"echo","tasks":[1],"metadata":[1]}`, nil, 400, "invalid_type"},
 		{"metadata is a string", j, `{"type":"echo","tasks":[1],"metadata":"x"}`, nil, 400, "invalid_type"},

@@ -74,11 +74,13 @@ type JobSpec struct {
 	// Reduce names the reducer ("" for the server's default, collect).
 	Reduce string `json:"reduce,omitempty"`
 	// MaxRetries is the retry budget; nil for the server's default.
-	MaxRetries              *int            `json:"max_retries,omitempty"`
-	ToleratedFailures       int64           `json:"tolerated_failures,omitempty"`
-	ToleratedFailurePercent float64         `json:"tolerated_failure_percent,omitempty"`
-	FailFast                bool            `json:"fail_fast,omitempty"`
-	Metadata                json.RawMessage `json:"metadata,omitempty"`
+	MaxRetries              *int    `json:"max_retries,omitempty"`
+	ToleratedFailures       int64   `json:"tolerated_failures,omitempty"`
+	ToleratedFailurePercent float64 `json:"tolerated_failure_percent,omitempty"`
+	FailFast                bool    `json:"fail_fast,omitempty"`
+	// TaskTimeout is in seconds; 0 for the server's default (1 h).
+	TaskTimeout float64         `json:"task_timeout,omitempty"`
+	Metadata    json.RawMessage `json:"metadata,omitempty"`
 	// IdempotencyKey is sent as the Idempotency-Key header: submitting the
 	// same key again returns the same job.
 	IdempotencyKey string `json:"-"`
@@ -111,6 +113,7 @@ type Job struct {
 	ToleratedFailures       int64           `json:"tolerated_failures"`
 	ToleratedFailurePercent float64         `json:"tolerated_failure_percent"`
 	FailFast                bool            `json:"fail_fast"`
+	TaskTimeout             float64         `json:"task_timeout"`
 	Metadata                json.RawMessage `json:"metadata"`
 	CreatedAt               *time.Time      `json:"created_at"`
 	StartedAt               *time.Time      `json:"started_at"`

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/warrenhq/warren/broker"
 	"github.com/warrenhq/warren/protocol"
@@ -17,12 +18,34 @@ type common struct {
 	amqpURL     string
 	databaseURL string
 	prefix      string
+	retryTiers  string
 }
 
 func (c *common) register(fs *flag.FlagSet, env *environment) {
 	fs.StringVar(&c.amqpURL, "amqp-url", orDefault(env.getenv("WARREN_AMQP_URL"), broker.DefaultURL), "RabbitMQ URL (env WARREN_AMQP_URL)")
 	fs.StringVar(&c.databaseURL, "database", orDefault(env.getenv("WARREN_DATABASE_URL"), open.DefaultURL), "job store: sqlite://PATH or postgres://... (env WARREN_DATABASE_URL)")
 	fs.StringVar(&c.prefix, "prefix", env.getenv("WARREN_PREFIX"), "prefix of every exchange and queue name (env WARREN_PREFIX)")
+	fs.StringVar(&c.retryTiers, "retry-tiers", env.getenv("WARREN_RETRY_TIERS"),
+		"retry delay tiers, comma-separated durations (env WARREN_RETRY_TIERS; default 1s,5s,30s,2m,10m); servers and workers must agree")
+}
+
+// tiers parses --retry-tiers; nil means the defaults.
+func (c *common) tiers() ([]time.Duration, error) {
+	if strings.TrimSpace(c.retryTiers) == "" {
+		return nil, nil
+	}
+	var out []time.Duration
+	for _, part := range strings.Split(c.retryTiers, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil {
+			return nil, fmt.Errorf("--retry-tiers: %q is not a duration (like 500ms, 5s, 2m)", strings.TrimSpace(part))
+		}
+		out = append(out, d)
+	}
+	if err := broker.CheckRetryTiers(out); err != nil {
+		return nil, fmt.Errorf("--retry-tiers: %v", err)
+	}
+	return out, nil
 }
 
 func (c *common) names() protocol.Names { return protocol.NamesFor(c.prefix) }

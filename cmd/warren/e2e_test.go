@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenhq/warren/broker"
 	"github.com/warrenhq/warren/broker/amqptest"
 )
 
@@ -219,4 +220,78 @@ func TestServerWithoutTokensStaysOnLoopback(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "refusing to listen")
 	require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
+}
+
+// The failure commands with the real binaries: a task that fails until a
+// moment passes is dead-lettered and its job fails; `warren dlq list`
+// shows it, `warren redrive` reruns it once the cause cleared, and
+// `warren dlq purge` clears the dead letter.
+func TestFailureCommands(t *testing.T) {
+	t.Parallel()
+	names, _ := amqptest.Topology(t, &broker.TopologyOptions{RetryTiers: []time.Duration{50 * time.Millisecond}})
+	addr := freeAddr(t)
+	env := []string{
+		"WARREN_AMQP_URL=" + amqptest.URL(),
+		"WARREN_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "warren.db"),
+		"WARREN_PREFIX=" + names.Prefix,
+		"WARREN_LISTEN=" + addr,
+		"WARREN_RETRY_TIERS=50ms",
+		"WARREN_API_TOKENS=root:admin",
+	}
+	server := start(t, env, "server")
+	w := start(t, env, "worker", "--types", "flaky")
+	waitReady(t, "http://"+addr, server)
+
+	until := time.Now().Add(1500 * time.Millisecond).UTC()
+	spec := fmt.Sprintf(`{"type":"flaky","max_retries":1,"tasks":[{"value":1},{"value":2,"fail_until":%q},{"value":3}]}`, until.Format(time.RFC3339Nano))
+	specFile := filepath.Join(t.TempDir(), "job.json")
+	require.NoError(t, os.WriteFile(specFile, []byte(spec), 0o644))
+	code, out, errOut := runBinary(t, env, "submit", specFile)
+	require.Equal(t, 0, code, errOut)
+	id := strings.TrimSpace(out)
+
+	code, out, _ = runBinary(t, env, "watch", id)
+	require.Equal(t, 1, code, "a failed job: %s", out)
+	require.Contains(t, out, "state     failed")
+
+	code, out, errOut = runBinary(t, env, "dlq", "list", "--job", id, "--json")
+	require.Equal(t, 0, code, errOut)
+	var dead []struct {
+		JobID      string `json:"job_id"`
+		TaskID     int64  `json:"task_id"`
+		RoutingKey string `json:"routing_key"`
+		Reason     string `json:"reason"`
+		Error      string `json:"error"`
+		Attempts   int    `json:"attempts"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &dead), out)
+	require.Len(t, dead, 1)
+	require.Equal(t, int64(2), dead[0].TaskID)
+	require.Equal(t, "task.failed", dead[0].RoutingKey)
+	require.Equal(t, "retries_exhausted", dead[0].Reason)
+	require.Equal(t, 2, dead[0].Attempts)
+	require.Contains(t, dead[0].Error, "failing until")
+
+	// The cause clears when fail_until passes: that moment is the
+	// condition itself, so the test waits for it.
+	time.Sleep(time.Until(until))
+	code, out, errOut = runBinary(t, env, "redrive", id)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "running again")
+	code, out, errOut = runBinary(t, env, "watch", id)
+	require.Equal(t, 0, code, "%s %s", out, errOut)
+
+	code, out, errOut = runBinary(t, env, "dlq", "purge", "--job", id)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "purged 1")
+	code, out, _ = runBinary(t, env, "dlq", "list", "--json")
+	require.Equal(t, 0, code)
+	require.Equal(t, "[]", strings.TrimSpace(out))
+
+	code, _, errOut = runBinary(t, []string{"WARREN_LISTEN=" + addr, "WARREN_TOKEN=nope"}, "dlq", "list")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "401")
+
+	require.Equal(t, 0, w.stop(t), "worker:\n%s", w.out)
+	require.Equal(t, 0, server.stop(t), "server:\n%s", server.out)
 }

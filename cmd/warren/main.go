@@ -29,7 +29,7 @@ type command struct {
 }
 
 var commands = []command{
-	{"server", "run the outbox relay and the aggregator", runServer},
+	{"server", "run the HTTP API, the outbox relay, the aggregator and the reconciler", runServer},
 	{"worker", "run workers with the built-in handlers (echo, wordcount, sleep, flaky)", runWorker},
 	{"demo", "run a word-count job end to end in one process (embedded store, local RabbitMQ)", runDemo},
 	{"submit", "submit a JSON or NDJSON job spec; prints the job id", runSubmit},

@@ -15,7 +15,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/aggregator"
 	"github.com/warrenhq/warren/api"
 	"github.com/warrenhq/warren/broker"
@@ -52,6 +51,9 @@ func (f *stackFlags) register(fs *flag.FlagSet, env *environment) {
 }
 
 func (f *stackFlags) check() ([]api.Token, error) {
+	if _, err := f.tiers(); err != nil {
+		return nil, err
+	}
 	if f.aggBatch < 1 || f.relayBatch < 1 || f.aggLinger < 0 {
 		return nil, errors.New("--aggregator-batch and --relay-batch must be >= 1 and --aggregator-linger >= 0")
 	}
@@ -124,7 +126,14 @@ func openStack(ctx context.Context, f *stackFlags, tokens []api.Token, log *slog
 	if s.conConn, err = broker.Dial(ctx, f.amqpURL, "warren server (aggregator)"); err != nil {
 		return nil, err
 	}
-	if err = broker.DeclareTopology(s.conConn, names, nil); err != nil {
+	tiers, err := f.tiers()
+	if err != nil {
+		return nil, err
+	}
+	if len(tiers) == 0 {
+		tiers = protocol.DefaultRetryTiers
+	}
+	if err = broker.DeclareTopology(s.conConn, names, &broker.TopologyOptions{RetryTiers: tiers}); err != nil {
 		return nil, err
 	}
 	if s.pub, err = broker.NewPublisher(s.pubConn, nil); err != nil {
@@ -138,7 +147,7 @@ func openStack(ctx context.Context, f *stackFlags, tokens []api.Token, log *slog
 		Help: "Task messages the relay published and the broker confirmed.",
 	})
 	queues := []string{names.TasksQueue, names.ResultsQueue, names.DeadQueue, names.TasksDLQ, names.ResultsDLQ}
-	for _, d := range protocol.DefaultRetryTiers {
+	for _, d := range tiers {
 		queues = append(queues, names.RetryQueue(protocol.RetryTierName(d)))
 	}
 	reg.MustRegister(published, relay.NewBacklogCollector(s.store), broker.NewDepthCollector(s.conConn, queues...))
@@ -153,15 +162,11 @@ func openStack(ctx context.Context, f *stackFlags, tokens []api.Token, log *slog
 		return nil, err
 	}
 	if s.agg, err = aggregator.New(aggregator.Config{Store: s.store, Conn: s.conConn, Names: names,
-		BatchSize: f.aggBatch, Linger: f.aggLinger, Logger: log, Hooks: aggMetrics.Hooks(aggregator.Hooks{
-			// A job closed failed (fail-fast, say) may still have tasks in
-			// the queue: workers skip them.
-			OnJobClosed: func(id string, state warren.JobState) {
-				if state == warren.JobFailed {
-					s.broadcastCancel(id)
-				}
-			},
-		})}); err != nil {
+		// A job closed failed (fail-fast) is not broadcast as cancelled:
+		// it may be redriven, and workers would then skip its redriven
+		// tasks. Its unpublished tasks are never sent; queued ones run and
+		// their results are ignored.
+		BatchSize: f.aggBatch, Linger: f.aggLinger, Logger: log, Hooks: aggMetrics.Hooks(aggregator.Hooks{})}); err != nil {
 		return nil, err
 	}
 	if s.recon, err = reconciler.New(reconciler.Config{Store: s.store, Logger: log,

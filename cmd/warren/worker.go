@@ -26,9 +26,13 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	if err != nil {
 		return err
 	}
+	tiers, err := c.tiers()
+	if err != nil {
+		return err
+	}
 	w, err := worker.New(worker.Config{
 		AMQPURL: c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency,
-		ShutdownTimeout: *shutdown, Logger: env.logger,
+		ShutdownTimeout: *shutdown, Logger: env.logger, RetryTiers: tiers,
 	})
 	if err != nil {
 		return err

@@ -63,7 +63,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	w.SetConnMaxIdleTime(0)
 	// The writer connects first so the file exists and is in WAL mode
 	// before any reader opens it.
-	if err := w.PingContext(ctx); err != nil {
+	if err := connectWriter(ctx, w); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -80,6 +80,27 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// connectWriter opens the writer's connection. Switching a new file to WAL
+// needs an exclusive lock, and SQLite reports SQLITE_BUSY for it without
+// waiting on the busy timeout when several processes open the same new
+// file at once, so a busy answer is retried, within busyTimeout.
+func connectWriter(ctx context.Context, w *sql.DB) error {
+	deadline := time.Now().Add(busyTimeout)
+	backoff := 5 * time.Millisecond
+	for {
+		err := w.PingContext(ctx)
+		if err == nil || !strings.Contains(err.Error(), "SQLITE_BUSY") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
 }
 
 // Ping checks that both the writer and a reader connection answer.
