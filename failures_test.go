@@ -170,7 +170,10 @@ func TestToleranceZeroAndFailFast(t *testing.T) {
 	require.Equal(t, int64(40), got.CompletedTasks+got.FailedTasks, "a job without fail_fast waits for every task")
 	require.Equal(t, int64(2), got.FailedTasks)
 
-	// fail_fast: task 5 fails at once; the others are slow.
+	// fail_fast, in an installation of its own: task 1 fails at once; the
+	// others are slow.
+	b = setupFailures(t, "sqlite")
+	b.startServer(t, b.store)
 	release := make(chan struct{})
 	fast := b.submitTyped(t, "slow", 50, warren.Policy{FailFast: true})
 	slow, err := worker.New(b.workerConfig(4))

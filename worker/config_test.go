@@ -50,3 +50,15 @@ func TestRunWithoutHandlersFails(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, w.Run(context.Background()), "no handlers")
 }
+
+// A worker stopped while it is still connecting returns nil: it took
+// nothing.
+func TestRunStoppedWhileConnectingReturnsNil(t *testing.T) {
+	t.Parallel()
+	w, err := worker.New(worker.Config{AMQPURL: "amqp://guest:guest@127.0.0.1:1/"})
+	require.NoError(t, err)
+	w.Handle("x", func(context.Context, worker.Task) (any, error) { return nil, nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, w.Run(ctx))
+}

@@ -128,6 +128,9 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	consumerConn, err := broker.Dial(ctx, w.cfg.AMQPURL, "warren worker "+w.cfg.Name+" (consumer)")
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started: nothing was taken
+		}
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer func() { _ = consumerConn.Close() }()
@@ -140,6 +143,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	// connection, and the consumer must still be able to ack and nack.
 	publisherConn, err := broker.Dial(ctx, w.cfg.AMQPURL, "warren worker "+w.cfg.Name+" (publisher)")
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started: nothing was taken
+		}
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer func() { _ = publisherConn.Close() }()
