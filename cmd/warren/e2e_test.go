@@ -28,6 +28,15 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the binary built for the end-to-end tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binary != "" {
+		_ = os.RemoveAll(filepath.Dir(binary))
+	}
+	os.Exit(code)
+}
+
 // warrenBinary builds ./cmd/warren once per test run.
 func warrenBinary(t *testing.T) string {
 	t.Helper()
