@@ -304,3 +304,64 @@ func TestFailureCommands(t *testing.T) {
 	require.Equal(t, 0, w.stop(t), "worker:\n%s", w.out)
 	require.Equal(t, 0, server.stop(t), "server:\n%s", server.out)
 }
+
+// SIGTERM lets a worker finish its in-flight task; a second signal exits
+// at once, and the interrupted task is not lost: another worker runs it.
+func TestSecondSignalExitsAtOnceLosingNothing(t *testing.T) {
+	t.Parallel()
+	names, _ := amqptest.Topology(t, nil)
+	addr := freeAddr(t)
+	env := []string{
+		"WARREN_AMQP_URL=" + amqptest.URL(),
+		"WARREN_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "warren.db"),
+		"WARREN_PREFIX=" + names.Prefix,
+		"WARREN_LISTEN=" + addr,
+	}
+	server := start(t, env, "server")
+	waitReady(t, "http://"+addr, server)
+	w := start(t, env, "worker", "--types", "sleep", "--concurrency", "1")
+
+	specFile := filepath.Join(t.TempDir(), "job.json")
+	require.NoError(t, os.WriteFile(specFile, []byte(`{"type":"sleep","reduce":"none","tasks":[{"ms":600000}]}`), 0o644))
+	code, out, errOut := runBinary(t, env, "submit", specFile)
+	require.Equal(t, 0, code, errOut)
+	id := strings.TrimSpace(out)
+
+	// Wait until the worker holds the task: the task is queued and the
+	// work queue is empty.
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(w.out.String(), "warren worker running") ||
+		amqptest.QueueDepth(t, amqptest.Dial(t), names.TasksQueue) != 0 {
+		require.True(t, time.Now().Before(deadline), "the worker never took the task:\n%s", w.out)
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
+	// Signals of one kind sent back to back may merge into one: send the
+	// second after the first was handled.
+	for !strings.Contains(w.out.String(), "shutting down") {
+		require.True(t, time.Now().Before(deadline), "the first signal was not handled:\n%s", w.out)
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan struct{})
+	go func() { _ = w.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("a second signal did not stop the worker at once:\n%s", w.out)
+	}
+	require.Equal(t, 130, w.cmd.ProcessState.ExitCode(), "worker:\n%s", w.out)
+
+	// The task comes back; a short-sleeping worker would run it, but this
+	// one sleeps for ten minutes: check it is back in the queue instead.
+	deadline = time.Now().Add(30 * time.Second)
+	for amqptest.QueueDepth(t, amqptest.Dial(t), names.TasksQueue) != 1 {
+		require.True(t, time.Now().Before(deadline), "the interrupted task did not return to the queue")
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, out, _ = runBinary(t, env, "status", id)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "1 pending")
+	require.Equal(t, 0, server.stop(t), "server:\n%s", server.out)
+}

@@ -54,9 +54,21 @@ var errUsage = errors.New("usage")
 func main() {
 	env := &environment{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
 		logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		env.logger.Info("shutting down: finishing in-flight work; a second signal exits at once")
+		cancel()
+		<-sigs
+		// Nothing is lost: whatever was not acknowledged goes back to its
+		// queue when the connections drop, and the store commits or not.
+		fmt.Fprintln(os.Stderr, "warren: second signal: exiting now; unacknowledged messages return to their queues")
+		os.Exit(130)
+	}()
 	code := run(ctx, os.Args[1:], env)
-	stop()
+	cancel()
 	os.Exit(code)
 }
 
