@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,14 +14,15 @@ import (
 // broker at each scrape with passive declares. A queue that cannot be read
 // is reported as an error for that scrape.
 type DepthCollector struct {
-	conn   *amqp.Connection
+	conn   func() *amqp.Connection
 	queues []string
 	desc   *prometheus.Desc
 }
 
 // NewDepthCollector returns a collector of the depths of queues, read on
-// conn (which the caller keeps open).
-func NewDepthCollector(conn *amqp.Connection, queues ...string) *DepthCollector {
+// the connection conn returns at each scrape (which the caller keeps
+// open); nil means disconnected, reported as an error.
+func NewDepthCollector(conn func() *amqp.Connection, queues ...string) *DepthCollector {
 	return &DepthCollector{conn: conn, queues: queues, desc: prometheus.NewDesc("warren_queue_messages",
 		"Messages ready in a warren queue (work, retry tiers, dead letters).", []string{"queue"}, nil)}
 }
@@ -46,7 +48,12 @@ func (c *DepthCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *DepthCollector) collect(ch chan<- prometheus.Metric) {
-	amqpCh, err := c.conn.Channel()
+	conn := c.conn()
+	if conn == nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, errors.New("not connected to the broker"))
+		return
+	}
+	amqpCh, err := conn.Channel()
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren/broker"
@@ -24,7 +25,7 @@ func TestDepthCollectorReportsQueueDepths(t *testing.T) {
 		require.NoError(t, p.PublishAndWait(context.Background(), names.JobsExchange, protocol.RoutingKeyTask, msg(fmt.Sprint(i))))
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(broker.NewDepthCollector(conn, names.TasksQueue, names.TasksDLQ))
+	reg.MustRegister(broker.NewDepthCollector(func() *amqp.Connection { return conn }, names.TasksQueue, names.TasksDLQ))
 	n, err := testutil.GatherAndCount(reg, "warren_queue_messages")
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
@@ -37,7 +38,7 @@ func TestDepthCollectorReportsQueueDepths(t *testing.T) {
 	require.Equal(t, map[string]float64{names.TasksQueue: 3, names.TasksDLQ: 0}, got)
 
 	missing := prometheus.NewRegistry()
-	missing.MustRegister(broker.NewDepthCollector(conn, "warren-no-such-queue"))
+	missing.MustRegister(broker.NewDepthCollector(func() *amqp.Connection { return conn }, "warren-no-such-queue"))
 	_, err = missing.Gather()
 	require.Error(t, err, "a queue that cannot be read is an error, not a zero")
 }

@@ -365,3 +365,76 @@ func TestSecondSignalExitsAtOnceLosingNothing(t *testing.T) {
 	require.Contains(t, out, "1 pending")
 	require.Equal(t, 0, server.stop(t), "server:\n%s", server.out)
 }
+
+// closeConnections makes the broker close every connection whose client
+// name contains name, as a broker restart or a network cut would.
+func closeConnections(t *testing.T, name string) int {
+	t.Helper()
+	out, err := exec.Command("rabbitmqctl", "-q", "list_connections", "pid", "client_properties").Output()
+	require.NoError(t, err)
+	closed := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		pid, props, ok := strings.Cut(line, "\t")
+		if !ok || !strings.HasPrefix(pid, "<") || !strings.Contains(props, `"connection_name","`+name+`"`) {
+			continue
+		}
+		if err := exec.Command("rabbitmqctl", "-q", "close_connection", pid, "test: connection cut").Run(); err == nil {
+			closed++
+		}
+	}
+	return closed
+}
+
+// The server survives its broker connections being cut: it reconnects,
+// and jobs submitted before and after the cut complete exactly.
+func TestServerReconnectsAfterTheBrokerClosesItsConnections(t *testing.T) {
+	t.Parallel()
+	names, _ := amqptest.Topology(t, nil)
+	addr := freeAddr(t)
+	env := []string{
+		"WARREN_AMQP_URL=" + amqptest.URL(),
+		"WARREN_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "warren.db"),
+		"WARREN_PREFIX=" + names.Prefix,
+		"WARREN_LISTEN=" + addr,
+	}
+	server := start(t, env, "server")
+	waitReady(t, "http://"+addr, server)
+	w := start(t, env, "worker", "--types", "echo")
+
+	submit := func(n int) string {
+		tasks := make([]string, n)
+		for i := range tasks {
+			tasks[i] = fmt.Sprint(i + 1)
+		}
+		specFile := filepath.Join(t.TempDir(), "job.json")
+		require.NoError(t, os.WriteFile(specFile, []byte(`{"type":"echo","reduce":"sum","tasks":[`+strings.Join(tasks, ",")+`]}`), 0o644))
+		code, out, errOut := runBinary(t, env, "submit", specFile)
+		require.Equal(t, 0, code, errOut)
+		return strings.TrimSpace(out)
+	}
+	first := submit(100)
+	code, out, errOut := runBinary(t, env, "watch", first)
+	require.Equal(t, 0, code, "%s %s", out, errOut)
+
+	require.Equal(t, 2, closeConnections(t, "warren server (relay) "+names.Prefix)+
+		closeConnections(t, "warren server (aggregator) "+names.Prefix))
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(server.out.String(), "broker connection restored") {
+		require.True(t, time.Now().Before(deadline), "the server did not reconnect:\n%s", server.out)
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitReady(t, "http://"+addr, server)
+
+	second := submit(100)
+	code, out, errOut = runBinary(t, env, "watch", second)
+	require.Equal(t, 0, code, "%s %s\nserver:\n%s", out, errOut, server.out)
+	resp, err := http.Get("http://" + addr + "/v1/jobs/" + second + "/result")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var sum int
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&sum))
+	require.Equal(t, 5050, sum)
+
+	require.Equal(t, 0, w.stop(t), "worker:\n%s", w.out)
+	require.Equal(t, 0, server.stop(t), "server:\n%s", server.out)
+}

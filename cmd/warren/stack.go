@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,105 +90,95 @@ func requireLoopback(addr string) error {
 	return fmt.Errorf("refusing to listen on %q without API tokens: set WARREN_API_TOKENS, or listen on a loopback address such as %s", addr, DefaultListen)
 }
 
-// stack is a running server: store, broker connections, relay,
-// aggregator and HTTP API.
+// stack is a running server: store, HTTP API and reconciler, plus the
+// broker side (connections, relay, aggregator, dead letters), which is
+// rebuilt whenever a broker connection is lost.
 type stack struct {
 	log      *slog.Logger
-	store    store.Store
-	pubConn  *amqp.Connection
-	conConn  *amqp.Connection
-	pub      *broker.Publisher
-	relay    *relay.Relay
-	agg      *aggregator.Aggregator
-	recon    *reconciler.Reconciler
+	flags    *stackFlags
 	names    protocol.Names
+	tiers    []time.Duration
+	store    store.Store
+	recon    *reconciler.Reconciler
 	http     *http.Server
 	listener net.Listener
+
+	published  prometheus.Counter
+	aggMetrics *aggregator.Metrics
+
+	mu     sync.Mutex
+	broker *brokerSet // nil while disconnected
+}
+
+// brokerSet is everything that lives on one pair of broker connections.
+type brokerSet struct {
+	pubConn *amqp.Connection
+	conConn *amqp.Connection
+	pub     *broker.Publisher
+	relay   *relay.Relay
+	agg     *aggregator.Aggregator
+	dlq     *dlq.Queue
 }
 
 // openStack connects to everything and binds the API's address; run
-// starts the work. On error everything opened is closed again.
+// starts the work. On error everything opened is closed again, and the
+// error is one line (an unreachable broker or store fails here).
 func openStack(ctx context.Context, f *stackFlags, tokens []api.Token, log *slog.Logger) (_ *stack, err error) {
-	s := &stack{log: log}
+	s := &stack{log: log, flags: f, names: f.names()}
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
-	names := f.names()
-	s.names = names
+	if s.tiers, err = f.tiers(); err != nil {
+		return nil, err
+	}
+	if len(s.tiers) == 0 {
+		s.tiers = protocol.DefaultRetryTiers
+	}
 	if s.store, err = open.Open(ctx, f.databaseURL); err != nil {
-		return nil, err
-	}
-	// Publishing and consuming use separate connections: a publisher
-	// throttled by the broker must not stop the aggregator's acks.
-	if s.pubConn, err = broker.Dial(ctx, f.amqpURL, "warren server (relay)"); err != nil {
-		return nil, err
-	}
-	if s.conConn, err = broker.Dial(ctx, f.amqpURL, "warren server (aggregator)"); err != nil {
-		return nil, err
-	}
-	tiers, err := f.tiers()
-	if err != nil {
-		return nil, err
-	}
-	if len(tiers) == 0 {
-		tiers = protocol.DefaultRetryTiers
-	}
-	if err = broker.DeclareTopology(s.conConn, names, &broker.TopologyOptions{RetryTiers: tiers}); err != nil {
-		return nil, err
-	}
-	if s.pub, err = broker.NewPublisher(s.pubConn, nil); err != nil {
 		return nil, err
 	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	published := prometheus.NewCounter(prometheus.CounterOpts{
+	s.published = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "warren_relay_published_total",
 		Help: "Task messages the relay published and the broker confirmed.",
 	})
-	queues := []string{names.TasksQueue, names.ResultsQueue, names.DeadQueue, names.TasksDLQ, names.ResultsDLQ}
-	for _, d := range tiers {
-		queues = append(queues, names.RetryQueue(protocol.RetryTierName(d)))
+	queues := []string{s.names.TasksQueue, s.names.ResultsQueue, s.names.DeadQueue, s.names.TasksDLQ, s.names.ResultsDLQ}
+	for _, d := range s.tiers {
+		queues = append(queues, s.names.RetryQueue(protocol.RetryTierName(d)))
 	}
-	reg.MustRegister(published, relay.NewBacklogCollector(s.store), broker.NewDepthCollector(s.conConn, queues...))
-	aggMetrics := aggregator.NewMetrics(reg)
+	reg.MustRegister(s.published, relay.NewBacklogCollector(s.store), broker.NewDepthCollector(s.consumerConn, queues...))
+	s.aggMetrics = aggregator.NewMetrics(reg)
 	apiMetrics, err := api.NewMetrics(reg, s.store)
 	if err != nil {
 		return nil, err
 	}
 
-	if s.relay, err = relay.New(relay.Config{Store: s.store, Publisher: s.pub, Names: names, BatchSize: f.relayBatch,
-		Logger: log, OnPublished: func(n int) { published.Add(float64(n)) }}); err != nil {
-		return nil, err
-	}
-	if s.agg, err = aggregator.New(aggregator.Config{Store: s.store, Conn: s.conConn, Names: names,
-		// A job closed failed (fail-fast) is not broadcast as cancelled:
-		// it may be redriven, and workers would then skip its redriven
-		// tasks. Its unpublished tasks are never sent; queued ones run and
-		// their results are ignored.
-		BatchSize: f.aggBatch, Linger: f.aggLinger, Logger: log, Hooks: aggMetrics.Hooks(aggregator.Hooks{})}); err != nil {
-		return nil, err
-	}
-	if s.recon, err = reconciler.New(reconciler.Config{Store: s.store, Logger: log,
-		OnRequeued:     func(int) { s.relay.Wake() },
-		OnReadyToClose: s.agg.RequestClose,
-	}); err != nil {
-		return nil, err
-	}
-	deadLetters, err := dlq.New(dlq.Config{Conn: s.conConn, Publisher: s.pub, Names: names, Store: s.store, Logger: log})
+	// The first connection is made here so that a broker that does not
+	// answer is a one-line error at start; later losses are retried.
+	bs, err := s.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
+	s.setBroker(bs)
+
+	if s.recon, err = reconciler.New(reconciler.Config{Store: s.store, Logger: log,
+		OnRequeued:     func(int) { s.wakeRelay() },
+		OnReadyToClose: s.requestClose,
+	}); err != nil {
+		return nil, err
+	}
 	handler, err := api.New(api.Config{
-		DeadLetters: deadLetters,
-		Store:       s.store, Tokens: tokens, MaxBodyBytes: f.maxBody, Gatherer: reg, Metrics: apiMetrics,
-		Ready:     s.brokerReady,
-		OnSubmit:  func(string) { s.relay.Wake() },
-		OnRedrive: func(string) { s.relay.Wake() },
-		OnCancel:  s.broadcastCancel,
-		Logger:    log,
+		Store: s.store, Tokens: tokens, MaxBodyBytes: f.maxBody, Gatherer: reg, Metrics: apiMetrics,
+		DeadLetters: deadLetters{s},
+		Ready:       s.brokerReady,
+		OnSubmit:    func(string) { s.wakeRelay() },
+		OnRedrive:   func(string) { s.wakeRelay() },
+		OnCancel:    s.broadcastCancel,
+		Logger:      log,
 	})
 	if err != nil {
 		return nil, err
@@ -198,27 +190,205 @@ func openStack(ctx context.Context, f *stackFlags, tokens []api.Token, log *slog
 	return s, nil
 }
 
+// connect dials both broker connections, declares the topology and builds
+// the broker-side components on them.
+func (s *stack) connect(ctx context.Context) (_ *brokerSet, err error) {
+	bs := &brokerSet{}
+	defer func() {
+		if err != nil {
+			bs.close()
+		}
+	}()
+	// Publishing and consuming use separate connections: a publisher
+	// throttled by the broker must not stop the aggregator's acks. The
+	// prefix in their names tells installations apart on one broker.
+	suffix := ""
+	if s.names.Prefix != "" {
+		suffix = " " + s.names.Prefix
+	}
+	if bs.pubConn, err = broker.Dial(ctx, s.flags.amqpURL, "warren server (relay)"+suffix); err != nil {
+		return nil, err
+	}
+	if bs.conConn, err = broker.Dial(ctx, s.flags.amqpURL, "warren server (aggregator)"+suffix); err != nil {
+		return nil, err
+	}
+	if err = broker.DeclareTopology(bs.conConn, s.names, &broker.TopologyOptions{RetryTiers: s.tiers}); err != nil {
+		return nil, err
+	}
+	if bs.pub, err = broker.NewPublisher(bs.pubConn, nil); err != nil {
+		return nil, err
+	}
+	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names, BatchSize: s.flags.relayBatch,
+		Logger: s.log, OnPublished: func(n int) { s.published.Add(float64(n)) }}); err != nil {
+		return nil, err
+	}
+	// A job closed failed (fail-fast) is not broadcast as cancelled: it
+	// may be redriven, and workers would then skip its redriven tasks. Its
+	// unpublished tasks are never sent; queued ones run and their results
+	// are ignored.
+	if bs.agg, err = aggregator.New(aggregator.Config{Store: s.store, Conn: bs.conConn, Names: s.names,
+		BatchSize: s.flags.aggBatch, Linger: s.flags.aggLinger, Logger: s.log,
+		Hooks: s.aggMetrics.Hooks(aggregator.Hooks{})}); err != nil {
+		return nil, err
+	}
+	if bs.dlq, err = dlq.New(dlq.Config{Conn: bs.conConn, Publisher: bs.pub, Names: s.names, Store: s.store, Logger: s.log}); err != nil {
+		return nil, err
+	}
+	return bs, nil
+}
+
+// run runs the relay and the aggregator until ctx is done (nil) or one of
+// them fails, which is a lost connection or channel.
+func (bs *brokerSet) run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return stopOthers(gctx, "relay", bs.relay.Run(gctx)) })
+	g.Go(func() error { return stopOthers(gctx, "aggregator", bs.agg.Run(gctx)) })
+	return g.Wait()
+}
+
+func (bs *brokerSet) close() {
+	if bs.pub != nil {
+		_ = bs.pub.Close()
+	}
+	for _, c := range []*amqp.Connection{bs.pubConn, bs.conConn} {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}
+
+func (s *stack) setBroker(bs *brokerSet) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.broker = bs
+}
+
+func (s *stack) current() *brokerSet {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.broker
+}
+
+// consumerConn is the current consumer connection, for the queue-depth
+// metric; nil while disconnected.
+func (s *stack) consumerConn() *amqp.Connection {
+	if bs := s.current(); bs != nil {
+		return bs.conConn
+	}
+	return nil
+}
+
+func (s *stack) wakeRelay() {
+	if bs := s.current(); bs != nil {
+		bs.relay.Wake()
+	}
+}
+
+func (s *stack) requestClose(jobID string) {
+	if bs := s.current(); bs != nil {
+		bs.agg.RequestClose(jobID)
+	}
+	// Disconnected: the next aggregator's start-up scan closes the job.
+}
+
+// superviseBroker runs the broker side and rebuilds it, with exponential
+// backoff and jitter, whenever a connection or channel is lost: the API
+// keeps serving meanwhile (/readyz answers 503), tasks not yet confirmed
+// stay in the outbox and results not yet acknowledged stay in their
+// queue, so nothing is lost.
+func (s *stack) superviseBroker(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		if bs := s.current(); bs != nil {
+			err := bs.run(ctx)
+			s.setBroker(nil)
+			bs.close()
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Warn("broker connection lost; reconnecting", "error", err)
+		}
+		wait := backoff/2 + rand.N(backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		bs, err := s.connect(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Warn("reconnecting to the broker failed; retrying", "error", err, "backoff", backoff)
+			backoff = min(2*backoff, maxReconnectBackoff)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		s.setBroker(bs)
+		s.log.Info("broker connection restored")
+	}
+}
+
+// maxReconnectBackoff caps the wait between reconnection attempts.
+const maxReconnectBackoff = 10 * time.Second
+
+// deadLetters serves the API's dead-letter operations on the current
+// broker connection.
+type deadLetters struct{ s *stack }
+
+var errDisconnected = errors.New("not connected to the broker; reconnecting")
+
+func (d deadLetters) List(ctx context.Context, f dlq.Filter) ([]dlq.Message, error) {
+	if bs := d.s.current(); bs != nil {
+		return bs.dlq.List(ctx, f)
+	}
+	return nil, errDisconnected
+}
+
+func (d deadLetters) Replay(ctx context.Context, f dlq.Filter) (dlq.Report, error) {
+	if bs := d.s.current(); bs != nil {
+		return bs.dlq.Replay(ctx, f)
+	}
+	return dlq.Report{}, errDisconnected
+}
+
+func (d deadLetters) Purge(ctx context.Context, f dlq.Filter) (int, error) {
+	if bs := d.s.current(); bs != nil {
+		return bs.dlq.Purge(ctx, f)
+	}
+	return 0, errDisconnected
+}
+
 // broadcastCancel tells every worker, in the background, to skip the
 // job's remaining tasks. A missed broadcast costs only wasted work: the
 // aggregator ignores results of closed jobs.
 func (s *stack) broadcastCancel(jobID string) {
+	bs := s.current()
+	if bs == nil {
+		s.log.Warn("cancel not broadcast (broker disconnected); workers will run the job's queued tasks and their results will be ignored", "job_id", jobID)
+		return
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := broker.PublishCancel(ctx, s.pub, s.names, jobID); err != nil {
+		if err := broker.PublishCancel(ctx, bs.pub, s.names, jobID); err != nil {
 			s.log.Warn("cancel broadcast failed; workers will run the job's queued tasks and their results will be ignored",
 				"job_id", jobID, "error", err)
 		}
 	}()
 }
 
-// brokerReady reports whether both broker connections are open.
+// brokerReady reports whether the broker side is connected.
 func (s *stack) brokerReady(context.Context) error {
-	if s.pubConn.IsClosed() || s.conConn.IsClosed() {
+	bs := s.current()
+	if bs == nil {
+		return errDisconnected
+	}
+	if bs.pubConn.IsClosed() || bs.conConn.IsClosed() {
 		return errors.New("broker connection lost")
 	}
 	select {
-	case <-s.pub.Done():
+	case <-bs.pub.Done():
 		return errors.New("broker publisher channel closed")
 	default:
 	}
@@ -228,13 +398,13 @@ func (s *stack) brokerReady(context.Context) error {
 // url is the API's base URL.
 func (s *stack) url() string { return "http://" + s.listener.Addr().String() }
 
-// run serves until ctx is done or a part fails, then shuts down: the API
-// stops taking requests, the relay and the aggregator stop (unacked
-// results return to their queue).
+// run serves until ctx is done, then shuts down: the API stops taking
+// requests, the relay and the aggregator stop (unacked results return to
+// their queue). Broker losses are survived (superviseBroker); a failing
+// HTTP listener or reconciler stops everything.
 func (s *stack) run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return stopOthers(gctx, "relay", s.relay.Run(gctx)) })
-	g.Go(func() error { return stopOthers(gctx, "aggregator", s.agg.Run(gctx)) })
+	g.Go(func() error { return stopOthers(gctx, "broker supervisor", s.superviseBroker(gctx)) })
 	g.Go(func() error { return stopOthers(gctx, "reconciler", s.recon.Run(gctx)) })
 	g.Go(func() error {
 		err := s.http.Serve(s.listener)
@@ -256,13 +426,8 @@ func (s *stack) close() {
 	if s.listener != nil {
 		_ = s.listener.Close()
 	}
-	if s.pub != nil {
-		_ = s.pub.Close()
-	}
-	for _, c := range []*amqp.Connection{s.pubConn, s.conConn} {
-		if c != nil {
-			_ = c.Close()
-		}
+	if bs := s.current(); bs != nil {
+		bs.close()
 	}
 	if s.store != nil {
 		_ = s.store.Close()
