@@ -50,7 +50,7 @@ func Dial(ctx context.Context, rawURL, name string) (*amqp.Connection, error) {
 	}
 	conn, err := amqp.DialConfig(rawURL, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("cannot connect to RabbitMQ at %s: %v", Redact(rawURL), err)
+		return nil, fmt.Errorf("cannot connect to RabbitMQ at %s: %w", Redact(rawURL), err)
 	}
 	return conn, nil
 }

@@ -113,15 +113,27 @@ func TestRunIgnoresMalformedControlMessages(t *testing.T) {
 	require.NoError(t, rw.stop(), "Run kept running")
 }
 
-// Losing the control consumer ends Run like losing the task consumer: the
-// worker would otherwise run cancelled jobs' tasks unawares.
-func TestRunReturnsAnErrorWhenTheControlConsumerIsLost(t *testing.T) {
+// Losing the control consumer makes the worker reconnect rather than
+// run cancelled jobs' tasks unawares; the jobs cancelled before the loss
+// stay cancelled.
+func TestRunResubscribesWhenTheControlConsumerIsLost(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rw := b.start(t, worker.Config{}, map[string]worker.HandlerFunc{taskType: square})
 	c := rw.listening(t)
+	b.cancel(t, "job-x")
+	rw.expect(t, worker.EventCancelSeen)
+
 	require.NoError(t, c.ch.Close())
-	require.ErrorIs(t, rw.returned(t), worker.ErrConnectionLost)
+	rw.expect(t, worker.EventConnectionLost, worker.EventReconnected)
+	again := rw.listening(t)
+	require.NotEqual(t, c.queue, again.queue, "a fresh control queue")
+
+	b.publishTask(t, taskType, "job-x", 1, `{"x": 1}`, nil)
+	require.Equal(t, worker.EventSkipped, recv(t, rw.events, "skip").Kind, "the cancel outlived the reconnect")
+	b.cancel(t, "job-y")
+	require.Equal(t, "job-y", rw.expect(t, worker.EventCancelSeen)[0].JobID, "cancels are heard again")
+	require.NoError(t, rw.stop())
 }
 
 // A cancel with no worker running is not an error.

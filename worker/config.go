@@ -23,6 +23,9 @@ const (
 	// DefaultShutdownTimeout is how long Run waits by default for in-flight
 	// handlers once its context is done.
 	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultReconnectBackoffMax is the default longest wait between two
+	// reconnect attempts.
+	DefaultReconnectBackoffMax = 10 * time.Second
 )
 
 // Config configures a Worker. The zero value works against a local
@@ -51,6 +54,12 @@ type Config struct {
 	// their context cancelled and their tasks are requeued; Run waits up
 	// to 2 s more for them to return, then returns without them.
 	ShutdownTimeout time.Duration
+	// ReconnectBackoffMax is the longest wait between two attempts to
+	// reconnect after the broker connection is lost; default
+	// DefaultReconnectBackoffMax. The first attempt waits about 100 ms and
+	// each failed one doubles the wait, up to this bound; every wait is
+	// jittered by +-20%.
+	ReconnectBackoffMax time.Duration
 	// DeliveryLimit is the quorum queues' x-delivery-limit passed to
 	// broker.DeclareTopology; 0 means broker.DefaultDeliveryLimit. It must
 	// match the value the queues were declared with.
@@ -90,6 +99,9 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if c.ReconnectBackoffMax == 0 {
+		c.ReconnectBackoffMax = DefaultReconnectBackoffMax
+	}
 	if len(c.RetryTiers) == 0 {
 		c.RetryTiers = protocol.DefaultRetryTiers
 	}
@@ -113,6 +125,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: Config.Prefetch must be at most 65535 (an AMQP limit), got %d", c.Prefetch)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("worker: Config.ShutdownTimeout must be >= 0, got %v", c.ShutdownTimeout)
+	case c.ReconnectBackoffMax < 0:
+		return fmt.Errorf("worker: Config.ReconnectBackoffMax must be >= 0, got %v", c.ReconnectBackoffMax)
 	case c.DeliveryLimit < 0:
 		return fmt.Errorf("worker: Config.DeliveryLimit must be >= 0, got %d", c.DeliveryLimit)
 	}

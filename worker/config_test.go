@@ -13,13 +13,14 @@ import (
 func TestNewNamesTheInvalidField(t *testing.T) {
 	t.Parallel()
 	for field, cfg := range map[string]worker.Config{
-		"Config.Concurrency":     {Concurrency: -1},
-		"Config.Prefetch":        {Prefetch: -1},
-		"Config.Prefetch (2)":    {Concurrency: 4, Prefetch: 2},
-		"Config.ShutdownTimeout": {ShutdownTimeout: -time.Second},
-		"Config.DeliveryLimit":   {DeliveryLimit: -1},
-		"Config.RetryTiers":      {RetryTiers: []time.Duration{time.Second, 0}},
-		"Config.AMQPURL":         {AMQPURL: "http://127.0.0.1:5672/"},
+		"Config.Concurrency":         {Concurrency: -1},
+		"Config.Prefetch":            {Prefetch: -1},
+		"Config.Prefetch (2)":        {Concurrency: 4, Prefetch: 2},
+		"Config.ShutdownTimeout":     {ShutdownTimeout: -time.Second},
+		"Config.DeliveryLimit":       {DeliveryLimit: -1},
+		"Config.ReconnectBackoffMax": {ReconnectBackoffMax: -time.Second},
+		"Config.RetryTiers":          {RetryTiers: []time.Duration{time.Second, 0}},
+		"Config.AMQPURL":             {AMQPURL: "http://127.0.0.1:5672/"},
 	} {
 		_, err := worker.New(cfg)
 		require.ErrorContains(t, err, field)

@@ -39,6 +39,16 @@ const (
 	// done and returned the unstarted ones; in-flight handlers are still
 	// finishing. It carries no task fields.
 	EventDraining EventKind = "draining"
+	// EventConnectionLost: a broker connection or channel closed under
+	// Run, or the broker cancelled one of its consumers; Event.Err wraps
+	// ErrConnectionLost and says why. Run stopped taking tasks, the
+	// unfinished ones go back to the queue, and it is reconnecting. It
+	// carries no task fields.
+	EventConnectionLost EventKind = "connection_lost"
+	// EventReconnected: after EventConnectionLost, Run connected again,
+	// declared the topology and consumes the work and control queues. It
+	// carries no task fields.
+	EventReconnected EventKind = "reconnected"
 )
 
 // Event reports one outcome to Config.OnEvent, for tests and metrics.
@@ -59,6 +69,7 @@ type Event struct {
 	// EventRetried: the delay of the retry tier it was published to.
 	Delay time.Duration
 	// Err is the handler's error for EventFailed, EventRetried and
-	// EventDeadLettered, and the publish error for EventPublishFailed.
+	// EventDeadLettered, the publish error for EventPublishFailed, and
+	// why the connection was lost for EventConnectionLost.
 	Err error
 }

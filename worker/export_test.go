@@ -1,8 +1,16 @@
 package worker
 
-import amqp "github.com/rabbitmq/amqp091-go"
+import (
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
 
 // OnControlConsumer makes w report its control queue and that queue's
 // channel each time Run starts consuming it, so that tests know when
 // cancels are heard and can break the consumer.
 func OnControlConsumer(w *Worker, f func(queue string, ch *amqp.Channel)) { w.testHookControl = f }
+
+// SetReconnectBackoff replaces w's reconnect backoff with f, so that
+// tests can hold a worker between a loss and its reconnect.
+func SetReconnectBackoff(w *Worker, f func(attempt int) time.Duration) { w.testHookBackoff = f }

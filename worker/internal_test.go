@@ -25,6 +25,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, DefaultConcurrency, w.cfg.Concurrency)
 	require.Equal(t, 2*DefaultConcurrency, w.cfg.Prefetch)
 	require.Equal(t, DefaultShutdownTimeout, w.cfg.ShutdownTimeout)
+	require.Equal(t, DefaultReconnectBackoffMax, w.cfg.ReconnectBackoffMax)
 	require.Contains(t, w.cfg.Name, ":")
 	require.NotNil(t, w.cfg.Logger)
 	require.Equal(t, protocol.NamesFor(""), w.names)
@@ -211,4 +212,33 @@ func TestCopyOfKeepsTheMessageButNotTheUser(t *testing.T) {
 	require.Equal(t, "job:1", s.copyOf(d, Task{JobID: "job", TaskID: 1}).MessageId)
 	d.DeliveryTag = 7
 	require.Equal(t, "malformed:tag:7", s.copyOf(d, Task{}).MessageId)
+}
+
+// The reconnect backoff doubles from 100 ms up to its bound, each wait
+// within +-20% of its nominal value.
+func TestReconnectBackoffDoublesUpToItsBoundWithJitter(t *testing.T) {
+	t.Parallel()
+	limit := time.Second
+	for n, nominal := range map[int]time.Duration{
+		1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond,
+		4: 800 * time.Millisecond, 5: time.Second, 50: time.Second,
+	} {
+		for range 100 {
+			d := reconnectBackoff(n, limit)
+			require.GreaterOrEqual(t, d, nominal*8/10, "attempt %d", n)
+			require.LessOrEqual(t, d, nominal*12/10, "attempt %d", n)
+		}
+	}
+}
+
+func TestFatalSetUpErrors(t *testing.T) {
+	t.Parallel()
+	for code, want := range map[int]bool{
+		amqp.PreconditionFailed: true, amqp.AccessRefused: true, amqp.NotAllowed: true,
+		amqp.ConnectionForced: false, amqp.NotFound: false, amqp.ChannelError: false,
+	} {
+		err := fmt.Errorf("worker: %w", &amqp.Error{Code: code, Reason: "x"})
+		require.Equal(t, want, fatal(err), "code %d", code)
+	}
+	require.False(t, fatal(errors.New("cannot connect to RabbitMQ")))
 }

@@ -171,6 +171,10 @@ func (s *session) publishThenAck(d *delivery, exchange, key string, msg amqp.Pub
 	ctx, cancel := context.WithTimeout(s.handlers, confirmTimeout)
 	err := s.pub.PublishAndWait(ctx, exchange, key, msg)
 	cancel()
+	if err != nil && s.lost.Load() {
+		log.Debug("worker: outcome not confirmed; the connection was lost and the task will be redelivered", "error", err)
+		return
+	}
 	if err != nil {
 		n := s.publishFailures.Add(1)
 		log.Warn("worker: outcome not confirmed by the broker; the task goes back to the queue",

@@ -19,7 +19,8 @@ import (
 // and stops waiting for them.
 const abandonAfter = 2 * time.Second
 
-// session is one Run: its connections' publisher and consumer, the
+// session is one connected period of Run, from a connect to the loss of
+// the connection or the shutdown: its publisher and consumer, the
 // handlers' context and the tasks in flight.
 type session struct {
 	w   *Worker
@@ -43,6 +44,11 @@ type session struct {
 	inflight map[*delivery]struct{}
 
 	publishFailures atomic.Int64 // consecutive ones, for the backoff
+
+	// lost is set once the connection is lost: from then on no delivery
+	// is settled, since its channel is dead or about to be closed, and
+	// the broker redelivers every unacked task.
+	lost atomic.Bool
 }
 
 func newSession(ctx context.Context, w *Worker, pub *broker.Publisher, tag string) *session {
@@ -64,16 +70,23 @@ func newSession(ctx context.Context, w *Worker, pub *broker.Publisher, tag strin
 var errControlLost = errors.New("the control consumer's channel closed or the broker cancelled it")
 
 // delivery is a task delivery that is acked or nacked at most once, by
-// whichever of its handler's goroutine and the shutdown gets there first.
+// whichever of its handler's goroutine and the shutdown gets there first,
+// and never once its session lost the connection. It is only ever acked
+// on the channel that delivered it (its Acknowledger).
 type delivery struct {
 	amqp.Delivery
 	settled atomic.Bool
+	lost    *atomic.Bool // its session's
 }
 
-// settle runs ack or nack f unless d was already settled; it reports
-// whether f ran.
+func (s *session) delivery(d amqp.Delivery) *delivery {
+	return &delivery{Delivery: d, lost: &s.lost}
+}
+
+// settle runs ack or nack f unless d was already settled or its session
+// lost the connection; it reports whether f ran.
 func (d *delivery) settle(f func() error) (bool, error) {
-	if !d.settled.CompareAndSwap(false, true) {
+	if d.lost.Load() || !d.settled.CompareAndSwap(false, true) {
 		return false, nil
 	}
 	return true, f()
@@ -103,7 +116,7 @@ func (s *session) consume(deliveries <-chan amqp.Delivery, publisherDone, contro
 			}
 			select {
 			case s.slots <- struct{}{}:
-				s.start(&delivery{Delivery: d})
+				s.start(s.delivery(d))
 			case <-s.stop.Done():
 				s.requeueUnstarted(d)
 				return nil
@@ -160,6 +173,21 @@ func (s *session) drain(ch *amqp.Channel, deliveries <-chan amqp.Delivery) {
 	s.abandon()
 }
 
+// lose is the end of a session whose connection was lost: it stops
+// settling deliveries, cancels the running handlers (their tasks are
+// redelivered whatever they do now), runs closeLink, and gives the
+// handlers a moment to return so that the next session's concurrency
+// bound holds.
+func (s *session) lose(closeLink func()) {
+	s.lost.Store(true)
+	s.cancelHandlers()
+	closeLink()
+	if !waitGroup(&s.wg, abandonAfter) {
+		s.log.Error("worker: handlers ignore their cancelled context; reconnecting without waiting for them",
+			"in_flight", s.inflightCount())
+	}
+}
+
 // abandon cancels the running handlers, gives them a moment to return,
 // and requeues the tasks of those that did not.
 func (s *session) abandon() {
@@ -187,7 +215,7 @@ func (s *session) inflightCount() int {
 
 // requeueUnstarted returns a delivery that never reached a handler.
 func (s *session) requeueUnstarted(d amqp.Delivery) {
-	s.requeue(&delivery{Delivery: d}, describe(d), s.log)
+	s.requeue(s.delivery(d), describe(d), s.log)
 }
 
 // requeue nacks d back to the queue, unfinished, for another run.

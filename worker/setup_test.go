@@ -88,6 +88,13 @@ type runningWorker struct {
 // cfg.OnEvent, if set, has seen them.
 func (b *testBundle) start(t *testing.T, cfg worker.Config, handlers map[string]worker.HandlerFunc) *runningWorker {
 	t.Helper()
+	return b.startWith(t, cfg, handlers, nil)
+}
+
+// startWith is start with prepare, if not nil, called on the worker
+// before Run, to set test hooks.
+func (b *testBundle) startWith(t *testing.T, cfg worker.Config, handlers map[string]worker.HandlerFunc, prepare func(*worker.Worker)) *runningWorker {
+	t.Helper()
 	rw := &runningWorker{
 		events:  make(chan worker.Event, 1000),
 		control: make(chan controlConsumer, 10),
@@ -109,6 +116,9 @@ func (b *testBundle) start(t *testing.T, cfg worker.Config, handlers map[string]
 	worker.OnControlConsumer(w, func(queue string, ch *amqp.Channel) {
 		rw.control <- controlConsumer{queue, ch}
 	})
+	if prepare != nil {
+		prepare(w)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rw.cancel = cancel
 	go func() {

@@ -26,14 +26,13 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/warrenhq/warren/broker"
 	"github.com/warrenhq/warren/protocol"
 )
 
-// ErrConnectionLost is wrapped by Run's error when a broker connection or
-// channel closed under the worker, or the broker cancelled its consumer
-// (the queue was deleted). The unfinished tasks go back to the queue;
-// calling Run again reconnects.
+// ErrConnectionLost is wrapped by the Err of EventConnectionLost: a
+// broker connection or channel closed under the worker, or the broker
+// cancelled one of its consumers (its queue was deleted). Run does not
+// return it; it reconnects.
 var ErrConnectionLost = errors.New("worker: lost the connection to RabbitMQ")
 
 // Worker consumes warren's work queue and runs the registered handlers.
@@ -52,6 +51,8 @@ type Worker struct {
 
 	running atomic.Bool
 
+	// testHookBackoff, set only by tests, replaces the reconnect backoff.
+	testHookBackoff func(attempt int) time.Duration
 	// testHookControl, set only by tests, sees the control queue and its
 	// channel once the worker consumes it.
 	testHookControl func(queue string, ch *amqp.Channel)
@@ -110,10 +111,20 @@ func (w *Worker) handler(taskType string) HandlerFunc {
 // have their context cancelled and their tasks are returned to the queue.
 // It returns nil after such a shutdown.
 //
-// Run returns an error wrapping ErrConnectionLost if the broker connection
-// is lost or its task or control consumer ends (it does not reconnect),
-// and an error if it cannot connect, no handler is registered, or Run is
-// already running on w.
+// If a broker connection or channel is lost, or the broker cancels the
+// task or control consumer, Run stops taking tasks, cancels the running
+// handlers' context (the broker redelivers their tasks: a delivery is
+// only ever acked on the channel that delivered it), closes both
+// connections and reconnects with exponential backoff up to
+// Config.ReconnectBackoffMax, declaring the topology and subscribing
+// again (EventConnectionLost, then EventReconnected). The cancelled jobs
+// it has heard of are kept across reconnects.
+//
+// Run returns an error if it cannot connect the first time, if the broker
+// refuses the topology on any connect (a queue exists with other
+// arguments, or the user may not declare it), if no handler is
+// registered, or if Run is already running on w. It returns nil whenever ctx is done, also
+// while it waits to reconnect.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.RLock()
 	n := len(w.handlers)
@@ -126,81 +137,80 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	defer w.running.Store(false)
 
-	consumerConn, err := broker.Dial(ctx, w.cfg.AMQPURL, "warren worker "+w.cfg.Name+" (consumer)")
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped before it started: nothing was taken
-		}
-		return fmt.Errorf("worker: %w", err)
-	}
-	defer func() { _ = consumerConn.Close() }()
-	topology := &broker.TopologyOptions{DeliveryLimit: w.cfg.DeliveryLimit, RetryTiers: w.cfg.RetryTiers}
-	if err := broker.DeclareTopology(consumerConn, w.names, topology); err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	// Outcomes are published on a connection of their own: when RabbitMQ
-	// blocks publishers (a memory or disk alarm) it blocks their whole
-	// connection, and the consumer must still be able to ack and nack.
-	publisherConn, err := broker.Dial(ctx, w.cfg.AMQPURL, "warren worker "+w.cfg.Name+" (publisher)")
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped before it started: nothing was taken
-		}
-		return fmt.Errorf("worker: %w", err)
-	}
-	defer func() { _ = publisherConn.Close() }()
-	publisherLost := publisherConn.NotifyClose(make(chan *amqp.Error, 1))
-	pub, err := broker.NewPublisher(publisherConn, nil)
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	defer func() { _ = pub.Close() }()
-
 	tag := consumerTag(w.cfg.Name)
-	// Cancels are heard before the first task is taken.
-	control, err := w.consumeControl(consumerConn, tag+" control")
+	l, err := w.connect(ctx, tag)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started: nothing was taken
+		}
 		return err
 	}
-	go control.run(w)
-	defer control.close()
-
-	ch, deliveries, err := broker.Consume(consumerConn, w.names.TasksQueue, tag, w.cfg.Prefetch)
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	defer func() { _ = ch.Close() }()
-	consumerLost := ch.NotifyClose(make(chan *amqp.Error, 1))
-
-	s := newSession(ctx, w, pub, tag)
-	defer s.cancelHandlers()
 	w.log.Info("worker: consuming", "queue", w.names.TasksQueue,
 		"concurrency", w.cfg.Concurrency, "prefetch", w.cfg.Prefetch)
-
-	if err := s.consume(deliveries, pub.Done(), control.lost); err != nil {
-		err = fmt.Errorf("%w: %v", ErrConnectionLost, closeReason(err, consumerLost, control.closes, publisherLost))
-		w.log.Error("worker: stopped", "error", err)
-		s.abandon()
-		return err
-	}
-	s.drain(ch, deliveries)
-	w.log.Info("worker: stopped")
-	return nil
-}
-
-// closeReason adds the broker's reason for closing a channel or
-// connection, if it gave one, to err.
-func closeReason(err error, closes ...<-chan *amqp.Error) string {
-	for _, c := range closes {
-		select {
-		case reason, ok := <-c:
-			if ok && reason != nil {
-				return fmt.Sprintf("%v: %v", err, reason)
-			}
-		default:
+	failed := 0 // reconnect attempts since the last stable connection
+	for {
+		connectedAt := time.Now()
+		lost := w.serve(ctx, l)
+		if lost == nil {
+			w.log.Info("worker: stopped")
+			return nil
+		}
+		if time.Since(connectedAt) >= w.cfg.ReconnectBackoffMax {
+			failed = 0 // else a connection that keeps dropping keeps the backoff growing
+		}
+		w.log.Warn("worker: lost the connection to RabbitMQ; its unfinished tasks go back to the queue; reconnecting", "error", lost)
+		w.emit(Event{Kind: EventConnectionLost, Err: lost})
+		if l, err = w.reconnect(ctx, tag, &failed); l == nil {
+			return err
 		}
 	}
-	return err.Error()
+}
+
+// reconnect connects again after a loss, waiting the backoff before each
+// attempt; *failed counts the attempts for the backoff. It returns nil
+// and nil once ctx is done, and nil and the error when the broker
+// refuses the set-up for good.
+func (w *Worker) reconnect(ctx context.Context, tag string, failed *int) (*link, error) {
+	lostAt := time.Now()
+	for attempt := 1; ; attempt++ {
+		*failed++
+		if !sleep(ctx, w.backoff(*failed)) {
+			w.log.Info("worker: stopped while reconnecting")
+			return nil, nil
+		}
+		l, err := w.connect(ctx, tag)
+		switch {
+		case ctx.Err() != nil:
+			if l != nil {
+				l.close()
+			}
+			w.log.Info("worker: stopped while reconnecting")
+			return nil, nil
+		case err != nil && fatal(err):
+			w.log.Error("worker: the broker refused the worker's set-up; not retrying", "error", err)
+			return nil, err
+		case err != nil:
+			w.log.Debug("worker: reconnect failed", "attempt", attempt, "error", err)
+		default:
+			w.log.Info("worker: reconnected to RabbitMQ", "attempts", attempt, "down_for", time.Since(lostAt).Round(time.Millisecond))
+			w.emit(Event{Kind: EventReconnected})
+			return l, nil
+		}
+	}
+}
+
+// serve runs tasks from l until ctx is done, then drains and returns
+// nil, or until l is lost, then returns why. Either way it closes l.
+func (w *Worker) serve(ctx context.Context, l *link) error {
+	s := newSession(ctx, w, l.pub, l.tag)
+	defer l.close()
+	defer s.cancelHandlers()
+	if err := s.consume(l.deliveries, l.pub.Done(), l.control.lost); err != nil {
+		s.lose(l.close)
+		return l.lossReason(err) // after close: the broker's reasons are in
+	}
+	s.drain(l.ch, l.deliveries)
+	return nil
 }
 
 func consumerTag(name string) string {

@@ -382,9 +382,9 @@ func TestRunDoesNotAckWhenTheResultIsNotConfirmed(t *testing.T) {
 	require.Zero(t, b.depth(t, b.names.TasksDLQ))
 }
 
-// Deleting the work queue cancels the consumer: Run says so instead of
-// returning nil as if it had been asked to stop.
-func TestRunReturnsAnErrorWhenTheConsumerIsLost(t *testing.T) {
+// Deleting the work queue cancels the consumer: the worker reconnects,
+// declares the queue again and carries on.
+func TestRunRedeclaresADeletedWorkQueueAndCarriesOn(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rw := b.start(t, worker.Config{}, map[string]worker.HandlerFunc{taskType: square})
@@ -397,7 +397,15 @@ func TestRunReturnsAnErrorWhenTheConsumerIsLost(t *testing.T) {
 	_, err = ch.QueueDelete(b.names.TasksQueue, false, false, false)
 	require.NoError(t, err)
 
-	require.ErrorIs(t, rw.returned(t), worker.ErrConnectionLost)
+	lost := rw.expect(t, worker.EventConnectionLost, worker.EventReconnected)[0]
+	require.ErrorIs(t, lost.Err, worker.ErrConnectionLost)
+	b.publishTask(t, taskType, "job-k", 2, `{"x": 2}`, nil)
+	require.EqualValues(t, 2, rw.expect(t, worker.EventCompleted)[0].TaskID)
+	require.NoError(t, rw.stop())
+	for i := 1; i <= 2; i++ {
+		r, _ := b.result(t)
+		require.EqualValues(t, i, r.TaskID)
+	}
 }
 
 func requireDeadLetter(t *testing.T, d amqp.Delivery, reason, errText, workerName string) {
