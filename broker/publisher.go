@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -20,7 +22,15 @@ var (
 	// ErrClosed means the publisher's channel or connection closed before
 	// the message was confirmed; it may or may not have been stored.
 	ErrClosed = errors.New("broker: publisher closed before confirmation")
+	// ErrBlocked means the broker blocked the publisher's connection (a
+	// memory or disk alarm) for longer than PublisherOptions.BlockedWait.
+	// Nothing was sent.
+	ErrBlocked = errors.New("broker: connection blocked by the broker")
 )
+
+// DefaultBlockedWait is how long Publish waits, by default, for a blocked
+// connection to be unblocked.
+const DefaultBlockedWait = 30 * time.Second
 
 // DefaultConfirmWindow is the default number of publishes a Publisher lets
 // wait for their confirms at once.
@@ -31,6 +41,13 @@ type PublisherOptions struct {
 	// Window is the maximum number of unconfirmed publishes; Publish blocks
 	// while the window is full. 0 means DefaultConfirmWindow.
 	Window int
+	// BlockedWait bounds how long Publish waits while the broker blocks
+	// the connection (connection.blocked: a memory or disk alarm) before
+	// it gives up with ErrBlocked. 0 means DefaultBlockedWait.
+	BlockedWait time.Duration
+	// Logger receives one line when the broker blocks the connection and
+	// one when it unblocks it; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Publisher publishes persistent, mandatory messages on one channel in
@@ -38,8 +55,9 @@ type PublisherOptions struct {
 // Returned (unroutable) messages are reported as ErrUnroutable even though
 // the broker also acks them. It is safe for concurrent use.
 type Publisher struct {
-	ch     *amqp.Channel
-	window chan struct{}
+	ch      *amqp.Channel
+	window  chan struct{}
+	blocked *blockState
 
 	pubMu sync.Mutex // serialises publishes so delivery tags are known
 
@@ -92,8 +110,18 @@ func (c *Confirmation) resolve(err error) {
 // a Publisher that owns the channel.
 func NewPublisher(conn *amqp.Connection, opts *PublisherOptions) (*Publisher, error) {
 	window := DefaultConfirmWindow
-	if opts != nil && opts.Window > 0 {
-		window = opts.Window
+	blockedWait := DefaultBlockedWait
+	log := slog.Default()
+	if opts != nil {
+		if opts.Window > 0 {
+			window = opts.Window
+		}
+		if opts.BlockedWait > 0 {
+			blockedWait = opts.BlockedWait
+		}
+		if opts.Logger != nil {
+			log = opts.Logger
+		}
 	}
 	ch, err := conn.Channel()
 	if err != nil {
@@ -105,6 +133,7 @@ func NewPublisher(conn *amqp.Connection, opts *PublisherOptions) (*Publisher, er
 	}
 	p := &Publisher{
 		ch:      ch,
+		blocked: newBlockState(blockedWait, log),
 		window:  make(chan struct{}, window),
 		pending: make(map[uint64]*Confirmation),
 		done:    make(chan struct{}),
@@ -117,6 +146,7 @@ func NewPublisher(conn *amqp.Connection, opts *PublisherOptions) (*Publisher, er
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation))
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	go p.listen(returns, confirms, closes)
+	go p.blocked.follow(conn.NotifyBlocked(make(chan amqp.Blocking, 4)))
 	return p, nil
 }
 
@@ -129,6 +159,9 @@ func NewPublisher(conn *amqp.Connection, opts *PublisherOptions) (*Publisher, er
 func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) (*Confirmation, error) {
 	if msg.MessageId == "" {
 		return nil, errors.New("broker: publish without a message id")
+	}
+	if err := p.blocked.wait(ctx); err != nil {
+		return nil, err
 	}
 	select {
 	case p.window <- struct{}{}:

@@ -61,7 +61,7 @@ func (w *Worker) connect(ctx context.Context, tag string) (_ *link, err error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	l.publisherLost = l.publisherConn.NotifyClose(make(chan *amqp.Error, 1))
-	if l.pub, err = broker.NewPublisher(l.publisherConn, nil); err != nil {
+	if l.pub, err = broker.NewPublisher(l.publisherConn, &broker.PublisherOptions{Logger: w.cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	if l.control, err = w.consumeControl(l.consumerConn, tag+" control"); err != nil {

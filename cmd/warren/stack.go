@@ -215,7 +215,7 @@ func (s *stack) connect(ctx context.Context) (_ *brokerSet, err error) {
 	if err = broker.DeclareTopology(bs.conConn, s.names, &broker.TopologyOptions{RetryTiers: s.tiers}); err != nil {
 		return nil, err
 	}
-	if bs.pub, err = broker.NewPublisher(bs.pubConn, nil); err != nil {
+	if bs.pub, err = broker.NewPublisher(bs.pubConn, &broker.PublisherOptions{Logger: s.log}); err != nil {
 		return nil, err
 	}
 	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names, BatchSize: s.flags.relayBatch,
