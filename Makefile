@@ -2,7 +2,7 @@
 STATICCHECK_VERSION := v0.8.2
 GO ?= go
 
-.PHONY: help build test lint fmt
+.PHONY: help build test lint fmt chaos
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -21,3 +21,6 @@ lint: ## gofmt, go vet and staticcheck (pinned)
 
 fmt: ## format the code
 	gofmt -w .
+
+chaos: ## run the chaos suite (real server and workers; faults on RabbitMQ and PostgreSQL)
+	$(GO) run ./chaos

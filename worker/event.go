@@ -45,6 +45,10 @@ const (
 	// unfinished ones go back to the queue, and it is reconnecting. It
 	// carries no task fields.
 	EventConnectionLost EventKind = "connection_lost"
+	// EventConnected: Run connected for the first time, declared the
+	// topology and consumes the work and control queues. It carries no
+	// task fields.
+	EventConnected EventKind = "connected"
 	// EventReconnected: after EventConnectionLost, Run connected again,
 	// declared the topology and consumes the work and control queues. It
 	// carries no task fields.

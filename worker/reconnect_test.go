@@ -183,3 +183,12 @@ func TestRunReturnsTheErrorOfATopologyItCannotRedeclare(t *testing.T) {
 	require.Equal(t, amqp.PreconditionFailed, ae.Code, "%v", err)
 	require.ErrorContains(t, err, b.names.TasksQueue)
 }
+
+func TestRunReportsConnected(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rw := b.start(t, worker.Config{}, map[string]worker.HandlerFunc{
+		taskType: func(context.Context, worker.Task) (any, error) { return nil, nil },
+	})
+	recv(t, rw.up, "connected")
+}

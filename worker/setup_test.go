@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,6 +82,9 @@ type runningWorker struct {
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when Run has returned err
 	err     error
+	// up is closed at EventConnected.
+	up        chan struct{}
+	connected sync.Once
 }
 
 // start runs a worker with cfg and handlers; the test's end stops it.
@@ -99,12 +103,17 @@ func (b *testBundle) startWith(t *testing.T, cfg worker.Config, handlers map[str
 		events:  make(chan worker.Event, 1000),
 		control: make(chan controlConsumer, 10),
 		done:    make(chan struct{}),
+		up:      make(chan struct{}),
 	}
 	cfg = b.config(cfg)
 	inner := cfg.OnEvent
 	cfg.OnEvent = func(ev worker.Event) {
 		if inner != nil {
 			inner(ev)
+		}
+		if ev.Kind == worker.EventConnected {
+			rw.connected.Do(func() { close(rw.up) })
+			return // tests that expect task events do not see it
 		}
 		rw.events <- ev
 	}

@@ -147,6 +147,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker: consuming", "queue", w.names.TasksQueue,
 		"concurrency", w.cfg.Concurrency, "prefetch", w.cfg.Prefetch)
+	w.emit(Event{Kind: EventConnected})
 	failed := 0 // reconnect attempts since the last stable connection
 	for {
 		connectedAt := time.Now()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -437,4 +438,33 @@ func TestServerReconnectsAfterTheBrokerClosesItsConnections(t *testing.T) {
 
 	require.Equal(t, 0, w.stop(t), "worker:\n%s", w.out)
 	require.Equal(t, 0, server.stop(t), "server:\n%s", server.out)
+}
+
+// `warren worker --health-listen` answers /healthz, and /readyz once the
+// worker is connected to the broker.
+func TestWorkerHealthEndpoints(t *testing.T) {
+	t.Parallel()
+	names, _ := amqptest.Topology(t, nil)
+	health := freeAddr(t)
+	env := []string{"WARREN_AMQP_URL=" + amqptest.URL(), "WARREN_PREFIX=" + names.Prefix}
+	w := start(t, env, "worker", "--types", "echo", "--health-listen", health)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				require.JSONEq(t, `{"status":"ready"}`, string(body))
+				break
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "worker never ready: %v\n%s", err, w.out)
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.Get("http://" + health + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, 0, w.stop(t), "worker:\n%s", w.out)
 }

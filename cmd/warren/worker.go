@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/warrenhq/warren/worker"
 )
@@ -16,6 +21,7 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	concurrency := fs.Int("concurrency", 8, "handlers running at once")
 	types := fs.String("types", "", "comma-separated handlers to serve (default: all built-ins)")
 	shutdown := fs.Duration("shutdown-timeout", 0, "how long to let in-flight tasks finish on SIGTERM (default 30s)")
+	health := fs.String("health-listen", "", "serve /healthz and /readyz (connected to the broker) on this address, e.g. 127.0.0.1:9090")
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
@@ -30,12 +36,28 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	if err != nil {
 		return err
 	}
+	var ready atomic.Bool
 	w, err := worker.New(worker.Config{
 		AMQPURL: c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency,
 		ShutdownTimeout: *shutdown, Logger: env.logger, RetryTiers: tiers,
+		OnEvent: func(e worker.Event) {
+			switch e.Kind {
+			case worker.EventConnected, worker.EventReconnected:
+				ready.Store(true)
+			case worker.EventConnectionLost:
+				ready.Store(false)
+			}
+		},
 	})
 	if err != nil {
 		return err
+	}
+	if *health != "" {
+		stop, err := serveHealth(*health, &ready, env)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	for _, name := range serve {
 		w.Handle(name, builtins[name])
@@ -66,4 +88,42 @@ func selectBuiltins(list string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// serveHealth serves a worker's /healthz (the process is up) and /readyz
+// (connected to the broker, else 503) on addr, until stop is called.
+func serveHealth(addr string, ready *atomic.Bool, env *environment) (stop func(), err error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--health-listen %s: %v", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeHealth(w, http.StatusOK, "ok", "")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if ready.Load() {
+			writeHealth(w, http.StatusOK, "ready", "")
+			return
+		}
+		writeHealth(w, http.StatusServiceUnavailable, "", "not connected to the broker")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	env.logger.Info("worker health endpoints", "addr", l.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
+
+func writeHealth(w http.ResponseWriter, status int, state, problem string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if problem != "" {
+		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "unavailable", "message": problem}})
+		return
+	}
+	_ = json.NewEncoder(w).Encode(map[string]string{"status": state})
 }

@@ -1,0 +1,221 @@
+// Command chaos is warren's chaos suite (`make chaos`): it builds the
+// warren binary, and for each scenario runs a real server and three
+// workers on a fresh prefix and store, submits a job of N flaky tasks
+// reduced by "sum", injects a fault while the job runs (killed workers,
+// a killed server, broker-side connection closes, a RabbitMQ restart, a
+// memory alarm, a PostgreSQL restart, two servers with one killed), waits
+// for the job to close and checks that nothing was lost or counted twice
+// and that the result equals the fault-free one. It prints a table and
+// exits non-zero on any loss, difference or timeout.
+//
+// Environment: CHAOS_N (tasks per job, default 10000), CHAOS_ONLY
+// (comma-separated scenario names), CHAOS_TIMEOUT (per job, default 4m),
+// WARREN_AMQP_URL, TEST_DATABASE_URL.
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+var retryTiers = []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "chaos %s  "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+// live holds every process started, so a signal can end them.
+var (
+	liveMu sync.Mutex
+	live   = map[*proc]bool{}
+)
+
+func track(p *proc) {
+	liveMu.Lock()
+	live[p] = true
+	liveMu.Unlock()
+}
+
+func killAll() {
+	liveMu.Lock()
+	defer liveMu.Unlock()
+	for p := range live {
+		p.kill9()
+	}
+}
+
+func main() {
+	os.Exit(mainCode())
+}
+
+func mainCode() (code int) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		logf("%v: cleaning up", s)
+		killAll()
+		runCleanups()
+		_ = ensureBroker()
+		_ = ensurePostgres()
+		runScenarioCleanup()
+		if d := getBinDir(); d != "" {
+			_ = os.RemoveAll(d)
+		}
+		os.Exit(130)
+	}()
+	defer func() {
+		if r := recover(); r != nil {
+			logf("panic: %v", r)
+			killAll()
+			code = 2
+		}
+		runCleanups()
+		runScenarioCleanup()
+	}()
+
+	n := 10000
+	if s := os.Getenv("CHAOS_N"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			logf("CHAOS_N must be a positive integer; got %q", s)
+			return 2
+		}
+		n = v
+	}
+	timeout := 4 * time.Minute
+	if s := os.Getenv("CHAOS_TIMEOUT"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			logf("CHAOS_TIMEOUT: %v", err)
+			return 2
+		}
+		timeout = d
+	}
+	only := map[string]bool{}
+	for _, s := range strings.Split(os.Getenv("CHAOS_ONLY"), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			only[s] = true
+		}
+	}
+
+	if err := ensureBroker(); err != nil {
+		logf("RabbitMQ: %v", err)
+		return 2
+	}
+	if err := ensurePostgres(); err != nil {
+		logf("PostgreSQL: %v", err)
+		return 2
+	}
+
+	if len(only) == 0 || only["memory-alarm"] {
+		origWatermark = currentWatermark()
+	}
+
+	binDir, err := os.MkdirTemp("", "warren-chaos-bin-")
+	if err != nil {
+		logf("%v", err)
+		return 2
+	}
+	defer os.RemoveAll(binDir)
+	setBinDir(binDir)
+	bin := filepath.Join(binDir, "warren")
+	logf("building %s", bin)
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/warren").CombinedOutput(); err != nil {
+		logf("go build: %v\n%s", err, out)
+		return 2
+	}
+
+	var results []*outcome
+	baseline := ""
+	failed := false
+	for _, sc := range scenarios() {
+		if len(only) > 0 && !only[sc.name] {
+			continue
+		}
+		logf("=== scenario %s (%s store, N=%d)", sc.name, sc.store, n)
+		o := runScenario(bin, sc, n, timeout)
+		if sc.name == "baseline" && o.ok() {
+			baseline = o.result
+		}
+		results = append(results, o)
+		if !o.ok() {
+			failed = true
+			logf("--- scenario %s FAILED: %s", sc.name, strings.Join(o.problems, "; "))
+		} else {
+			logf("--- scenario %s ok in %s", sc.name, o.duration.Round(100*time.Millisecond))
+		}
+	}
+
+	expected := strconv.Itoa(n * (n + 1) / 2)
+	if baseline == "" {
+		baseline = expected
+	}
+	fmt.Printf("\nwarren chaos suite: %d tasks per job, retry tiers 100ms,200ms, expected sum %s (baseline run: %s)\n\n", n, expected, baseline)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tfaults\tduration\ttasks lost\tduplicates absorbed\tresult identical\tverdict")
+	for _, o := range results {
+		identical := "no"
+		if o.result != "" && o.result == baseline && o.result == expected {
+			identical = "yes"
+		} else if o.ok() {
+			o.problems = append(o.problems, fmt.Sprintf("result %s differs from %s", o.result, baseline))
+			failed = true
+		}
+		lost := "?"
+		if o.lost >= 0 {
+			lost = strconv.Itoa(o.lost)
+		}
+		dups := strconv.FormatFloat(o.duplicates, 'f', 0, 64)
+		if o.dupNote != "" {
+			dups += " " + o.dupNote
+		}
+		verdict := "ok"
+		if !o.ok() {
+			verdict = "FAIL: " + strings.Join(o.problems, "; ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.name, o.faults, o.duration.Round(100*time.Millisecond), lost, dups, identical, verdict)
+	}
+	tw.Flush()
+	if failed {
+		fmt.Println("\nchaos: FAILED")
+		return 1
+	}
+	fmt.Println("\nchaos: all scenarios passed")
+	return 0
+}
+
+// binDir is the built binary's directory, removed on a signal too.
+var binDir struct {
+	sync.Mutex
+	path string
+}
+
+func setBinDir(d string) {
+	binDir.Lock()
+	defer binDir.Unlock()
+	binDir.path = d
+}
+
+func getBinDir() string {
+	binDir.Lock()
+	defer binDir.Unlock()
+	return binDir.path
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

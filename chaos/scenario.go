@@ -1,0 +1,516 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// scenario is one fault injected into a running job.
+type scenario struct {
+	name    string
+	store   string // "sqlite" or "postgres"
+	servers int
+	// fault runs while the job runs; it records what it did in r.faults.
+	fault func(r *runner) error
+}
+
+// outcome is what the table shows for one scenario.
+type outcome struct {
+	name       string
+	faults     string
+	duration   time.Duration
+	lost       int // -1: unknown
+	duplicates float64
+	dupNote    string
+	result     string
+	problems   []string
+}
+
+func (o *outcome) ok() bool { return len(o.problems) == 0 }
+
+func (o *outcome) fail(format string, args ...any) {
+	o.problems = append(o.problems, fmt.Sprintf(format, args...))
+}
+
+// server is a running `warren server` with its API address.
+type server struct {
+	*proc
+	base string
+}
+
+// runner holds one scenario's processes, store and job.
+type runner struct {
+	sc       scenario
+	bin      string
+	dir      string
+	prefix   string
+	env      []string
+	n        int
+	servers  []*server
+	workers  []*proc
+	seq      int
+	jobID    string
+	faults   []string
+	dupsSeen float64 // counted by servers that were killed since
+	// firstTrigger is the job's progress when the first fault was
+	// triggered; closedEarly is set when the job had already closed.
+	firstTrigger string
+	closedEarly  bool
+}
+
+func (r *runner) addFault(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	logf("fault: %s", s)
+	r.faults = append(r.faults, s)
+}
+
+func (r *runner) startServer() (*server, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	r.seq++
+	p, err := startProc(r.bin, r.dir, fmt.Sprintf("server-%d", r.seq), append(r.env, "WARREN_LISTEN="+addr), "server")
+	if err != nil {
+		return nil, err
+	}
+	track(p)
+	s := &server{proc: p, base: "http://" + addr}
+	r.servers = append(r.servers, s)
+	if err := waitReady(s.base, p, 90*time.Second); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (r *runner) startWorker() (*proc, error) {
+	r.seq++
+	p, err := startProc(r.bin, r.dir, fmt.Sprintf("worker-%d", r.seq), r.env, "worker", "--types", "flaky")
+	if err != nil {
+		return nil, err
+	}
+	track(p)
+	r.workers = append(r.workers, p)
+	return p, nil
+}
+
+// api returns the base URL of a live server.
+func (r *runner) api() string {
+	for i := len(r.servers) - 1; i >= 0; i-- {
+		if !r.servers[i].exited() {
+			return r.servers[i].base
+		}
+	}
+	return r.servers[0].base
+}
+
+// liveWorker returns the oldest live worker.
+func (r *runner) liveWorker() *proc {
+	for _, w := range r.workers {
+		if !w.exited() {
+			return w
+		}
+	}
+	return nil
+}
+
+type jobStatus struct {
+	State          string `json:"state"`
+	ExpectedTasks  int64  `json:"expected_tasks"`
+	CompletedTasks int64  `json:"completed_tasks"`
+	FailedTasks    int64  `json:"failed_tasks"`
+}
+
+func getJSON(url string, v any) error {
+	resp, err := httpClient.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	return json.Unmarshal(body, v)
+}
+
+func (r *runner) status() (jobStatus, error) {
+	var s jobStatus
+	err := getJSON(r.api()+"/v1/jobs/"+r.jobID, &s)
+	return s, err
+}
+
+func terminal(state string) bool {
+	return state == "completed" || state == "failed" || state == "cancelled"
+}
+
+// waitProgress waits until frac of the tasks completed (or the job closed).
+func (r *runner) waitProgress(frac float64, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		s, err := r.status()
+		if err == nil && (float64(s.CompletedTasks) >= frac*float64(r.n) || terminal(s.State)) {
+			if terminal(s.State) {
+				logf("warning: the job closed before the fault (%s)", s.State)
+				r.closedEarly = true
+			}
+			if r.firstTrigger == "" {
+				r.firstTrigger = fmt.Sprintf("%d%%", s.CompletedTasks*100/int64(r.n))
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%.0f%% of the tasks not completed after %s (last: %+v, %v)", frac*100, d, s, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// submit writes the NDJSON job and submits it with `warren submit`.
+func (r *runner) submit() error {
+	path := filepath.Join(r.dir, "job.ndjson")
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	fmt.Fprintln(w, `{"type":"flaky","reduce":"sum","max_retries":3}`)
+	for i := 1; i <= r.n; i++ {
+		if i%500 == 0 {
+			fmt.Fprintf(w, "{\"value\":%d,\"sleep_ms\":%d,\"fail_times\":1}\n", i, i%3)
+		} else {
+			fmt.Fprintf(w, "{\"value\":%d,\"sleep_ms\":%d}\n", i, i%3)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	out, err := runEnv(2*time.Minute, append(r.env, "WARREN_LISTEN="+strings.TrimPrefix(r.api(), "http://")), r.bin, "submit", path)
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	r.jobID = strings.TrimSpace(lines[len(lines)-1])
+	if r.jobID == "" {
+		return fmt.Errorf("warren submit printed no job id: %q", out)
+	}
+	logf("job %s submitted (%d tasks)", r.jobID, r.n)
+	return nil
+}
+
+// duplicates reads warren_results_duplicate_total from a server.
+func duplicates(base string) (float64, error) {
+	resp, err := httpClient.Get(base + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "warren_results_duplicate_total") {
+			continue
+		}
+		f := strings.Fields(l)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum, sc.Err()
+}
+
+// kill9Server scrapes the server's duplicate counter, then kills it.
+func (r *runner) kill9Server(s *server) {
+	if d, err := duplicates(s.base); err == nil {
+		r.dupsSeen += d
+	}
+	s.kill9()
+}
+
+// runScenario runs one scenario from a fresh prefix and store to cleanup.
+func runScenario(bin string, sc scenario, n int, timeout time.Duration) *outcome {
+	o := &outcome{name: sc.name, lost: -1}
+	id := randHex(4)
+	r := &runner{sc: sc, bin: bin, n: n, prefix: "chaos-" + id + "-" + sc.name + "."}
+	var err error
+	r.dir, err = os.MkdirTemp("", "warren-chaos-"+sc.name+"-")
+	if err != nil {
+		o.fail("%v", err)
+		return o
+	}
+	storeURL := "sqlite://" + filepath.Join(r.dir, "warren.db")
+	schema := ""
+	if sc.store == "postgres" {
+		schema = "chaos_" + id
+		storeURL, err = createSchema(schema)
+		if err != nil {
+			o.fail("create schema: %v", err)
+			_ = os.RemoveAll(r.dir)
+			return o
+		}
+	}
+	r.env = []string{
+		"WARREN_AMQP_URL=" + amqpURL(),
+		"WARREN_DATABASE_URL=" + storeURL,
+		"WARREN_PREFIX=" + r.prefix,
+		"WARREN_RETRY_TIERS=100ms,200ms",
+	}
+	setScenarioCleanup(func() {
+		_ = deleteTopology(r.prefix, retryTiers)
+		if schema != "" {
+			_ = dropSchema(schema)
+		}
+		_ = os.RemoveAll(r.dir)
+	})
+	defer func() { setScenarioCleanup(nil); r.cleanup(o, schema) }()
+
+	for i := 0; i < max(1, sc.servers); i++ {
+		if _, err := r.startServer(); err != nil {
+			o.fail("start server: %v", err)
+			return o
+		}
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := r.startWorker(); err != nil {
+			o.fail("start worker: %v", err)
+			return o
+		}
+	}
+	start := time.Now()
+	if err := r.submit(); err != nil {
+		o.fail("submit: %v", err)
+		return o
+	}
+	if sc.fault != nil {
+		if err := sc.fault(r); err != nil {
+			o.fail("fault: %v", err)
+		}
+		if r.closedEarly {
+			o.fail("the job had closed before a fault was injected: the scenario proved nothing")
+		}
+		if s, err := r.status(); err == nil {
+			logf("faults done: job %s, %d/%d completed", s.State, s.CompletedTasks, r.n)
+		}
+	}
+	if len(r.faults) == 0 {
+		o.faults = "none"
+	} else {
+		o.faults = strings.Join(r.faults, ", ")
+		if r.firstTrigger != "" {
+			o.faults = "from " + r.firstTrigger + ": " + o.faults
+		}
+	}
+
+	// Wait for the job to close.
+	deadline := start.Add(timeout)
+	var s jobStatus
+	for {
+		s, err = r.status()
+		if err == nil && terminal(s.State) {
+			break
+		}
+		if time.Now().After(deadline) {
+			o.duration = time.Since(start)
+			o.fail("TIMEOUT: the job did not close within %s (last status %+v, err %v)", timeout, s, err)
+			r.diagnose()
+			r.check(o, s)
+			return o
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	o.duration = time.Since(start)
+	logf("job %s closed %s: %d completed, %d failed of %d in %s", r.jobID, s.State, s.CompletedTasks, s.FailedTasks, s.ExpectedTasks, o.duration.Round(100*time.Millisecond))
+	r.check(o, s)
+	if !o.ok() {
+		r.diagnose()
+	}
+	return o
+}
+
+// check verifies the closed job's counters, its tasks and its result.
+func (r *runner) check(o *outcome, s jobStatus) {
+	if s.State != "completed" {
+		o.fail("state %q, want completed", s.State)
+	}
+	if s.ExpectedTasks != int64(r.n) {
+		o.fail("expected_tasks %d, want %d", s.ExpectedTasks, r.n)
+	}
+	if terminal(s.State) && s.CompletedTasks+s.FailedTasks != s.ExpectedTasks {
+		o.fail("completed %d + failed %d != expected %d", s.CompletedTasks, s.FailedTasks, s.ExpectedTasks)
+	}
+	if s.FailedTasks != 0 {
+		o.fail("%d tasks failed", s.FailedTasks)
+	}
+
+	// Every task: exactly one record, terminal, completed.
+	seen := make(map[int64]int, r.n)
+	states := map[string]int{}
+	cursor := ""
+	for pages := 0; ; pages++ {
+		url := r.api() + "/v1/jobs/" + r.jobID + "/tasks?limit=1000"
+		if cursor != "" {
+			url += "&cursor=" + cursor
+		}
+		var page struct {
+			Tasks []struct {
+				TaskID int64  `json:"task_id"`
+				State  string `json:"state"`
+			} `json:"tasks"`
+			NextCursor *string `json:"next_cursor"`
+		}
+		if err := getJSON(url, &page); err != nil {
+			o.fail("list tasks: %v", err)
+			return
+		}
+		for _, t := range page.Tasks {
+			seen[t.TaskID]++
+			states[t.State]++
+		}
+		if page.NextCursor == nil || *page.NextCursor == "" || pages > r.n {
+			break
+		}
+		cursor = *page.NextCursor
+	}
+	dupRecords := 0
+	for _, c := range seen {
+		if c > 1 {
+			dupRecords += c - 1
+		}
+	}
+	if dupRecords > 0 {
+		o.fail("%d duplicate task records", dupRecords)
+	}
+	missing := 0
+	for i := int64(1); i <= int64(r.n); i++ {
+		if seen[i] == 0 {
+			missing++
+		}
+	}
+	if missing > 0 && len(seen) > 0 {
+		// Task ids might not be 1..N: fall back to the count.
+		if len(seen) == r.n {
+			missing = 0
+		}
+	}
+	notDone := r.n - states["completed"]
+	o.lost = max(missing, notDone)
+	if o.lost > 0 {
+		o.fail("%d tasks not completed (task states %v, %d distinct ids)", o.lost, states, len(seen))
+	}
+
+	// The result.
+	if s.State == "completed" {
+		var res json.Number
+		resp, err := httpClient.Get(r.api() + "/v1/jobs/" + r.jobID + "/result")
+		if err != nil {
+			o.fail("result: %v", err)
+		} else {
+			dec := json.NewDecoder(resp.Body)
+			dec.UseNumber()
+			if err := dec.Decode(&res); err != nil {
+				o.fail("result: %v", err)
+			}
+			resp.Body.Close()
+			o.result = res.String()
+		}
+	}
+
+	// Duplicates absorbed, summed over live servers and killed ones.
+	o.duplicates = r.dupsSeen
+	for _, sv := range r.servers {
+		if sv.exited() {
+			continue
+		}
+		d, err := duplicates(sv.base)
+		if err != nil {
+			o.dupNote = "(scrape failed)"
+			continue
+		}
+		o.duplicates += d
+	}
+}
+
+// diagnose prints the queue depths and the tails of the logs.
+func (r *runner) diagnose() {
+	logf("diagnostics for %s (prefix %s):", r.sc.name, r.prefix)
+	if s, err := r.status(); err == nil {
+		logf("  job: %+v", s)
+	}
+	fmt.Fprint(os.Stderr, "  queues (name ready unacked):\n"+queueDepths(r.prefix))
+	for _, s := range r.servers {
+		fmt.Fprintf(os.Stderr, "  --- %s (%s) last lines:\n%s\n", s.name, s.log, indent(s.tail(25)))
+	}
+	for _, w := range r.workers {
+		fmt.Fprintf(os.Stderr, "  --- %s (%s) last lines:\n%s\n", w.name, w.log, indent(w.tail(10)))
+	}
+}
+
+func indent(s string) string {
+	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
+}
+
+// cleanup stops every process, restores the services and removes the
+// prefix's topology, the schema and the temp dir.
+func (r *runner) cleanup(o *outcome, schema string) {
+	for _, w := range r.workers {
+		if code, ok := w.term(45 * time.Second); !w.exited() || (!ok) {
+			o.fail("%s did not stop on SIGTERM", w.name)
+		} else if code != 0 && code != -1 && w.cmd.ProcessState != nil && !killedBySignal(w) {
+			logf("%s exited %d on SIGTERM", w.name, code)
+		}
+	}
+	for _, s := range r.servers {
+		if _, ok := s.term(45 * time.Second); !ok {
+			o.fail("%s did not stop on SIGTERM", s.name)
+		}
+	}
+	liveMu.Lock()
+	for _, w := range r.workers {
+		delete(live, w)
+	}
+	for _, s := range r.servers {
+		delete(live, s.proc)
+	}
+	liveMu.Unlock()
+	runCleanups()
+	if err := ensureBroker(); err != nil {
+		o.fail("RabbitMQ not back: %v", err)
+	}
+	if err := ensurePostgres(); err != nil {
+		o.fail("PostgreSQL not back: %v", err)
+	}
+	if err := deleteTopology(r.prefix, retryTiers); err != nil {
+		logf("delete topology %s: %v", r.prefix, err)
+	}
+	if schema != "" {
+		if err := dropSchema(schema); err != nil {
+			logf("drop schema %s: %v", schema, err)
+		}
+	}
+	if os.Getenv("CHAOS_KEEP") != "" {
+		logf("logs kept in %s", r.dir)
+		return
+	}
+	_ = os.RemoveAll(r.dir)
+}
+
+func killedBySignal(p *proc) bool {
+	return p.cmd.ProcessState != nil && p.cmd.ProcessState.ExitCode() == -1
+}
