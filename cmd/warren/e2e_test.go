@@ -2,10 +2,10 @@ package main
 
 import (
 	"bytes"
-	"io"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
