@@ -194,13 +194,34 @@ func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
 			batch = append(batch, it)
 		}
 		linger.Stop()
-		if err := a.process(ctx, batch); err != nil {
+		pctx, cancel := a.batchContext(ctx)
+		err = a.process(pctx, batch)
+		cancel()
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil // not acked: the broker redelivers
 			}
 			return err
 		}
+		if ctx.Err() != nil {
+			return nil // the last batch was flushed
+		}
 	}
+}
+
+// FlushTimeout bounds how long a stopping aggregator spends recording the
+// batch it holds, so that a shutdown leaves as little as possible to be
+// redelivered.
+const FlushTimeout = 10 * time.Second
+
+// batchContext is ctx while the aggregator runs; once ctx is done, a
+// context that outlives it by at most FlushTimeout, to flush the batch
+// already taken.
+func (a *Aggregator) batchContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), FlushTimeout)
 }
 
 // next returns the next delivery from either source. ok is false when

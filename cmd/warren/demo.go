@@ -172,6 +172,7 @@ func demo(ctx context.Context, f demoFlags, files []corpusFile, chunks []string,
 		aggBatch:   aggregator.DefaultBatchSize,
 		aggLinger:  aggregator.DefaultLinger,
 		relayBatch: relay.DefaultBatchSize,
+		shutdown:   10 * time.Second,
 	}
 	s, err := openStack(ctx, sf, nil, log)
 	if err != nil {

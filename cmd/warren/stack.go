@@ -40,6 +40,7 @@ type stackFlags struct {
 	aggBatch   int
 	aggLinger  time.Duration
 	relayBatch int
+	shutdown   time.Duration
 }
 
 func (f *stackFlags) register(fs *flag.FlagSet, env *environment) {
@@ -50,6 +51,7 @@ func (f *stackFlags) register(fs *flag.FlagSet, env *environment) {
 	fs.IntVar(&f.aggBatch, "aggregator-batch", aggregator.DefaultBatchSize, "results recorded per store transaction")
 	fs.DurationVar(&f.aggLinger, "aggregator-linger", aggregator.DefaultLinger, "how long a result batch waits to fill")
 	fs.IntVar(&f.relayBatch, "relay-batch", relay.DefaultBatchSize, "tasks published per outbox round trip")
+	fs.DurationVar(&f.shutdown, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long requests in progress may take to finish")
 }
 
 func (f *stackFlags) check() ([]api.Token, error) {
@@ -58,6 +60,9 @@ func (f *stackFlags) check() ([]api.Token, error) {
 	}
 	if f.aggBatch < 1 || f.relayBatch < 1 || f.aggLinger < 0 {
 		return nil, errors.New("--aggregator-batch and --relay-batch must be >= 1 and --aggregator-linger >= 0")
+	}
+	if f.shutdown <= 0 {
+		return nil, fmt.Errorf("--shutdown-timeout must be > 0, got %s", f.shutdown)
 	}
 	if f.maxBody < 1 {
 		return nil, fmt.Errorf("--max-body must be >= 1, got %d", f.maxBody)
@@ -415,7 +420,7 @@ func (s *stack) run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		<-gctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), s.flags.shutdown)
 		defer cancel()
 		return s.http.Shutdown(shutdownCtx)
 	})
