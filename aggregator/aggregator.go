@@ -387,10 +387,10 @@ func decodeDead(d amqp.Delivery) (store.Outcome, string, error) {
 	}
 	now := time.Now().UTC()
 	o := store.Outcome{JobID: t.JobID, TaskID: t.TaskID, State: warren.TaskFailed, FinishedAt: &now}
-	retries := headerInt(d.Headers, protocol.HeaderRetry)
-	o.Attempts = int(retries) + 1
-	if n := headerInt(d.Headers, "x-delivery-count"); n+1 > int64(o.Attempts) {
-		o.Attempts = int(n) + 1
+	retries, _ := protocol.HeaderInt(d.Headers, protocol.HeaderRetry)
+	o.Attempts = retries + 1
+	if n, _ := protocol.HeaderInt(d.Headers, "x-delivery-count"); n+1 > o.Attempts {
+		o.Attempts = n + 1
 	}
 	reason, _ := d.Headers[protocol.HeaderReason].(string)
 	msg, _ := d.Headers[protocol.HeaderError].(string)
@@ -448,30 +448,6 @@ func headerTime(h amqp.Table, key string) *time.Time {
 	return &t
 }
 
-// headerInt reads an AMQP integer header of any width; 0 if absent.
-func headerInt(h amqp.Table, key string) int64 {
-	switch v := h[key].(type) {
-	case int8:
-		return int64(v)
-	case int16:
-		return int64(v)
-	case int32:
-		return int64(v)
-	case int64:
-		return v
-	case int:
-		return int64(v)
-	case uint8:
-		return int64(v)
-	case uint16:
-		return int64(v)
-	case uint32:
-		return int64(v)
-	case float64:
-		return int64(v)
-	}
-	return 0
-}
 
 // RequestClose asks the aggregator to close a job that is ready to close
 // (for example one whose last task the reconciler failed). It never

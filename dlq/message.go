@@ -53,7 +53,7 @@ var failureHeaders = []string{
 // the body is not a task message; the Message is filled in anyway, with
 // reason "malformed" and whatever ids could be read.
 func decode(d amqp.Delivery) (Message, protocol.Task, error) {
-	m := Message{MessageID: d.MessageId, RoutingKey: d.RoutingKey, Attempts: headerInt(d.Headers, protocol.HeaderRetry) + 1}
+	m := Message{MessageID: d.MessageId, RoutingKey: d.RoutingKey, Attempts: retries(d.Headers) + 1}
 	m.Reason, m.Error, m.Time = failure(d.Headers)
 	task, err := protocol.DecodeTask(d.Body)
 	if err != nil {
@@ -139,38 +139,6 @@ func readIDs(d amqp.Delivery) (string, int64) {
 	return jobID, taskID
 }
 
-// headerInt reads a non-negative integer header of any AMQP integer width
-// (other languages' clients pick different ones) or an integral float; 0
-// when it is absent or something else.
-func headerInt(h amqp.Table, key string) int {
-	var n int64
-	switch v := h[key].(type) {
-	case int:
-		n = int64(v)
-	case int8:
-		n = int64(v)
-	case int16:
-		n = int64(v)
-	case int32:
-		n = int64(v)
-	case int64:
-		n = v
-	case uint8:
-		n = int64(v)
-	case uint16:
-		n = int64(v)
-	case uint32:
-		n = int64(v)
-	case float32:
-		n = int64(v)
-	case float64:
-		n = int64(v)
-	}
-	if n < 0 || n > math.MaxInt32 {
-		return 0
-	}
-	return int(n)
-}
 
 // replayMessage returns the task message to republish for dead letter d:
 // its body and properties with the retries reset and the failure headers
@@ -212,4 +180,10 @@ func replayMessage(d amqp.Delivery, task protocol.Task) amqp.Publishing {
 func compare(a, b Message) int {
 	return cmp.Or(a.Time.Compare(b.Time), strings.Compare(a.JobID, b.JobID), cmp.Compare(a.TaskID, b.TaskID),
 		strings.Compare(a.MessageID, b.MessageID))
+}
+
+// retries is the x-retry header: retries before the task was dead-lettered.
+func retries(h amqp.Table) int {
+	n, _ := protocol.HeaderInt(h, protocol.HeaderRetry)
+	return n
 }

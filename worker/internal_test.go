@@ -43,19 +43,6 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, []time.Duration{time.Second}, w.cfg.RetryTiers, "New keeps its own copy")
 }
 
-func TestHeaderIntAcceptsEveryIntegerType(t *testing.T) {
-	t.Parallel()
-	for _, v := range []any{int(2), int8(2), int16(2), int32(2), int64(2), uint8(2), uint16(2), uint32(2), uint64(2), float32(2), float64(2), "2"} {
-		n, ok := headerInt(amqp.Table{"k": v}, "k")
-		require.True(t, ok, "%T", v)
-		require.Equal(t, 2, n, "%T", v)
-	}
-	for _, v := range []any{nil, int64(-1), 2.5, "two", true, int64(1) << 40, []byte("2")} {
-		_, ok := headerInt(amqp.Table{"k": v}, "k")
-		require.False(t, ok, "%T %v", v, v)
-	}
-}
-
 func TestRetryHeaders(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, 0, retriesSoFar(nil))

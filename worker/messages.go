@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -101,7 +99,7 @@ func marshalResult(v any) (json.RawMessage, error) {
 // retriesSoFar is the task message's x-retry header; 0 when absent or
 // not a non-negative integer.
 func retriesSoFar(h amqp.Table) int {
-	n, ok := headerInt(h, protocol.HeaderRetry)
+	n, ok := protocol.HeaderInt(h, protocol.HeaderRetry)
 	if !ok {
 		return 0
 	}
@@ -111,64 +109,11 @@ func retriesSoFar(h amqp.Table) int {
 // maxRetries is the task message's x-max-retries header;
 // warren.DefaultMaxRetries when absent or not a non-negative integer.
 func maxRetries(h amqp.Table) int {
-	n, ok := headerInt(h, protocol.HeaderMaxRetries)
+	n, ok := protocol.HeaderInt(h, protocol.HeaderMaxRetries)
 	if !ok {
 		return warren.DefaultMaxRetries
 	}
 	return n
-}
-
-// headerInt reads a non-negative integer header of any AMQP integer type
-// (other languages' clients pick different widths), an integral float, or
-// a decimal string.
-func headerInt(h amqp.Table, key string) (int, bool) {
-	var n int64
-	switch v := h[key].(type) {
-	case int:
-		n = int64(v)
-	case int8:
-		n = int64(v)
-	case int16:
-		n = int64(v)
-	case int32:
-		n = int64(v)
-	case int64:
-		n = v
-	case uint8:
-		n = int64(v)
-	case uint16:
-		n = int64(v)
-	case uint32:
-		n = int64(v)
-	case uint64:
-		if v > math.MaxInt32 {
-			return 0, false
-		}
-		n = int64(v)
-	case float32:
-		return floatInt(float64(v))
-	case float64:
-		return floatInt(v)
-	case string:
-		p, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, false
-		}
-		n = p
-	default:
-		return 0, false
-	}
-	if n < 0 || n > math.MaxInt32 {
-		return 0, false
-	}
-	return int(n), true
-}
-
-func floatInt(f float64) (int, bool) {
-	if f < 0 || f > math.MaxInt32 || f != math.Trunc(f) {
-		return 0, false
-	}
-	return int(f), true
 }
 
 // truncate cuts s to at most n bytes on a UTF-8 boundary.

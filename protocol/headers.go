@@ -1,0 +1,60 @@
+package protocol
+
+import (
+	"math"
+	"strconv"
+)
+
+// HeaderInt reads a non-negative integer header (at most MaxInt32) of any
+// AMQP integer type (clients in other languages pick different widths), an
+// integral float, or a decimal string. ok is false when the header is
+// absent or anything else. h is an amqp091 Table.
+func HeaderInt(h map[string]any, key string) (n int, ok bool) {
+	var v64 int64
+	switch v := h[key].(type) {
+	case int:
+		v64 = int64(v)
+	case int8:
+		v64 = int64(v)
+	case int16:
+		v64 = int64(v)
+	case int32:
+		v64 = int64(v)
+	case int64:
+		v64 = v
+	case uint8:
+		v64 = int64(v)
+	case uint16:
+		v64 = int64(v)
+	case uint32:
+		v64 = int64(v)
+	case uint64:
+		if v > math.MaxInt32 {
+			return 0, false
+		}
+		v64 = int64(v)
+	case float32:
+		return floatInt(float64(v))
+	case float64:
+		return floatInt(v)
+	case string:
+		p, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		v64 = p
+	default:
+		return 0, false
+	}
+	if v64 < 0 || v64 > math.MaxInt32 {
+		return 0, false
+	}
+	return int(v64), true
+}
+
+func floatInt(f float64) (int, bool) {
+	if f < 0 || f > math.MaxInt32 || f != math.Trunc(f) {
+		return 0, false
+	}
+	return int(f), true
+}
