@@ -448,7 +448,6 @@ func headerTime(h amqp.Table, key string) *time.Time {
 	return &t
 }
 
-
 // RequestClose asks the aggregator to close a job that is ready to close
 // (for example one whose last task the reconciler failed). It never
 // blocks: when its queue is full, the periodic scan finds the job.

@@ -139,7 +139,6 @@ func readIDs(d amqp.Delivery) (string, int64) {
 	return jobID, taskID
 }
 
-
 // replayMessage returns the task message to republish for dead letter d:
 // its body and properties with the retries reset and the failure headers
 // dropped. UserId is left out, since the broker closes the channel of a
