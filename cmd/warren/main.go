@@ -32,6 +32,7 @@ var commands = []command{
 	{"server", "run the HTTP API, the outbox relay, the aggregator and the reconciler", runServer},
 	{"worker", "run workers with the built-in handlers (echo, wordcount, sleep, flaky)", runWorker},
 	{"demo", "run a word-count job end to end in one process (embedded store, local RabbitMQ)", runDemo},
+	{"bench", "measure the broker's per-message ceiling and warren end to end in one process (local RabbitMQ)", runBench},
 	{"submit", "submit a JSON or NDJSON job spec; prints the job id", runSubmit},
 	{"status", "show a job's status", runStatus},
 	{"watch", "show a job's progress until it closes", runWatch},

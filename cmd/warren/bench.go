@@ -1,0 +1,643 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/aggregator"
+	"github.com/warrenhq/warren/broker"
+	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/relay"
+	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/open"
+	"github.com/warrenhq/warren/worker"
+)
+
+// benchFlags are `warren bench`'s settings.
+type benchFlags struct {
+	amqpURL     string
+	database    string
+	tasks       int
+	workers     int
+	batchSize   int
+	concurrency int
+	json        bool
+}
+
+// benchPrefetches are the prefetch settings the ceiling run tries.
+var benchPrefetches = []int{10, 50, 200}
+
+// benchReport is what `warren bench --json` prints.
+type benchReport struct {
+	Tasks             int                `json:"tasks"`
+	Workers           int                `json:"workers"`
+	CeilingTasksPerS  float64            `json:"ceiling_tasks_per_s"`
+	CeilingPrefetch   int                `json:"ceiling_prefetch"`
+	WarrenTasksPerS   float64            `json:"warren_tasks_per_s"`
+	Ratio             float64            `json:"ratio"`
+	SubmitS           float64            `json:"submit_s"`
+	FirstResultS      float64            `json:"first_result_s"`
+	TotalS            float64            `json:"total_s"`
+	P50Ms             float64            `json:"p50_ms"`
+	P99Ms             float64            `json:"p99_ms"`
+	PeakRSSMB         float64            `json:"peak_rss_mb"`
+	PeakRSSNote       string             `json:"peak_rss_note"`
+	CeilingTrialsPerS map[string]float64 `json:"ceiling_trials_tasks_per_s"`
+}
+
+func runBench(ctx context.Context, args []string, env *environment) error {
+	var f benchFlags
+	fs := newFlagSet("bench", "Measure, in one process against the local RabbitMQ, the broker's own ceiling for one message per task\n"+
+		"(persistent tasks with confirms -> consumers publish a confirmed result, then ack -> one collector; quorum queues;\n"+
+		"prefetch 10, 50 and 200 tried, the best reported), then warren end to end with no-op echo tasks (store, relay,\n"+
+		"W workers, aggregator, job closed), and print both throughputs, their ratio, submit time, time to first result,\n"+
+		"p50/p99 task latency (queued -> recorded) and the process's peak RSS. Everything uses fresh exchange and queue\n"+
+		"names, deleted afterwards.", env)
+	fs.StringVar(&f.amqpURL, "amqp-url", orDefault(env.getenv("WARREN_AMQP_URL"), broker.DefaultURL), "RabbitMQ URL (env WARREN_AMQP_URL)")
+	fs.StringVar(&f.database, "database", "", "job store URL (default: a temporary SQLite file, removed afterwards)")
+	fs.IntVar(&f.tasks, "tasks", 20000, "tasks per run")
+	fs.IntVar(&f.workers, "workers", 4, "workers (consumers in the ceiling run)")
+	fs.IntVar(&f.batchSize, "batch-size", 1, "tasks per message; only 1 (one message per task) for now, task batching comes later")
+	fs.IntVar(&f.concurrency, "concurrency", 16, "handler concurrency of each warren worker")
+	fs.BoolVar(&f.json, "json", false, "print one JSON object and nothing else on stdout")
+	if err := parse(fs, args, env); err != nil {
+		return err
+	}
+	switch {
+	case f.tasks < 1:
+		return fmt.Errorf("--tasks must be >= 1, got %d", f.tasks)
+	case f.workers < 1:
+		return fmt.Errorf("--workers must be >= 1, got %d", f.workers)
+	case f.concurrency < 1:
+		return fmt.Errorf("--concurrency must be >= 1, got %d", f.concurrency)
+	case f.batchSize != 1:
+		return fmt.Errorf("--batch-size %d is not supported yet: only 1 (one message per task); task batching comes later", f.batchSize)
+	}
+	return bench(ctx, f, env)
+}
+
+func bench(ctx context.Context, f benchFlags, env *environment) (err error) {
+	progress := func(format string, a ...any) { fmt.Fprintf(env.stderr, "warren bench: "+format+"\n", a...) }
+	log := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	tag := hex.EncodeToString(b[:])
+	ceilNames := protocol.NamesFor("warren-bench-" + tag + "-ceiling.")
+	warrenNames := protocol.NamesFor("warren-bench-" + tag + ".")
+	defer func() {
+		for _, n := range []protocol.Names{ceilNames, warrenNames} {
+			if derr := deleteBenchTopology(f.amqpURL, n); derr != nil && err == nil {
+				err = derr
+			}
+		}
+	}()
+
+	rep := benchReport{Tasks: f.tasks, Workers: f.workers, CeilingTrialsPerS: map[string]float64{},
+		PeakRSSNote: "one process running all parts (broker clients, store, relay, aggregator, workers)"}
+
+	// 1. The broker's ceiling.
+	trialN := max(1, f.tasks/2)
+	for _, p := range benchPrefetches {
+		progress("ceiling: %d tasks, %d consumers, prefetch %d", trialN, f.workers, p)
+		d, err := benchCeiling(ctx, f.amqpURL, ceilNames, trialN, f.workers, p)
+		if err != nil {
+			return fmt.Errorf("ceiling run (prefetch %d): %w", p, err)
+		}
+		tps := float64(trialN) / d.Seconds()
+		rep.CeilingTrialsPerS[strconv.Itoa(p)] = round1(tps)
+		progress("ceiling: prefetch %d: %.0f tasks/s", p, tps)
+		if tps > rep.CeilingTasksPerS {
+			rep.CeilingTasksPerS, rep.CeilingPrefetch = tps, p
+		}
+	}
+	progress("ceiling: %d tasks at the best prefetch %d", f.tasks, rep.CeilingPrefetch)
+	d, err := benchCeiling(ctx, f.amqpURL, ceilNames, f.tasks, f.workers, rep.CeilingPrefetch)
+	if err != nil {
+		return fmt.Errorf("ceiling run (prefetch %d): %w", rep.CeilingPrefetch, err)
+	}
+	rep.CeilingTasksPerS = float64(f.tasks) / d.Seconds()
+	progress("ceiling: %.0f tasks/s", rep.CeilingTasksPerS)
+
+	// 2. Warren end to end.
+	if f.database == "" {
+		dir, err := os.MkdirTemp("", "warren-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		f.database = "sqlite://" + filepath.Join(dir, "warren.db")
+	}
+	progress("warren: %d echo tasks, %d workers (concurrency %d), store %s", f.tasks, f.workers, f.concurrency, redactDB(f.database))
+	if err := benchWarren(ctx, f, warrenNames, log, &rep); err != nil {
+		return fmt.Errorf("warren run: %w", err)
+	}
+	progress("warren: %.0f tasks/s", rep.WarrenTasksPerS)
+
+	// 3. Peak memory.
+	rep.PeakRSSMB = round1(peakRSSMB())
+
+	rep.CeilingTasksPerS = round1(rep.CeilingTasksPerS)
+	rep.WarrenTasksPerS = round1(rep.WarrenTasksPerS)
+	rep.Ratio = math.Round(rep.WarrenTasksPerS/rep.CeilingTasksPerS*1000) / 1000
+	if f.json {
+		out, err := json.Marshal(rep)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(env.stdout, string(out))
+		return nil
+	}
+	printBench(env.stdout, rep)
+	return nil
+}
+
+func printBench(w io.Writer, r benchReport) {
+	fmt.Fprintf(w, "warren bench: %d tasks, %d workers, one message per task\n\n", r.Tasks, r.Workers)
+	row := func(k, v string) { fmt.Fprintf(w, "  %-34s %s\n", k, v) }
+	row("broker ceiling", fmt.Sprintf("%.0f tasks/s (prefetch %d)", r.CeilingTasksPerS, r.CeilingPrefetch))
+	row("warren end to end", fmt.Sprintf("%.0f tasks/s", r.WarrenTasksPerS))
+	row("ratio warren/ceiling", fmt.Sprintf("%.2f", r.Ratio))
+	row("submit (CreateJob)", fmt.Sprintf("%.3f s", r.SubmitS))
+	row("time to first result", fmt.Sprintf("%.3f s", r.FirstResultS))
+	row("submit to job closed", fmt.Sprintf("%.3f s", r.TotalS))
+	row("task latency queued->recorded p50", fmt.Sprintf("%.1f ms", r.P50Ms))
+	row("task latency queued->recorded p99", fmt.Sprintf("%.1f ms", r.P99Ms))
+	row("peak RSS", fmt.Sprintf("%.1f MB, %s", r.PeakRSSMB, r.PeakRSSNote))
+}
+
+func round1(x float64) float64 { return math.Round(x*10) / 10 }
+
+// benchCeiling runs n tasks through the broker without warren: a confirmed
+// persistent publish per task, workers consumers (each on its own
+// connection and channel, prefetch) that publish a confirmed persistent
+// result and then ack the task, and one collector that acks the results.
+// It returns the time from the first publish to the last result collected.
+func benchCeiling(ctx context.Context, amqpURL string, names protocol.Names, n, workers, prefetch int) (_ time.Duration, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var conns []*amqp.Connection
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	dial := func(name string) (*amqp.Connection, error) {
+		c, err := broker.Dial(ctx, amqpURL, "warren bench ("+name+") "+names.Prefix)
+		if err == nil {
+			conns = append(conns, c)
+		}
+		return c, err
+	}
+	ctl, err := dial("ceiling control")
+	if err != nil {
+		return 0, err
+	}
+	if err := broker.DeclareTopology(ctl, names, nil); err != nil {
+		return 0, err
+	}
+	// Leftovers of an earlier trial (there should be none) would skew it.
+	if ch, err := ctl.Channel(); err == nil {
+		for _, q := range []string{names.TasksQueue, names.ResultsQueue} {
+			_, _ = ch.QueuePurge(q, false)
+		}
+		_ = ch.Close()
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	errc := make(chan error, workers+2)
+	fail := func(err error) {
+		select {
+		case errc <- err:
+		default:
+		}
+		cancel()
+	}
+
+	// Collector.
+	colConn, err := dial("ceiling collector")
+	if err != nil {
+		return 0, err
+	}
+	colCh, results, err := broker.Consume(colConn, names.ResultsQueue, "", 1000)
+	if err != nil {
+		return 0, err
+	}
+	done := make(chan time.Time, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		got, unacked := 0, 0
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case d, ok := <-results:
+				if !ok {
+					fail(errors.New("collector: deliveries closed"))
+					return
+				}
+				got++
+				unacked++
+				if unacked >= 100 || got == n {
+					if err := colCh.Ack(d.DeliveryTag, true); err != nil {
+						fail(fmt.Errorf("collector ack: %w", err))
+						return
+					}
+					unacked = 0
+				}
+				if got == n {
+					done <- time.Now()
+					return
+				}
+			}
+		}
+	}()
+
+	// Consumers.
+	for i := range workers {
+		conn, err := dial(fmt.Sprintf("ceiling consumer %d", i))
+		if err != nil {
+			return 0, err
+		}
+		pub, err := broker.NewPublisher(conn, &broker.PublisherOptions{Window: max(prefetch, 1)})
+		if err != nil {
+			return 0, err
+		}
+		ch, tasks, err := broker.Consume(conn, names.TasksQueue, "", prefetch)
+		if err != nil {
+			_ = pub.Close()
+			return 0, err
+		}
+		type pending struct {
+			c   *broker.Confirmation
+			tag uint64
+		}
+		inflight := make(chan pending, prefetch)
+		wg.Add(2)
+		go func() { // publish a result per task
+			defer wg.Done()
+			defer close(inflight)
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case d, ok := <-tasks:
+					if !ok {
+						return
+					}
+					c, err := pub.Publish(ctx, names.ResultsExchange, protocol.RoutingKeyResult, amqp.Publishing{
+						MessageId: d.MessageId, DeliveryMode: amqp.Persistent, ContentType: "application/json",
+						Body: []byte(`{"ok":true}`),
+					})
+					if err != nil {
+						if ctx.Err() == nil {
+							fail(fmt.Errorf("consumer publish: %w", err))
+						}
+						return
+					}
+					select {
+					case inflight <- pending{c, d.DeliveryTag}:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}()
+		go func() { // ack each task once its result is confirmed
+			defer wg.Done()
+			defer pub.Close()
+			for p := range inflight {
+				if err := p.c.Wait(ctx); err != nil {
+					if ctx.Err() == nil {
+						fail(fmt.Errorf("consumer confirm: %w", err))
+					}
+					return
+				}
+				if err := ch.Ack(p.tag, false); err != nil {
+					if ctx.Err() == nil {
+						fail(fmt.Errorf("consumer ack: %w", err))
+					}
+					return
+				}
+			}
+		}()
+	}
+
+	// Publisher of the tasks, pipelined within the confirm window.
+	pubConn, err := dial("ceiling publisher")
+	if err != nil {
+		return 0, err
+	}
+	pub, err := broker.NewPublisher(pubConn, &broker.PublisherOptions{Window: broker.DefaultConfirmWindow})
+	if err != nil {
+		return 0, err
+	}
+	defer pub.Close()
+	confirms := make(chan *broker.Confirmation, broker.DefaultConfirmWindow)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for c := range confirms {
+			if err := c.Wait(ctx); err != nil {
+				if ctx.Err() == nil {
+					fail(fmt.Errorf("task confirm: %w", err))
+				}
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	body := make([]byte, 0, 64)
+	func() {
+		defer close(confirms)
+		for i := range n {
+			body = strconv.AppendInt(append(body[:0], `{"i":`...), int64(i), 10)
+			body = append(body, '}')
+			c, err := pub.Publish(ctx, names.JobsExchange, protocol.RoutingKeyTask, amqp.Publishing{
+				MessageId: strconv.Itoa(i), DeliveryMode: amqp.Persistent, ContentType: "application/json",
+				Body: append([]byte(nil), body...),
+			})
+			if err != nil {
+				if ctx.Err() == nil {
+					fail(fmt.Errorf("task publish: %w", err))
+				}
+				return
+			}
+			select {
+			case confirms <- c:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	select {
+	case end := <-done:
+		return end.Sub(start), nil
+	case err := <-errc:
+		return 0, err
+	case <-ctx.Done():
+		select {
+		case err := <-errc:
+			return 0, err
+		default:
+		}
+		return 0, ctx.Err()
+	}
+}
+
+// benchWarren runs one job of f.tasks echo tasks through an in-process
+// warren: store, relay, aggregator and f.workers workers.
+func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *slog.Logger, rep *benchReport) (err error) {
+	st, err := open.Open(ctx, f.database)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	pubConn, err := broker.Dial(ctx, f.amqpURL, "warren bench (relay) "+names.Prefix)
+	if err != nil {
+		return err
+	}
+	defer pubConn.Close()
+	conConn, err := broker.Dial(ctx, f.amqpURL, "warren bench (aggregator) "+names.Prefix)
+	if err != nil {
+		return err
+	}
+	defer conConn.Close()
+	if err := broker.DeclareTopology(conConn, names, nil); err != nil {
+		return err
+	}
+	pub, err := broker.NewPublisher(pubConn, &broker.PublisherOptions{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	// Stop and wait for every component before the connections close.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, f.workers+2)
+	defer func() {
+		stop()
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			if e != nil && err == nil {
+				err = e
+			}
+		}
+	}()
+
+	rl, err := relay.New(relay.Config{Store: st, Publisher: pub, Names: names, Logger: log})
+	if err != nil {
+		return err
+	}
+	var firstResult atomic.Int64 // unix nanos
+	closed := make(chan warren.JobState, 1)
+	var jobID atomic.Value
+	jobID.Store("")
+	agg, err := aggregator.New(aggregator.Config{Store: st, Conn: conConn, Names: names, Logger: log,
+		Hooks: aggregator.Hooks{
+			OnBatch: func(_ int, r store.ApplyReport) {
+				if r.Applied > 0 {
+					firstResult.CompareAndSwap(0, time.Now().UnixNano())
+				}
+			},
+			OnJobClosed: func(id string, state warren.JobState) {
+				if id == jobID.Load().(string) || jobID.Load().(string) == "" {
+					select {
+					case closed <- state:
+					default:
+					}
+				}
+			},
+		}})
+	if err != nil {
+		return err
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); errs <- ignoreCancel(rl.Run(runCtx)) }()
+	go func() { defer wg.Done(); errs <- ignoreCancel(agg.Run(runCtx)) }()
+
+	for i := range f.workers {
+		w, err := worker.New(worker.Config{AMQPURL: f.amqpURL, Prefix: names.Prefix, Concurrency: f.concurrency,
+			Name: fmt.Sprintf("bench-%d", i), Logger: log})
+		if err != nil {
+			return err
+		}
+		w.Handle("echo", echo)
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- w.Run(runCtx) }()
+	}
+	if err := waitConsumers(ctx, conConn, names.TasksQueue, f.workers); err != nil {
+		return err
+	}
+
+	start := time.Now()
+	job, _, err := st.CreateJob(ctx, store.NewJob{Type: "echo", Policy: warren.Policy{Reduce: "none"}}, benchPayloads(f.tasks))
+	if err != nil {
+		return err
+	}
+	jobID.Store(job.ID)
+	submitted := time.Now()
+	rl.Wake()
+
+	var state warren.JobState
+	select {
+	case state = <-closed:
+	case e := <-errs:
+		if e == nil {
+			e = errors.New("a component stopped early")
+		}
+		return e
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	end := time.Now()
+	if state != warren.JobCompleted {
+		return fmt.Errorf("job %s closed %s", job.ID, state)
+	}
+	rep.SubmitS = math.Round(submitted.Sub(start).Seconds()*1000) / 1000
+	if fr := firstResult.Load(); fr != 0 {
+		rep.FirstResultS = math.Round(time.Unix(0, fr).Sub(start).Seconds()*1000) / 1000
+	}
+	rep.TotalS = math.Round(end.Sub(start).Seconds()*1000) / 1000
+	rep.WarrenTasksPerS = float64(f.tasks) / end.Sub(start).Seconds()
+
+	lat := make([]time.Duration, 0, f.tasks)
+	cursor := ""
+	for {
+		page, next, err := st.ListTasks(ctx, job.ID, store.ListTasksOpts{Limit: 1000, Cursor: cursor})
+		if err != nil {
+			return err
+		}
+		for _, t := range page {
+			if t.State != warren.TaskCompleted || t.QueuedAt == nil || t.FinishedAt == nil {
+				return fmt.Errorf("task %d of job %s is %s, want completed with queued_at and finished_at", t.TaskID, job.ID, t.State)
+			}
+			lat = append(lat, t.FinishedAt.Sub(*t.QueuedAt))
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if len(lat) != f.tasks {
+		return fmt.Errorf("job %s has %d tasks recorded, want %d", job.ID, len(lat), f.tasks)
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	rep.P50Ms = round1(ms(percentile(lat, 50)))
+	rep.P99Ms = round1(ms(percentile(lat, 99)))
+	return nil
+}
+
+func ignoreCancel(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// percentile is the nearest-rank percentile of sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// benchPayloads yields n tiny task payloads.
+func benchPayloads(n int) iter.Seq2[json.RawMessage, error] {
+	return func(yield func(json.RawMessage, error) bool) {
+		for i := range n {
+			if !yield(json.RawMessage(`{"i":`+strconv.Itoa(i)+`}`), nil) {
+				return
+			}
+		}
+	}
+}
+
+// waitConsumers waits until queue has at least n consumers, so the
+// measurement starts with every worker ready.
+func waitConsumers(ctx context.Context, conn *amqp.Connection, queue string, n int) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ch, err := conn.Channel()
+		if err != nil {
+			return err
+		}
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		_ = ch.Close()
+		if err == nil && q.Consumers >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("workers not consuming %s after 15s (%d of %d)", queue, q.Consumers, n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// peakRSSMB is the process's peak resident set size (VmHWM) in MB, or 0
+// where /proc is not available.
+func peakRSSMB() float64 {
+	fh, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			if err != nil {
+				return 0
+			}
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// deleteBenchTopology removes one of the bench's own topologies.
+func deleteBenchTopology(amqpURL string, names protocol.Names) error {
+	ctx, cancel := context.WithTimeout(context.Background(), broker.DialTimeout)
+	defer cancel()
+	conn, err := broker.Dial(ctx, amqpURL, "warren bench (cleanup)")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return broker.DeleteTopology(conn, names, protocol.DefaultRetryTiers...)
+}
