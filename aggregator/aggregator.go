@@ -127,7 +127,6 @@ type source struct {
 type item struct {
 	src     *source
 	d       amqp.Delivery
-	outcome int    // index into the batch's outcomes, or -1
 	invalid string // why the delivery can never be applied
 	reason  string // why a dead-lettered task failed
 }
@@ -233,12 +232,12 @@ func (a *Aggregator) next(ctx context.Context, results, dead *source, timeout <-
 		if !ok {
 			return item{}, false, fmt.Errorf("aggregator: consumer of %q closed", results.queue)
 		}
-		return item{src: results, d: d, outcome: -1}, true, nil
+		return item{src: results, d: d}, true, nil
 	case d, ok := <-dead.deliveries:
 		if !ok {
 			return item{}, false, fmt.Errorf("aggregator: consumer of %q closed", dead.queue)
 		}
-		return item{src: dead, d: d, outcome: -1}, true, nil
+		return item{src: dead, d: d}, true, nil
 	case <-timeout:
 		return item{}, false, nil
 	case <-ctx.Done():
@@ -251,6 +250,7 @@ func (a *Aggregator) next(ctx context.Context, results, dead *source, timeout <-
 // per channel, and queues the jobs the batch made ready for closing.
 func (a *Aggregator) process(ctx context.Context, batch []item) error {
 	outcomes := make([]store.Outcome, 0, len(batch))
+	from := make([]int, 0, len(batch)) // outcome index -> batch index
 	for i := range batch {
 		o, reason, err := decode(batch[i])
 		batch[i].reason = reason
@@ -258,7 +258,7 @@ func (a *Aggregator) process(ctx context.Context, batch []item) error {
 			batch[i].invalid = err.Error()
 			continue
 		}
-		batch[i].outcome = len(outcomes)
+		from = append(from, i)
 		outcomes = append(outcomes, o)
 	}
 	report, err := a.apply(ctx, outcomes)
@@ -266,11 +266,7 @@ func (a *Aggregator) process(ctx context.Context, batch []item) error {
 		return err
 	}
 	for _, idx := range report.Unknown {
-		for i := range batch {
-			if batch[i].outcome == idx {
-				batch[i].invalid = fmt.Sprintf("unknown job or task %s", protocol.MessageID(outcomes[idx].JobID, outcomes[idx].TaskID))
-			}
-		}
+		batch[from[idx]].invalid = "unknown job or task " + protocol.MessageID(outcomes[idx].JobID, outcomes[idx].TaskID)
 	}
 	if err := a.acknowledge(batch); err != nil {
 		return err
