@@ -17,7 +17,8 @@ import (
 	"strings"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // also registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/warrenhq/warren/store"
 )
@@ -91,7 +92,7 @@ func connectWriter(ctx context.Context, w *sql.DB) error {
 	backoff := 5 * time.Millisecond
 	for {
 		err := w.PingContext(ctx)
-		if err == nil || !strings.Contains(err.Error(), "SQLITE_BUSY") || time.Now().After(deadline) {
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
 			return err
 		}
 		select {
@@ -101,6 +102,13 @@ func connectWriter(ctx context.Context, w *sql.DB) error {
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY (the primary code,
+// whatever its extended code).
+func isBusy(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // Ping checks that both the writer and a reader connection answer.

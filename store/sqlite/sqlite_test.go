@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -369,4 +370,29 @@ func TestMigratesVersion1FileForward(t *testing.T) {
 	report, err := s.ReconcileStale(t.Context(), time.Now(), 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, report.Requeued)
+}
+
+// isBusy recognises SQLite's busy answer, which connectWriter retries.
+func TestIsBusyRecognisesALockedDatabase(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "busy.db")
+	holder, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(0)")
+	require.NoError(t, err)
+	defer holder.Close()
+	other, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(0)")
+	require.NoError(t, err)
+	defer other.Close()
+	ctx := context.Background()
+	_, err = holder.ExecContext(ctx, `CREATE TABLE t (x)`)
+	require.NoError(t, err)
+	conn, err := holder.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, `BEGIN EXCLUSIVE`)
+	require.NoError(t, err)
+	_, err = other.ExecContext(ctx, `INSERT INTO t VALUES (1)`)
+	require.Error(t, err)
+	require.True(t, isBusy(err), "%v", err)
+	require.False(t, isBusy(errors.New("database is locked")))
+	_, _ = conn.ExecContext(ctx, `ROLLBACK`)
 }
