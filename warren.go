@@ -103,6 +103,19 @@ type Policy struct {
 	// after its last publish before the reconciler republishes it (or,
 	// with no retries left, fails it as lost). 0 means DefaultTaskTimeout.
 	TaskTimeout time.Duration
+	// BatchSize is how many consecutive tasks the relay packs into one
+	// task message (1..MaxBatchSize); 0 and 1 mean one message per task.
+	// Every task keeps its own outcome, retries and dead letter.
+	BatchSize int
+}
+
+// MaxBatchSize is the largest Policy.BatchSize (the wire protocol's
+// limit, protocol.MaxBatchSize).
+const MaxBatchSize = 1000
+
+// EffectiveBatchSize returns BatchSize, or 1 when it is 0.
+func (p Policy) EffectiveBatchSize() int {
+	return max(p.BatchSize, 1)
 }
 
 // DefaultTaskTimeout is a job's TaskTimeout when it gives none.
@@ -130,6 +143,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("task_timeout must be >= 0, got %s", p.TaskTimeout)
 	case p.TaskTimeout > 0 && p.TaskTimeout < time.Second:
 		return fmt.Errorf("task_timeout must be at least 1s, got %s", p.TaskTimeout)
+	case p.BatchSize < 0 || p.BatchSize > MaxBatchSize:
+		return fmt.Errorf("batch_size must be between 1 and %d, got %d", MaxBatchSize, p.BatchSize)
 	}
 	return nil
 }

@@ -159,27 +159,15 @@ func EncodeResult(r Result) ([]byte, error) {
 	return json.Marshal(r)
 }
 
-// DecodeResult parses and validates a result message body. A result
-// without a status is completed. Every error wraps ErrMalformed.
+// DecodeResult parses and validates a single result message body (not a
+// result batch). A result without a status is completed. Every error
+// wraps ErrMalformed.
 func DecodeResult(body []byte) (Result, error) {
 	var r Result
 	if err := decodeStrict(body, &r); err != nil {
 		return Result{}, err
 	}
-	if err := checkIDs(r.JobID, r.TaskID); err != nil {
-		return Result{}, err
-	}
-	switch r.Status {
-	case "":
-		r.Status = StatusCompleted
-	case StatusCompleted, StatusFailed:
-	default:
-		return Result{}, fmt.Errorf("%w: unknown status %q", ErrMalformed, r.Status)
-	}
-	if len(r.Result) == 0 {
-		r.Result = json.RawMessage("null")
-	}
-	return r, nil
+	return checkResult(r)
 }
 
 // decodeStrict unmarshals one JSON object. Unknown fields are allowed so
@@ -203,4 +191,201 @@ func checkIDs(jobID string, taskID int64) error {
 		return fmt.Errorf("%w: task_id must be a positive integer, got %d", ErrMalformed, taskID)
 	}
 	return nil
+}
+
+// MaxBatchSize is the most tasks one task batch message may carry.
+const MaxBatchSize = 1000
+
+// BatchTask is one task inside a task batch message.
+type BatchTask struct {
+	// TaskID is the task's position in its job, 1..N.
+	TaskID int64 `json:"task_id"`
+	// Payload is the task's whole input.
+	Payload json.RawMessage `json:"payload"`
+}
+
+// Batch is the body of a task batch message: several tasks of one job,
+// sent as one message when the job's batch_size is above 1. Each task
+// keeps its own id, payload and outcome; see docs/protocol.md.
+type Batch struct {
+	// JobID is the job all the tasks belong to.
+	JobID string `json:"job_id"`
+	// Tasks are the batch's tasks, in task id order, each id once.
+	Tasks []BatchTask `json:"tasks"`
+}
+
+// BatchMessageID is the AMQP message_id of a task batch message and of
+// its result batch: "<job_id>:<first_task_id>+<count>".
+func BatchMessageID(jobID string, first int64, count int) string {
+	return jobID + ":" + strconv.FormatInt(first, 10) + "+" + strconv.Itoa(count)
+}
+
+// EncodeBatch returns the JSON body of a task batch message.
+func EncodeBatch(b Batch) ([]byte, error) {
+	if err := checkBatch(b.JobID, len(b.Tasks), func(i int) int64 { return b.Tasks[i].TaskID }); err != nil {
+		return nil, err
+	}
+	for i := range b.Tasks {
+		if len(b.Tasks[i].Payload) == 0 {
+			b.Tasks[i].Payload = json.RawMessage("null")
+		}
+	}
+	return json.Marshal(b)
+}
+
+// DecodeTasks parses and validates the body of a task message, single or
+// batch, and returns its tasks (one for a single task message) and whether
+// the body was a batch. Every error wraps ErrMalformed.
+func DecodeTasks(body []byte) ([]Task, bool, error) {
+	var m struct {
+		JobID   string          `json:"job_id"`
+		TaskID  int64           `json:"task_id"`
+		Payload json.RawMessage `json:"payload"`
+		Tasks   []BatchTask     `json:"tasks"`
+	}
+	if err := decodeStrict(body, &m); err != nil {
+		return nil, false, err
+	}
+	if m.Tasks == nil {
+		if err := checkIDs(m.JobID, m.TaskID); err != nil {
+			return nil, false, err
+		}
+		return []Task{{JobID: m.JobID, TaskID: m.TaskID, Payload: orNull(m.Payload)}}, false, nil
+	}
+	if m.TaskID != 0 {
+		return nil, true, fmt.Errorf("%w: a batch has tasks, not a task_id", ErrMalformed)
+	}
+	if err := checkBatch(m.JobID, len(m.Tasks), func(i int) int64 { return m.Tasks[i].TaskID }); err != nil {
+		return nil, true, err
+	}
+	tasks := make([]Task, len(m.Tasks))
+	for i, t := range m.Tasks {
+		tasks[i] = Task{JobID: m.JobID, TaskID: t.TaskID, Payload: orNull(t.Payload)}
+	}
+	return tasks, true, nil
+}
+
+// ResultBatch is the body of a result batch message: the outcomes of some
+// or all of the tasks of one task batch message. Each element is a Result
+// whose job_id may be left out (it is the batch's).
+type ResultBatch struct {
+	// JobID is the job all the results belong to.
+	JobID string `json:"job_id"`
+	// Results are the tasks' outcomes, each task id once.
+	Results []Result `json:"results"`
+}
+
+// EncodeResultBatch returns the JSON body of a result batch message. The
+// results' own JobID fields are left out of the body.
+func EncodeResultBatch(b ResultBatch) ([]byte, error) {
+	if err := checkBatch(b.JobID, len(b.Results), func(i int) int64 { return b.Results[i].TaskID }); err != nil {
+		return nil, err
+	}
+	type entry struct {
+		TaskID     int64           `json:"task_id"`
+		Result     json.RawMessage `json:"result"`
+		Status     string          `json:"status,omitempty"`
+		Error      string          `json:"error,omitempty"`
+		Worker     string          `json:"worker,omitempty"`
+		Attempt    int             `json:"attempt,omitempty"`
+		StartedAt  *time.Time      `json:"started_at,omitempty"`
+		FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	}
+	out := struct {
+		JobID   string  `json:"job_id"`
+		Results []entry `json:"results"`
+	}{JobID: b.JobID, Results: make([]entry, len(b.Results))}
+	for i, r := range b.Results {
+		if r.JobID != "" && r.JobID != b.JobID {
+			return nil, fmt.Errorf("%w: result %d belongs to job %q, not the batch's %q", ErrMalformed, i, r.JobID, b.JobID)
+		}
+		out.Results[i] = entry{TaskID: r.TaskID, Result: orNull(r.Result), Status: r.Status, Error: r.Error,
+			Worker: r.Worker, Attempt: r.Attempt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt}
+	}
+	return json.Marshal(out)
+}
+
+// DecodeResults parses and validates the body of a result message, single
+// or batch, and returns its results with their JobID set. A result without
+// a status is completed. Every error wraps ErrMalformed.
+func DecodeResults(body []byte) ([]Result, error) {
+	var m struct {
+		Result
+		Results []Result `json:"results"`
+	}
+	if err := decodeStrict(body, &m); err != nil {
+		return nil, err
+	}
+	if m.Results == nil {
+		r, err := checkResult(m.Result)
+		if err != nil {
+			return nil, err
+		}
+		return []Result{r}, nil
+	}
+	if m.TaskID != 0 {
+		return nil, fmt.Errorf("%w: a result batch has results, not a task_id", ErrMalformed)
+	}
+	if err := checkBatch(m.JobID, len(m.Results), func(i int) int64 { return m.Results[i].TaskID }); err != nil {
+		return nil, err
+	}
+	for i, r := range m.Results {
+		if r.JobID != "" && r.JobID != m.JobID {
+			return nil, fmt.Errorf("%w: result %d belongs to job %q, not the batch's %q", ErrMalformed, i, r.JobID, m.JobID)
+		}
+		r.JobID = m.JobID
+		r, err := checkResult(r)
+		if err != nil {
+			return nil, err
+		}
+		m.Results[i] = r
+	}
+	return m.Results, nil
+}
+
+// checkResult validates a decoded result and fills in its defaults.
+func checkResult(r Result) (Result, error) {
+	if err := checkIDs(r.JobID, r.TaskID); err != nil {
+		return Result{}, err
+	}
+	switch r.Status {
+	case "":
+		r.Status = StatusCompleted
+	case StatusCompleted, StatusFailed:
+	default:
+		return Result{}, fmt.Errorf("%w: unknown status %q", ErrMalformed, r.Status)
+	}
+	r.Result = orNull(r.Result)
+	return r, nil
+}
+
+// checkBatch validates a batch's job id and its n task ids (id(i) is the
+// i-th): 1..MaxBatchSize of them, each positive, in increasing order.
+func checkBatch(jobID string, n int, id func(i int) int64) error {
+	if jobID == "" {
+		return fmt.Errorf("%w: job_id is missing", ErrMalformed)
+	}
+	if n == 0 || n > MaxBatchSize {
+		return fmt.Errorf("%w: a batch must hold 1 to %d tasks, got %d", ErrMalformed, MaxBatchSize, n)
+	}
+	var prev int64
+	for i := range n {
+		t := id(i)
+		if t < 1 {
+			return fmt.Errorf("%w: task_id must be a positive integer, got %d", ErrMalformed, t)
+		}
+		if t <= prev {
+			return fmt.Errorf("%w: a batch's task ids must increase, got %d after %d", ErrMalformed, t, prev)
+		}
+		prev = t
+	}
+	return nil
+}
+
+// orNull returns raw, or JSON null when it is empty.
+func orNull(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage("null")
+	}
+	return raw
 }

@@ -152,14 +152,15 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 }
 
 func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
-	confs := make([]*broker.Confirmation, 0, len(tasks))
+	groups := Group(tasks)
+	confs := make([]*broker.Confirmation, 0, len(groups))
 	var firstErr error
-	for _, t := range tasks {
-		msg, err := Message(t)
+	for _, g := range groups {
+		msg, err := BatchMessage(g)
 		if err != nil {
 			// A row that cannot be encoded is a bug in the store, not a
 			// broker problem; skip it loudly rather than block the outbox.
-			r.cfg.Logger.Error("relay: cannot encode task", "job_id", t.JobID, "task_id", t.TaskID, "error", err)
+			r.cfg.Logger.Error("relay: cannot encode task", "job_id", g[0].JobID, "task_id", g[0].TaskID, "tasks", len(g), "error", err)
 			confs = append(confs, nil)
 			continue
 		}
@@ -170,7 +171,7 @@ func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask) ([]store.
 		}
 		confs = append(confs, c)
 	}
-	confirmed := make([]store.TaskRef, 0, len(confs))
+	confirmed := make([]store.TaskRef, 0, len(tasks))
 	for i, c := range confs {
 		if c == nil {
 			continue
@@ -181,7 +182,9 @@ func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask) ([]store.
 			}
 			continue
 		}
-		confirmed = append(confirmed, tasks[i].Ref())
+		for _, t := range groups[i] {
+			confirmed = append(confirmed, t.Ref())
+		}
 	}
 	if len(confirmed) == 0 && firstErr != nil {
 		return nil, firstErr
@@ -193,6 +196,46 @@ func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask) ([]store.
 	return confirmed, nil
 }
 
+// Group splits outbox tasks, in the order the store returns them, into
+// the groups that go out as one message each: runs of consecutive tasks
+// of one job, with the same attempts, of at most the job's batch size. A
+// job with batch size 1 gets one group per task.
+func Group(tasks []store.OutboxTask) [][]store.OutboxTask {
+	groups := make([][]store.OutboxTask, 0, len(tasks))
+	for i := 0; i < len(tasks); {
+		size := min(max(tasks[i].BatchSize, 1), protocol.MaxBatchSize)
+		j := i + 1
+		for j < len(tasks) && j-i < size && tasks[j].JobID == tasks[i].JobID &&
+			tasks[j].Attempts == tasks[i].Attempts && tasks[j].TaskID > tasks[j-1].TaskID {
+			j++
+		}
+		groups = append(groups, tasks[i:j:j])
+		i = j
+	}
+	return groups
+}
+
+// BatchMessage returns the AMQP message of a group of tasks from Group:
+// the single task message of Message for one task, else a task batch
+// message (docs/protocol.md) with the same properties and headers,
+// identified by protocol.BatchMessageID.
+func BatchMessage(g []store.OutboxTask) (amqp.Publishing, error) {
+	if len(g) == 1 {
+		return Message(g[0])
+	}
+	b := protocol.Batch{JobID: g[0].JobID, Tasks: make([]protocol.BatchTask, len(g))}
+	for i, t := range g {
+		b.Tasks[i] = protocol.BatchTask{TaskID: t.TaskID, Payload: t.Payload}
+	}
+	body, err := protocol.EncodeBatch(b)
+	if err != nil {
+		return amqp.Publishing{}, err
+	}
+	msg := publishing(g[0], body)
+	msg.MessageId = protocol.BatchMessageID(b.JobID, g[0].TaskID, len(g))
+	return msg, nil
+}
+
 // Message returns the AMQP message of a task: persistent, JSON, with the
 // wire protocol's ids and headers (docs/protocol.md).
 func Message(t store.OutboxTask) (amqp.Publishing, error) {
@@ -200,6 +243,12 @@ func Message(t store.OutboxTask) (amqp.Publishing, error) {
 	if err != nil {
 		return amqp.Publishing{}, err
 	}
+	return publishing(t, body), nil
+}
+
+// publishing returns the message of t with body: persistent, JSON, with
+// the wire protocol's properties and headers.
+func publishing(t store.OutboxTask, body []byte) amqp.Publishing {
 	return amqp.Publishing{
 		ContentType:   protocol.ContentType,
 		DeliveryMode:  amqp.Persistent,
@@ -212,7 +261,7 @@ func Message(t store.OutboxTask) (amqp.Publishing, error) {
 			protocol.HeaderMaxRetries: int64(t.MaxRetries),
 		},
 		Body: body,
-	}, nil
+	}
 }
 
 // sleep waits d or until ctx is done; it reports whether d elapsed.

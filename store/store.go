@@ -189,6 +189,9 @@ type OutboxTask struct {
 	// Attempts is how many runs the task has already had (0 for a new
 	// task; more after a redrive).
 	Attempts int
+	// BatchSize is the job's warren.Policy.BatchSize (at least 1): how many
+	// consecutive tasks of the job the relay may send as one message.
+	BatchSize int
 }
 
 // Ref returns the task's reference.

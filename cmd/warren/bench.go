@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +43,7 @@ type benchFlags struct {
 	batchSize   int
 	concurrency int
 	json        bool
+	cpuProfile  string
 }
 
 // benchPrefetches are the prefetch settings the ceiling run tries.
@@ -80,6 +82,7 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 	fs.IntVar(&f.batchSize, "batch-size", 1, "tasks per message; only 1 (one message per task) for now, task batching comes later")
 	fs.IntVar(&f.concurrency, "concurrency", 16, "handler concurrency of each warren worker")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object and nothing else on stdout")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the warren run (not the ceiling run) to this file")
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
@@ -149,7 +152,15 @@ func bench(ctx context.Context, f benchFlags, env *environment) (err error) {
 		f.database = "sqlite://" + filepath.Join(dir, "warren.db")
 	}
 	progress("warren: %d echo tasks, %d workers (concurrency %d), store %s", f.tasks, f.workers, f.concurrency, redactDB(f.database))
-	if err := benchWarren(ctx, f, warrenNames, log, &rep); err != nil {
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return err
+	}
+	err = benchWarren(ctx, f, warrenNames, log, &rep)
+	if perr := stopProfile(); perr != nil && err == nil {
+		err = perr
+	}
+	if err != nil {
 		return fmt.Errorf("warren run: %w", err)
 	}
 	progress("warren: %.0f tasks/s", rep.WarrenTasksPerS)
@@ -184,6 +195,26 @@ func printBench(w io.Writer, r benchReport) {
 	row("task latency queued->recorded p50", fmt.Sprintf("%.1f ms", r.P50Ms))
 	row("task latency queued->recorded p99", fmt.Sprintf("%.1f ms", r.P99Ms))
 	row("peak RSS", fmt.Sprintf("%.1f MB, %s", r.PeakRSSMB, r.PeakRSSNote))
+}
+
+// startCPUProfile starts a CPU profile into path ("" for none) and returns
+// the function that stops it and closes the file.
+func startCPUProfile(path string) (func() error, error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	fh, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(fh); err != nil {
+		_ = fh.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return fh.Close()
+	}, nil
 }
 
 func round1(x float64) float64 { return math.Round(x*10) / 10 }

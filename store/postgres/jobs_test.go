@@ -20,7 +20,7 @@ func TestCreateJobWritesJobAndTasks(t *testing.T) {
 	b := setup(t)
 	spec := store.NewJob{
 		Type:           "resize",
-		Policy:         warren.Policy{Reduce: "sum", MaxRetries: 5, ToleratedFailures: 2, ToleratedFailurePercent: 12.5, FailFast: true},
+		Policy:         warren.Policy{Reduce: "sum", MaxRetries: 5, ToleratedFailures: 2, ToleratedFailurePercent: 12.5, FailFast: true, BatchSize: 7},
 		Metadata:       json.RawMessage(`{ "owner" : "me" }`),
 		IdempotencyKey: "k1",
 	}

@@ -42,6 +42,7 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	}
 	// The timeout is stored in milliseconds: return what GetJob will.
 	job.Policy.TaskTimeout = job.Policy.TaskTimeout.Truncate(time.Millisecond)
+	job.Policy.BatchSize = job.Policy.EffectiveBatchSize()
 	if job.ID == "" {
 		job.ID = ulid.Make().String()
 	}
@@ -111,11 +112,11 @@ func insertJob(ctx context.Context, tx *sql.Tx, j warren.Job) error {
 		metadata = []byte(j.Metadata)
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
-		tolerated_failure_percent, fail_fast, task_timeout_ms, metadata, idempotency_key, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, metadata, idempotency_key, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		j.ID, j.Type, string(j.State), j.Policy.Reduce, j.Policy.MaxRetries, j.Policy.ToleratedFailures,
 		j.Policy.ToleratedFailurePercent, j.Policy.FailFast, j.Policy.TaskTimeout.Milliseconds(),
-		metadata, key, j.CreatedAt.UnixMicro())
+		j.Policy.EffectiveBatchSize(), metadata, key, j.CreatedAt.UnixMicro())
 	return err
 }
 
@@ -173,7 +174,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (warren.Job, error) {
 }
 
 const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks, reduce, max_retries,
-	tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms, metadata, COALESCE(idempotency_key, ''),
+	tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, metadata, COALESCE(idempotency_key, ''),
 	created_at, started_at, finished_at, result_location, error, seq`
 
 // getJob returns the one job matching where, or warren.ErrNotFound.
@@ -197,7 +198,7 @@ func scanJob(row interface{ Scan(...any) error }) (warren.Job, int64, error) {
 	)
 	err := row.Scan(&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent,
-		&j.Policy.FailFast, &timeoutMS, &metadata, &j.IdempotencyKey, &created, &started, &finished,
+		&j.Policy.FailFast, &timeoutMS, &j.Policy.BatchSize, &metadata, &j.IdempotencyKey, &created, &started, &finished,
 		&j.ResultLocation, &j.Error, &seq)
 	if err != nil {
 		return warren.Job{}, 0, err

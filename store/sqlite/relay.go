@@ -51,7 +51,7 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx cont
 // pending tasks in task id order, so only the rows returned are read and
 // nothing is sorted; left to itself the planner may pick jobs_by_state and
 // sort every pending task of every open job on each call.
-const outboxSQL = `SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts
+const outboxSQL = `SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size
 	FROM jobs AS j INDEXED BY jobs_open
 	JOIN tasks AS t ON t.job_id = j.id AND t.state = 'pending'
 	WHERE j.state IN ('pending', 'running')
@@ -69,7 +69,7 @@ func (s *Store) outbox(ctx context.Context, limit int) ([]store.OutboxTask, erro
 	var tasks []store.OutboxTask
 	for rows.Next() {
 		var t store.OutboxTask
-		if err := rows.Scan(&t.JobID, &t.TaskID, &t.Type, &t.Payload, &t.MaxRetries, &t.Attempts); err != nil {
+		if err := rows.Scan(&t.JobID, &t.TaskID, &t.Type, &t.Payload, &t.MaxRetries, &t.Attempts, &t.BatchSize); err != nil {
 			return nil, err
 		}
 		tasks = append(tasks, t)

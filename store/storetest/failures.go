@@ -19,7 +19,7 @@ func testTaskTimeout(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("RoundTrips", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		policy := warren.Policy{Reduce: "collect", MaxRetries: 2, TaskTimeout: 90 * time.Second}
+		policy := warren.Policy{Reduce: "collect", MaxRetries: 2, TaskTimeout: 90 * time.Second, BatchSize: 1}
 		job := createJob(t, s, store.NewJob{Policy: policy}, 1)
 		require.Equal(t, policy, job.Policy)
 		require.Equal(t, policy, getJob(t, s, job.ID).Policy)

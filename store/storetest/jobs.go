@@ -54,7 +54,7 @@ func testCreateJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("RecordsJobAndTasks", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		policy := warren.Policy{Reduce: "collect", MaxRetries: 5, ToleratedFailures: 2, ToleratedFailurePercent: 12.5, FailFast: true}
+		policy := warren.Policy{Reduce: "collect", MaxRetries: 5, ToleratedFailures: 2, ToleratedFailurePercent: 12.5, FailFast: true, BatchSize: 32}
 		metadata := json.RawMessage(`{"owner": "ann", "tags": ["a", "b"]}`)
 
 		job, created, err := s.CreateJob(t.Context(), store.NewJob{Type: "resize", Policy: policy, Metadata: metadata}, payloads(3))

@@ -16,7 +16,7 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("OldestJobFirstInTaskOrder", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		a := createJob(t, s, store.NewJob{Type: "resize", Policy: warren.Policy{MaxRetries: 2}}, 3)
+		a := createJob(t, s, store.NewJob{Type: "resize", Policy: warren.Policy{MaxRetries: 2, BatchSize: 16}}, 3)
 		b := createJob(t, s, store.NewJob{Type: "crop", Policy: warren.Policy{MaxRetries: 7}}, 2)
 
 		offered := relay(t, s, 4)
@@ -24,11 +24,13 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 		for _, task := range offered[:3] {
 			require.Equal(t, "resize", task.Type)
 			require.Equal(t, 2, task.MaxRetries)
+			require.Equal(t, 16, task.BatchSize, "the relay packs the job's tasks by its batch size")
 			require.Zero(t, task.Attempts)
 			require.JSONEq(t, string(payload(task.TaskID)), string(task.Payload))
 		}
 		require.Equal(t, "crop", offered[3].Type)
 		require.Equal(t, 7, offered[3].MaxRetries)
+		require.Equal(t, 1, offered[3].BatchSize, "a job without a batch size sends one message per task")
 		require.JSONEq(t, string(payload(1)), string(offered[3].Payload))
 
 		for _, task := range allTasks(t, s, a.ID, "") {
