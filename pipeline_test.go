@@ -48,6 +48,10 @@ type testBundle struct {
 	published                 atomic.Int64
 	relays                    []*relay.Relay
 	topo                      *broker.TopologyOptions
+	// aggBatch and aggLinger, when set, are the aggregators' BatchSize
+	// and Linger.
+	aggBatch  int
+	aggLinger time.Duration
 	// signal is pinged after every aggregator event; waitFor re-checks
 	// its condition then.
 	signal chan struct{}
@@ -109,6 +113,7 @@ func (b *testBundle) startServer(t *testing.T, st store.Store) *aggregator.Aggre
 	b.relays = append(b.relays, r)
 	a, err := aggregator.New(aggregator.Config{
 		Store: st, Conn: conn, Names: b.names, ScanInterval: 200 * time.Millisecond,
+		BatchSize: b.aggBatch, Linger: b.aggLinger,
 		Hooks: aggregator.Hooks{
 			OnBatch: func(_ int, rep store.ApplyReport) {
 				b.applied.Add(int64(rep.Applied))

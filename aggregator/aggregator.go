@@ -103,6 +103,11 @@ func (c Config) validate() error {
 type Aggregator struct {
 	cfg   Config
 	close chan string
+
+	// outcomes and from are process's buffers, reused batch after batch
+	// (only the consuming goroutine uses them).
+	outcomes []store.Outcome
+	from     []int
 }
 
 // New returns an aggregator; it does nothing until Run.
@@ -249,18 +254,25 @@ func (a *Aggregator) next(ctx context.Context, results, dead *source, timeout <-
 // can never be applied, then acknowledges the rest with one multiple-ack
 // per channel, and queues the jobs the batch made ready for closing.
 func (a *Aggregator) process(ctx context.Context, batch []item) error {
-	outcomes := make([]store.Outcome, 0, len(batch))
-	from := make([]int, 0, len(batch)) // outcome index -> batch index
+	outcomes := a.outcomes[:0]
+	from := a.from[:0] // outcome index -> batch index
 	for i := range batch {
-		o, reason, err := decode(batch[i])
-		batch[i].reason = reason
+		n := len(outcomes)
+		var err error
+		outcomes, batch[i].reason, err = decode(outcomes, batch[i])
 		if err != nil {
 			batch[i].invalid = err.Error()
 			continue
 		}
-		from = append(from, i)
-		outcomes = append(outcomes, o)
+		for range len(outcomes) - n {
+			from = append(from, i)
+		}
 	}
+	// Keep the buffers for the next batch, without what they point to.
+	defer func() {
+		clear(outcomes)
+		a.outcomes, a.from = outcomes[:0], from[:0]
+	}()
 	report, err := a.apply(ctx, outcomes)
 	if err != nil {
 		return err
@@ -339,16 +351,25 @@ func (a *Aggregator) acknowledge(batch []item) error {
 	return nil
 }
 
-// decode turns a delivery into a task outcome, with the failure reason of
-// a dead-lettered task.
-func decode(it item) (store.Outcome, string, error) {
+// decode appends the task outcomes of a delivery to outcomes (one, or
+// each task's of a batch), with the failure reason of a dead-lettered
+// task. On an error, outcomes is returned as it was.
+func decode(outcomes []store.Outcome, it item) ([]store.Outcome, string, error) {
 	if it.src.dead {
-		return decodeDead(it.d)
+		return decodeDead(outcomes, it.d)
 	}
-	r, err := protocol.DecodeResult(it.d.Body)
+	rs, err := protocol.DecodeResults(it.d.Body)
 	if err != nil {
-		return store.Outcome{}, "", err
+		return outcomes, "", err
 	}
+	for _, r := range rs {
+		outcomes = append(outcomes, resultOutcome(r))
+	}
+	return outcomes, "", nil
+}
+
+// resultOutcome is the outcome a result records.
+func resultOutcome(r protocol.Result) store.Outcome {
 	o := store.Outcome{
 		JobID:      r.JobID,
 		TaskID:     r.TaskID,
@@ -371,18 +392,31 @@ func decode(it item) (store.Outcome, string, error) {
 		now := time.Now().UTC()
 		o.FinishedAt = &now
 	}
-	return o, "", nil
+	return o
 }
 
-// decodeDead reads a dead-lettered task message: dead-lettered by a
-// worker (x-failure-reason, x-error) or by the broker (x-death).
-func decodeDead(d amqp.Delivery) (store.Outcome, string, error) {
-	t, err := protocol.DecodeTask(d.Body)
+// decodeDead appends the failed outcomes of a dead-lettered task message
+// (single, or every task of a batch the broker dead-lettered) to outcomes:
+// dead-lettered by a worker (x-failure-reason, x-error) or by the broker
+// (x-death). On an error, outcomes is returned as it was.
+func decodeDead(outcomes []store.Outcome, d amqp.Delivery) ([]store.Outcome, string, error) {
+	tasks, _, err := protocol.DecodeTasks(d.Body)
 	if err != nil {
-		return store.Outcome{}, "", err
+		return outcomes, "", err
 	}
+	o, reason := deadOutcome(d)
+	for _, t := range tasks {
+		o.JobID, o.TaskID = t.JobID, t.TaskID
+		outcomes = append(outcomes, o)
+	}
+	return outcomes, reason, nil
+}
+
+// deadOutcome is the failed outcome, without job and task, that dead
+// letter d records, and its reason.
+func deadOutcome(d amqp.Delivery) (store.Outcome, string) {
 	now := time.Now().UTC()
-	o := store.Outcome{JobID: t.JobID, TaskID: t.TaskID, State: warren.TaskFailed, FinishedAt: &now}
+	o := store.Outcome{State: warren.TaskFailed, FinishedAt: &now}
 	retries, _ := protocol.HeaderInt(d.Headers, protocol.HeaderRetry)
 	o.Attempts = retries + 1
 	if n, _ := protocol.HeaderInt(d.Headers, "x-delivery-count"); n+1 > o.Attempts {
@@ -401,13 +435,13 @@ func decodeDead(d amqp.Delivery) (store.Outcome, string, error) {
 		if reason == protocol.ReasonDeliveryLimit {
 			o.Error += " (the task was delivered too many times without an ack; it may crash its worker)"
 		}
-		return o, reason, nil
+		return o, reason
 	}
 	if msg == "" {
 		msg = reason
 	}
 	o.Error = fmt.Sprintf("%s: %s", reason, msg)
-	return o, reason, nil
+	return o, reason
 }
 
 // deathReason returns the reason and queue of the latest dead-lettering:

@@ -302,6 +302,8 @@ func decodeField(dec *json.Decoder, key string, sp *jobSpec) *apiError {
 		target = &sp.FailFast
 	case "task_timeout":
 		target = &sp.TaskTimeout
+	case "batch_size":
+		target = &sp.BatchSize
 	case "metadata":
 		target = &sp.Metadata
 	}

@@ -32,6 +32,7 @@ type jobJSON struct {
 	ToleratedFailurePercent float64         `json:"tolerated_failure_percent"`
 	FailFast                bool            `json:"fail_fast"`
 	TaskTimeout             float64         `json:"task_timeout"`
+	BatchSize               int             `json:"batch_size"`
 	Metadata                json.RawMessage `json:"metadata"` // null when absent
 	CreatedAt               time.Time       `json:"created_at"`
 	StartedAt               *time.Time      `json:"started_at"`
@@ -96,6 +97,7 @@ func toJobJSON(j warren.Job) jobJSON {
 		ToleratedFailurePercent: j.Policy.ToleratedFailurePercent,
 		FailFast:                j.Policy.FailFast,
 		TaskTimeout:             j.Policy.EffectiveTaskTimeout().Seconds(),
+		BatchSize:               j.Policy.EffectiveBatchSize(),
 		Metadata:                j.Metadata,
 		CreatedAt:               j.CreatedAt.UTC(),
 		StartedAt:               utc(j.StartedAt),

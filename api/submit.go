@@ -40,6 +40,7 @@ var specFields = map[string]string{
 	"tolerated_failure_percent": "a number",
 	"fail_fast":                 "a boolean",
 	"task_timeout":              "a number of seconds",
+	"batch_size":                "an integer",
 	"metadata":                  "an object",
 }
 
@@ -53,6 +54,7 @@ type jobSpec struct {
 	ToleratedFailurePercent *float64
 	FailFast                bool
 	TaskTimeout             *float64
+	BatchSize               *int
 	Metadata                json.RawMessage
 }
 
@@ -157,6 +159,13 @@ func (sp jobSpec) newJob() (store.NewJob, *apiError) {
 				"task_timeout must be between 1 and %.0f seconds, got %v", maxTaskTimeout.Seconds(), secs)
 		}
 		p.TaskTimeout = time.Duration(secs * float64(time.Second))
+	}
+	if sp.BatchSize != nil {
+		if *sp.BatchSize < 1 || *sp.BatchSize > warren.MaxBatchSize {
+			return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation,
+				"batch_size must be between 1 and %d, got %d", warren.MaxBatchSize, *sp.BatchSize)
+		}
+		p.BatchSize = *sp.BatchSize
 	}
 	if err := p.Validate(); err != nil {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "%v", err)

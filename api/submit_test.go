@@ -20,7 +20,7 @@ import (
 // fullSpec is every job field but tasks, so that a "tasks" after it
 // streams.
 const fullSpec = `"type":"echo","reduce":"sum","max_retries":5,"tolerated_failures":2,` +
-	`"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":90,"metadata":{"owner":"ops"}`
+	`"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":90,"batch_size":16,"metadata":{"owner":"ops"}`
 
 func TestSubmitJSON(t *testing.T) {
 	t.Parallel()
@@ -31,7 +31,7 @@ func TestSubmitJSON(t *testing.T) {
 			for name, body := range map[string]string{
 				"tasks last (streamed)":    `{` + fullSpec + `,"tasks":[{"n": 1}, [2], "three", 4, null, true]}`,
 				"tasks first (buffered)":   `{"tasks":[{"n": 1}, [2], "three", 4, null, true],` + fullSpec + `}`,
-				"tasks between (buffered)": `{"type":"echo","reduce":"sum","max_retries":5,"tasks":[{"n": 1}, [2], "three", 4, null, true],"tolerated_failures":2,"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":90,"metadata":{"owner":"ops"}}`,
+				"tasks between (buffered)": `{"type":"echo","reduce":"sum","max_retries":5,"tasks":[{"n": 1}, [2], "three", 4, null, true],"tolerated_failures":2,"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":90,"batch_size":16,"metadata":{"owner":"ops"}}`,
 			} {
 				t.Run(name, func(t *testing.T) {
 					resp := b.submit(t, body)
@@ -47,7 +47,7 @@ func TestSubmitJSON(t *testing.T) {
 					require.Equal(t, "echo", job.Type)
 					require.Equal(t, int64(6), job.ExpectedTasks)
 					require.Equal(t, warren.Policy{Reduce: "sum", MaxRetries: 5, ToleratedFailures: 2, ToleratedFailurePercent: 12.5,
-						FailFast: true, TaskTimeout: 90 * time.Second}, job.Policy)
+						FailFast: true, TaskTimeout: 90 * time.Second, BatchSize: 16}, job.Policy)
 					require.JSONEq(t, `{"owner":"ops"}`, string(job.Metadata))
 					require.Equal(t, []string{`{"n": 1}`, `[2]`, `"three"`, `4`, `null`, `true`},
 						payloadsOf(t, b.store, id), "payloads are stored byte for byte, in order")
@@ -63,14 +63,14 @@ func TestSubmitDefaults(t *testing.T) {
 	id := b.mustSubmit(t, `{"type":"echo","tasks":[1]}`)
 	job, err := b.store.GetJob(context.Background(), id)
 	require.NoError(t, err)
-	require.Equal(t, warren.Policy{Reduce: "collect", MaxRetries: warren.DefaultMaxRetries}, job.Policy)
+	require.Equal(t, warren.Policy{Reduce: "collect", MaxRetries: warren.DefaultMaxRetries, BatchSize: 1}, job.Policy)
 	require.Nil(t, job.Metadata)
 
 	// null is the same as absent; an explicit 0 is not.
 	id = b.mustSubmit(t, `{"type":"echo","tasks":[1],"reduce":null,"max_retries":null,"metadata":null}`)
 	job, err = b.store.GetJob(context.Background(), id)
 	require.NoError(t, err)
-	require.Equal(t, warren.Policy{Reduce: "collect", MaxRetries: warren.DefaultMaxRetries}, job.Policy)
+	require.Equal(t, warren.Policy{Reduce: "collect", MaxRetries: warren.DefaultMaxRetries, BatchSize: 1}, job.Policy)
 	require.Nil(t, job.Metadata)
 	id = b.mustSubmit(t, `{"type":"echo","tasks":[1],"max_retries":0}`)
 	job, err = b.store.GetJob(context.Background(), id)
@@ -200,6 +200,10 @@ func TestSubmitBadInput(t *testing.T) {
 		{"task_timeout is a string", j, `{"type":"echo","tasks":[1],"task_timeout":"1h"}`, nil, 400, "invalid_type"},
 		{"task_timeout under a second", j, `{"type":"echo","tasks":[1],"task_timeout":0.5}`, nil, 422, "validation_failed"},
 		{"task_timeout over a week", j, `{"type":"echo","tasks":[1],"task_timeout":1e9}`, nil, 422, "validation_failed"},
+		{"batch_size is a string", j, `{"type":"echo","tasks":[1],"batch_size":"8"}`, nil, 400, "invalid_type"},
+		{"batch_size is not an integer", j, `{"type":"echo","tasks":[1],"batch_size":2.5}`, nil, 400, "invalid_type"},
+		{"batch_size 0", j, `{"type":"echo","tasks":[1],"batch_size":0}`, nil, 422, "validation_failed"},
+		{"batch_size over 1000", j, `{"type":"echo","tasks":[1],"batch_size":1001}`, nil, 422, "validation_failed"},
 		{"reduce is an object", j, `{"type":"echo","tasks":[1],"reduce":{}}`, nil, 400, "invalid_type"},
 		{"metadata is an array", j, `{"type":"echo","tasks":[1],"metadata":[1]}`, nil, 400, "invalid_type"},
 		{"metadata is a string", j, `{"type":"echo","tasks":[1],"metadata":"x"}`, nil, 400, "invalid_type"},

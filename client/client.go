@@ -79,8 +79,11 @@ type JobSpec struct {
 	ToleratedFailurePercent float64 `json:"tolerated_failure_percent,omitempty"`
 	FailFast                bool    `json:"fail_fast,omitempty"`
 	// TaskTimeout is in seconds; 0 for the server's default (1 h).
-	TaskTimeout float64         `json:"task_timeout,omitempty"`
-	Metadata    json.RawMessage `json:"metadata,omitempty"`
+	TaskTimeout float64 `json:"task_timeout,omitempty"`
+	// BatchSize is how many consecutive tasks go out as one task message;
+	// 0 for one message per task.
+	BatchSize int             `json:"batch_size,omitempty"`
+	Metadata  json.RawMessage `json:"metadata,omitempty"`
 	// IdempotencyKey is sent as the Idempotency-Key header: submitting the
 	// same key again returns the same job.
 	IdempotencyKey string `json:"-"`
@@ -114,6 +117,7 @@ type Job struct {
 	ToleratedFailurePercent float64         `json:"tolerated_failure_percent"`
 	FailFast                bool            `json:"fail_fast"`
 	TaskTimeout             float64         `json:"task_timeout"`
+	BatchSize               int             `json:"batch_size"`
 	Metadata                json.RawMessage `json:"metadata"`
 	CreatedAt               *time.Time      `json:"created_at"`
 	StartedAt               *time.Time      `json:"started_at"`

@@ -105,7 +105,7 @@ func (r *Relay) Wake() {
 func (r *Relay) Run(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for {
-		n, err := r.RelayOnce(ctx)
+		_, claimed, err := r.relayOnce(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -123,7 +123,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		if n == r.cfg.BatchSize {
+		if claimed == r.cfg.BatchSize {
 			continue // more may be waiting
 		}
 		select {
@@ -141,18 +141,32 @@ func (r *Relay) Run(ctx context.Context) error {
 // again by a later call; if none was confirmed, the first error is
 // returned.
 func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
-	n, err := r.cfg.Store.RelayBatch(ctx, r.cfg.BatchSize, r.publish)
+	n, _, err := r.relayOnce(ctx)
+	return n, err
+}
+
+// relayOnce is RelayOnce, also returning how many tasks the store offered.
+func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, err error) {
+	n, err := r.cfg.Store.RelayBatch(ctx, r.cfg.BatchSize, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+		claimed = len(tasks)
+		return r.publish(ctx, tasks)
+	})
 	if err != nil {
-		return 0, err
+		return 0, claimed, err
 	}
 	if n > 0 && r.cfg.OnPublished != nil {
 		r.cfg.OnPublished(n)
 	}
-	return n, nil
+	return n, claimed, nil
 }
 
 func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
 	groups := Group(tasks)
+	if last := groups[len(groups)-1]; len(tasks) == r.cfg.BatchSize && len(groups) > 1 && len(last) < last[0].BatchSize {
+		// The claim cut the last batch short and more tasks are
+		// waiting: leave it pending, to go out whole with the next claim.
+		groups = groups[:len(groups)-1]
+	}
 	confs := make([]*broker.Confirmation, 0, len(groups))
 	var firstErr error
 	for _, g := range groups {

@@ -40,9 +40,17 @@ func TestHandlePanicsOnAMistake(t *testing.T) {
 	require.NoError(t, err)
 	h := func(context.Context, worker.Task) (any, error) { return nil, nil }
 	require.Same(t, w, w.Handle("a", h), "Handle chains")
-	require.PanicsWithValue(t, `worker: Handle("a") called twice`, func() { w.Handle("a", h) })
+	require.PanicsWithValue(t, `worker: Handle("a"): the type already has a handler`, func() { w.Handle("a", h) })
 	require.Panics(t, func() { w.Handle("", h) })
 	require.Panics(t, func() { w.Handle("b", nil) })
+
+	bh := func(_ context.Context, ts []worker.Task) []worker.Outcome { return make([]worker.Outcome, len(ts)) }
+	require.Same(t, w, w.HandleBatch("c", bh), "HandleBatch chains")
+	require.PanicsWithValue(t, `worker: HandleBatch("a"): the type already has a handler`, func() { w.HandleBatch("a", bh) },
+		"a type has one handler, per task or per batch")
+	require.PanicsWithValue(t, `worker: Handle("c"): the type already has a handler`, func() { w.Handle("c", h) })
+	require.Panics(t, func() { w.HandleBatch("", bh) })
+	require.Panics(t, func() { w.HandleBatch("d", nil) })
 }
 
 func TestRunWithoutHandlersFails(t *testing.T) {

@@ -31,6 +31,10 @@ const (
 	// the task was acked without running its handler or publishing a
 	// result.
 	EventSkipped EventKind = "skipped"
+	// EventSplit: a redelivered task batch message was republished as one
+	// message per task (one event per task), so that a task that crashes
+	// its worker does not take its batch with it.
+	EventSplit EventKind = "split"
 	// EventCancelSeen: a cancel broadcast for Event.JobID arrived; the
 	// job's tasks delivered from now on are skipped. It carries no other
 	// task fields.

@@ -34,6 +34,43 @@ func resultMessage(r protocol.Result) (amqp.Publishing, error) {
 	}, nil
 }
 
+// resultBatchMessage returns the AMQP message of the results of a task
+// batch message's completed tasks: a result batch identified like a task
+// batch by its first task and count.
+func resultBatchMessage(results []protocol.Result) (amqp.Publishing, error) {
+	jobID := results[0].JobID
+	body, err := protocol.EncodeResultBatch(protocol.ResultBatch{JobID: jobID, Results: results})
+	if err != nil {
+		return amqp.Publishing{}, fmt.Errorf("worker: encode the results: %w", err)
+	}
+	return amqp.Publishing{
+		ContentType:   protocol.ContentType,
+		DeliveryMode:  amqp.Persistent,
+		MessageId:     protocol.BatchMessageID(jobID, results[0].TaskID, len(results)),
+		CorrelationId: jobID,
+		Timestamp:     time.Now().UTC(),
+		Body:          body,
+	}, nil
+}
+
+// taskCopy returns a persistent copy of d for task t: d itself (copyOf)
+// for a single task message, or a single task message of t with d's
+// properties and headers for a task of a batch.
+func (s *session) taskCopy(d *delivery, t Task, batch bool) amqp.Publishing {
+	msg := s.copyOf(d, t)
+	if !batch {
+		return msg
+	}
+	body, err := protocol.EncodeTask(protocol.Task{JobID: t.JobID, TaskID: t.TaskID, Payload: t.Payload})
+	if err != nil {
+		// Only a bug can get here: t was decoded from a valid batch.
+		panic(fmt.Sprintf("worker: encode task %s of a batch: %v", t.IdempotencyKey(), err))
+	}
+	msg.Body = body
+	msg.MessageId = t.IdempotencyKey()
+	return msg
+}
+
 // copyOf returns a persistent copy of the task message d, with its body,
 // properties and a copy of its headers that the caller may change.
 func (s *session) copyOf(d *delivery, t Task) amqp.Publishing {

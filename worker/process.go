@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenhq/warren/broker"
 	"github.com/warrenhq/warren/protocol"
 )
 
@@ -25,106 +26,210 @@ const (
 	maxPublishBackoff = time.Second
 )
 
-// process runs one delivery to its end: decoded, handled, its outcome
-// published and the delivery acked, or nacked back to the queue.
+// process runs one delivery to its end: decoded, handled, its outcomes
+// published and the delivery acked, or nacked back to the queue. A task
+// batch message (protocol.Batch) is handled task by task, or in one call
+// of a BatchHandlerFunc, and settled as a whole: one result batch for its
+// completed tasks and a message of its own for each failed task (a retry
+// or a dead letter), all confirmed before the one ack.
 func (s *session) process(d *delivery) {
-	body, err := protocol.DecodeTask(d.Body)
+	attempt := retriesSoFar(d.Headers) + 1
+	bodies, batch, err := protocol.DecodeTasks(d.Body)
 	if err != nil {
-		s.deadLetter(d, Task{Type: d.Type, Attempt: retriesSoFar(d.Headers) + 1}, protocol.ReasonMalformed, err, nil)
+		s.deadLetter(d, Task{Type: d.Type, Attempt: attempt}, protocol.ReasonMalformed, err, nil)
 		return
 	}
-	t := Task{
-		JobID:      body.JobID,
-		TaskID:     body.TaskID,
-		Type:       d.Type,
-		Attempt:    retriesSoFar(d.Headers) + 1,
-		MaxRetries: maxRetries(d.Headers),
-		Payload:    body.Payload,
+	tasks := make([]Task, len(bodies))
+	for i, b := range bodies {
+		tasks[i] = Task{JobID: b.JobID, TaskID: b.TaskID, Type: d.Type, Attempt: attempt,
+			MaxRetries: maxRetries(d.Headers), Payload: b.Payload}
 	}
-	if s.w.cancelled.has(t.JobID) {
-		s.skip(d, t)
+	if s.w.cancelled.has(tasks[0].JobID) {
+		s.skip(d, tasks)
 		return
 	}
-	h := s.w.handler(d.Type)
-	if h == nil {
-		s.deadLetter(d, t, protocol.ReasonUnknownType, unknownType(d.Type), nil)
+	if batch && d.Redelivered {
+		// Its worker crashed, lost its connection or shut down mid-batch:
+		// one of the tasks may be what crashes workers. Alone, each task
+		// meets the delivery limit on its own.
+		s.split(d, tasks)
 		return
 	}
-	log := s.taskLog(t)
-	started := time.Now().UTC()
-	value, herr := s.call(h, t, log)
-	finished := time.Now().UTC()
-	if s.handlers.Err() != nil {
-		// Shutdown stopped waiting for this handler: whatever it
-		// returned, the task runs again elsewhere.
-		s.requeue(d, s.event(t), log)
+	h, ok := s.w.handler(d.Type)
+	if !ok {
+		err := unknownType(d.Type)
+		outs := make([]outbound, len(tasks))
+		evs := make([]Event, len(tasks))
+		for i, t := range tasks {
+			outs[i], evs[i] = s.deadLetterMsg(d, t, batch, protocol.ReasonUnknownType, err, nil)
+		}
+		s.publishThenAck(d, outs, evs, s.taskLog(tasks[0]))
 		return
 	}
-	res := protocol.Result{
-		JobID: t.JobID, TaskID: t.TaskID, Worker: s.w.cfg.Name, Attempt: t.Attempt,
-		StartedAt: &started, FinishedAt: &finished,
+	runs, ok := s.run(h, tasks)
+	if !ok {
+		// Shutdown stopped waiting for the handler: whatever it
+		// returned, the tasks run again elsewhere.
+		s.requeue(d, s.event(tasks[0]), s.taskLog(tasks[0]))
+		return
 	}
-	if herr == nil {
-		msg, err := s.completedResult(res, value)
-		if err == nil {
-			log.Debug("worker: task completed", "duration", finished.Sub(started))
-			ev := s.event(t)
-			ev.Kind = EventCompleted
-			s.publishThenAck(d, s.w.names.ResultsExchange, protocol.RoutingKeyResult, msg, ev, log)
+	s.settleRuns(d, batch, runs)
+}
+
+// taskRun is one task's run: what its handler returned, and when.
+type taskRun struct {
+	task              Task
+	value             any
+	err               error
+	started, finished time.Time
+}
+
+// run runs the tasks through h, one after another for a HandlerFunc, in
+// one call for a BatchHandlerFunc. ok is false when shutdown cancelled
+// the handlers' context meanwhile.
+func (s *session) run(h handlerSet, tasks []Task) ([]taskRun, bool) {
+	runs := make([]taskRun, len(tasks))
+	if h.batch != nil {
+		started := time.Now().UTC()
+		outcomes := s.callBatch(h.batch, tasks)
+		finished := time.Now().UTC()
+		for i, t := range tasks {
+			runs[i] = taskRun{task: t, value: outcomes[i].Value, err: outcomes[i].Err, started: started, finished: finished}
+		}
+		return runs, s.handlers.Err() == nil
+	}
+	for i, t := range tasks {
+		started := time.Now().UTC()
+		value, err := s.call(h.one, t)
+		runs[i] = taskRun{task: t, value: value, err: err, started: started, finished: time.Now().UTC()}
+		if s.handlers.Err() != nil {
+			return nil, false
+		}
+	}
+	return runs, true
+}
+
+// settleRuns publishes the outcomes of a delivery's runs and then acks it:
+// the completed tasks' results in one message (a result batch for a batch
+// message), and a retry or a dead letter of its own for each failed task.
+func (s *session) settleRuns(d *delivery, batch bool, runs []taskRun) {
+	var (
+		outs    []outbound
+		evs     []Event
+		results []protocol.Result
+	)
+	for _, r := range runs {
+		t := r.task
+		log := s.taskLog(t)
+		res := protocol.Result{
+			JobID: t.JobID, TaskID: t.TaskID, Worker: s.w.cfg.Name, Attempt: t.Attempt,
+			StartedAt: &r.started, FinishedAt: &r.finished,
+		}
+		herr := r.err
+		if herr == nil {
+			raw, err := marshalResult(r.value)
+			if err == nil {
+				log.Debug("worker: task completed", "duration", r.finished.Sub(r.started))
+				res.Status, res.Result = protocol.StatusCompleted, raw
+				results = append(results, res)
+				ev := s.event(t)
+				ev.Kind = EventCompleted
+				evs = append(evs, ev)
+				continue
+			}
+			herr = Permanent(err)
+		}
+		out, ev := s.failure(d, t, batch, herr, res.StartedAt, log)
+		outs = append(outs, out)
+		evs = append(evs, ev)
+	}
+	if len(results) > 0 {
+		msg, err := resultsMessage(results, batch)
+		if err != nil {
+			// Only a bug can get here: the results were built above.
+			s.log.Error("worker: cannot encode results; the task goes back to the queue", "error", err)
+			s.requeue(d, s.event(runs[0].task), s.log)
 			return
 		}
-		herr = Permanent(err)
+		outs = append(outs, outbound{s.w.names.ResultsExchange, protocol.RoutingKeyResult, msg})
 	}
-	s.fail(d, t, res, herr, log)
+	s.publishThenAck(d, outs, evs, s.taskLog(runs[0].task))
 }
 
 // call runs h, turning a panic into a transient error.
-func (s *session) call(h HandlerFunc, t Task, log *slog.Logger) (v any, err error) {
+func (s *session) call(h HandlerFunc, t Task) (v any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("worker: handler panicked: %v", p)
-			log.Error("worker: handler panicked", "panic", fmt.Sprint(p), "stack", shortStack())
+			s.taskLog(t).Error("worker: handler panicked", "panic", fmt.Sprint(p), "stack", shortStack())
 		}
 	}()
 	return h(s.handlers, t)
 }
 
-// fail settles a task whose run failed, as decideFailure says.
-func (s *session) fail(d *delivery, t Task, res protocol.Result, herr error, log *slog.Logger) {
+// callBatch runs h over tasks; a panic or an outcome count other than
+// len(tasks) becomes a transient error for every task.
+func (s *session) callBatch(h BatchHandlerFunc, tasks []Task) (outcomes []Outcome) {
+	fail := func(err error) []Outcome {
+		out := make([]Outcome, len(tasks))
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			s.taskLog(tasks[0]).Error("worker: batch handler panicked", "tasks", len(tasks), "panic", fmt.Sprint(p), "stack", shortStack())
+			outcomes = fail(fmt.Errorf("worker: batch handler panicked: %v", p))
+		}
+	}()
+	outcomes = h(s.handlers, tasks)
+	if len(outcomes) != len(tasks) {
+		return fail(fmt.Errorf("worker: batch handler returned %d outcomes for %d tasks", len(outcomes), len(tasks)))
+	}
+	return outcomes
+}
+
+// failure returns the message that settles a task whose run failed, as
+// decideFailure says: a retry through a delay tier or a dead letter.
+func (s *session) failure(d *delivery, t Task, batch bool, herr error, started *time.Time, log *slog.Logger) (outbound, Event) {
 	action, delay := decideFailure(herr, t.Attempt, t.MaxRetries, s.w.cfg.RetryTiers)
 	switch action {
 	case failTask:
 		// A permanent failure is dead-lettered like an exhausted one: the
 		// aggregator marks the task failed from dead.q, and people find it
 		// in tasks.dlq.
-		s.deadLetter(d, t, protocol.ReasonPermanent, herr, res.StartedAt)
+		return s.deadLetterMsg(d, t, batch, protocol.ReasonPermanent, herr, started)
 	case retryTask:
 		log.Debug("worker: task failed; retrying", "error", herr, "max_retries", t.MaxRetries, "delay", delay)
-		s.retry(d, t, delay, herr, log)
+		return s.retryMsg(d, t, batch, delay, herr)
 	default:
-		s.deadLetter(d, t, protocol.ReasonRetriesExhausted, herr, res.StartedAt)
+		return s.deadLetterMsg(d, t, batch, protocol.ReasonRetriesExhausted, herr, started)
 	}
 }
 
-// completedResult returns the result message of a handler's value, or an
-// error if the value cannot be its result.
-func (s *session) completedResult(res protocol.Result, value any) (amqp.Publishing, error) {
-	raw, err := marshalResult(value)
-	if err != nil {
-		return amqp.Publishing{}, err
+// resultsMessage returns the result message of a delivery's completed
+// tasks: a plain result for a single task message, a result batch for a
+// batch message.
+func resultsMessage(results []protocol.Result, batch bool) (amqp.Publishing, error) {
+	if !batch {
+		return resultMessage(results[0])
 	}
-	res.Status = protocol.StatusCompleted
-	res.Result = raw
-	return resultMessage(res)
+	return resultBatchMessage(results)
 }
 
-// deadLetter publishes a copy of the task to the dead-letter exchange
+// outbound is one message a delivery's settlement publishes.
+type outbound struct {
+	exchange, key string
+	msg           amqp.Publishing
+}
+
+// deadLetterMsg returns a copy of task t of d for the dead-letter exchange
 // with the reason and cause in its headers (and when the failed run
-// started, if it ran), then acks the task.
-func (s *session) deadLetter(d *delivery, t Task, reason string, cause error, started *time.Time) {
-	log := s.taskLog(t)
-	log.Warn("worker: task dead-lettered", "reason", reason, "error", cause)
-	msg := s.copyOf(d, t)
+// started, if it ran), and the event that reports it.
+func (s *session) deadLetterMsg(d *delivery, t Task, batch bool, reason string, cause error, started *time.Time) (outbound, Event) {
+	s.taskLog(t).Warn("worker: task dead-lettered", "reason", reason, "error", cause)
+	msg := s.taskCopy(d, t, batch)
 	// Like the broker's own dead-lettering, drop the expiration so that
 	// the dead letter does not expire from the dead-letter queues.
 	msg.Expiration = ""
@@ -140,14 +245,37 @@ func (s *session) deadLetter(d *delivery, t Task, reason string, cause error, st
 	msg.Headers[protocol.HeaderRetry] = int64(retriesSoFar(d.Headers))
 	ev := s.event(t)
 	ev.Kind, ev.Reason, ev.Err = EventDeadLettered, reason, cause
-	s.publishThenAck(d, s.w.names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, msg, ev, log)
+	return outbound{s.w.names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, msg}, ev
 }
 
-// skip acks a task of a cancelled job without running it or publishing
-// anything: the job is closed, and nothing about the task matters any
-// more.
-func (s *session) skip(d *delivery, t Task) {
-	log := s.taskLog(t)
+// deadLetter dead-letters the whole delivery d (one task, or a message
+// that is not a task at all), then acks it.
+func (s *session) deadLetter(d *delivery, t Task, reason string, cause error, started *time.Time) {
+	out, ev := s.deadLetterMsg(d, t, false, reason, cause, started)
+	s.publishThenAck(d, []outbound{out}, []Event{ev}, s.taskLog(t))
+}
+
+// split republishes each task of a redelivered batch message as a single
+// task message, with the batch's headers, to where the batch came from,
+// then acks the batch.
+func (s *session) split(d *delivery, tasks []Task) {
+	log := s.taskLog(tasks[0])
+	log.Info("worker: a redelivered task batch is split into single tasks", "tasks", len(tasks))
+	outs := make([]outbound, len(tasks))
+	evs := make([]Event, len(tasks))
+	for i, t := range tasks {
+		outs[i] = outbound{d.Exchange, d.RoutingKey, s.taskCopy(d, t, true)}
+		evs[i] = s.event(t)
+		evs[i].Kind = EventSplit
+	}
+	s.publishThenAck(d, outs, evs, log)
+}
+
+// skip acks a task message of a cancelled job without running it or
+// publishing anything: the job is closed, and nothing about its tasks
+// matters any more.
+func (s *session) skip(d *delivery, tasks []Task) {
+	log := s.taskLog(tasks[0])
 	ran, err := d.settle(func() error { return d.Ack(false) })
 	if !ran {
 		return
@@ -157,19 +285,22 @@ func (s *session) skip(d *delivery, t Task) {
 		log.Warn("worker: ack a task of a cancelled job", "error", err)
 		return
 	}
-	log.Debug("worker: task skipped; its job is cancelled")
-	ev := s.event(t)
-	ev.Kind = EventSkipped
-	s.w.emit(ev)
+	log.Debug("worker: task skipped; its job is cancelled", "tasks", len(tasks))
+	for _, t := range tasks {
+		ev := s.event(t)
+		ev.Kind = EventSkipped
+		s.w.emit(ev)
+	}
 }
 
-// publishThenAck publishes msg, waits for the broker's confirm, and only
-// then acks d and reports ev: the outcome is safe before the task leaves
-// the queue. If the publish fails, d goes back to the queue after a short
-// pause and runs again.
-func (s *session) publishThenAck(d *delivery, exchange, key string, msg amqp.Publishing, ev Event, log *slog.Logger) {
+// publishThenAck publishes outs, waits for the broker to confirm every
+// one, and only then acks d and reports evs: the outcomes are safe before
+// the task leaves the queue. If a publish fails, d goes back to the queue
+// after a short pause and runs again; the outcomes already published are
+// duplicates the aggregator absorbs.
+func (s *session) publishThenAck(d *delivery, outs []outbound, evs []Event, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(s.handlers, confirmTimeout)
-	err := s.pub.PublishAndWait(ctx, exchange, key, msg)
+	err := s.publishAll(ctx, outs)
 	cancel()
 	if err != nil && s.lost.Load() {
 		log.Debug("worker: outcome not confirmed; the connection was lost and the task will be redelivered", "error", err)
@@ -177,15 +308,16 @@ func (s *session) publishThenAck(d *delivery, exchange, key string, msg amqp.Pub
 	}
 	if err != nil {
 		n := s.publishFailures.Add(1)
-		log.Warn("worker: outcome not confirmed by the broker; the task goes back to the queue",
-			"exchange", exchange, "routing_key", key, "error", err)
+		log.Warn("worker: outcome not confirmed by the broker; the task goes back to the queue", "error", err)
 		s.pause(publishBackoff(n))
 		ran, nerr := d.settle(func() error { return d.Nack(false, true) })
 		if ran && nerr != nil {
 			log.Warn("worker: nack; the broker requeues the task when the channel closes", "error", nerr)
 		}
 		if ran {
-			s.w.emit(Event{Kind: EventPublishFailed, JobID: ev.JobID, TaskID: ev.TaskID, Type: ev.Type, Attempt: ev.Attempt, Err: err})
+			for _, ev := range evs {
+				s.w.emit(Event{Kind: EventPublishFailed, JobID: ev.JobID, TaskID: ev.TaskID, Type: ev.Type, Attempt: ev.Attempt, Err: err})
+			}
 		}
 		return
 	}
@@ -200,7 +332,33 @@ func (s *session) publishThenAck(d *delivery, exchange, key string, msg amqp.Pub
 		log.Warn("worker: ack after a confirmed publish", "error", aerr)
 		return
 	}
-	s.w.emit(ev)
+	for _, ev := range evs {
+		s.w.emit(ev)
+	}
+}
+
+// publishAll publishes outs within the publisher's confirm window and
+// waits for all their confirms; it returns the first error.
+func (s *session) publishAll(ctx context.Context, outs []outbound) error {
+	if len(outs) == 1 {
+		return s.pub.PublishAndWait(ctx, outs[0].exchange, outs[0].key, outs[0].msg)
+	}
+	confs := make([]*broker.Confirmation, 0, len(outs))
+	var firstErr error
+	for _, o := range outs {
+		c, err := s.pub.Publish(ctx, o.exchange, o.key, o.msg)
+		if err != nil {
+			firstErr = fmt.Errorf("publish to %q/%q: %w", o.exchange, o.key, err)
+			break
+		}
+		confs = append(confs, c)
+	}
+	for _, c := range confs {
+		if err := c.Wait(ctx); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
 }
 
 // publishBackoff is the pause after the nth publish failure in a row.

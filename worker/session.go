@@ -237,8 +237,8 @@ func (s *session) requeue(d *delivery, ev Event, log *slog.Logger) {
 // describe identifies d's task for an event, as far as its body allows.
 func describe(d amqp.Delivery) Event {
 	ev := Event{Type: d.Type, Attempt: retriesSoFar(d.Headers) + 1}
-	if t, err := protocol.DecodeTask(d.Body); err == nil {
-		ev.JobID, ev.TaskID = t.JobID, t.TaskID
+	if ts, _, err := protocol.DecodeTasks(d.Body); err == nil {
+		ev.JobID, ev.TaskID = ts[0].JobID, ts[0].TaskID
 	}
 	return ev
 }

@@ -22,6 +22,26 @@ import (
 // handlers should be idempotent; Task.IdempotencyKey helps with that.
 type HandlerFunc func(ctx context.Context, t Task) (any, error)
 
+// BatchHandlerFunc runs all the tasks of one task batch message at once,
+// for handlers that are cheaper per task in bulk (one database round trip
+// for the batch, say). It returns one Outcome per task, in the order of
+// tasks; each is treated as a HandlerFunc's return for that task: results
+// are marshalled the same way, a Permanent error fails the task at once,
+// any other error is retried, per task. A panic, or a slice of the wrong
+// length, is a transient error for every task of the batch. ctx is as for
+// a HandlerFunc.
+type BatchHandlerFunc func(ctx context.Context, tasks []Task) []Outcome
+
+// Outcome is one task's outcome from a BatchHandlerFunc: what a
+// HandlerFunc would have returned for it.
+type Outcome struct {
+	// Value is the task's result, marshalled as a HandlerFunc's.
+	Value any
+	// Err, when not nil, fails the task: permanently if marked with
+	// Permanent, else transiently (retried).
+	Err error
+}
+
 // Task is one task as a handler sees it.
 type Task struct {
 	// JobID is the job the task belongs to.

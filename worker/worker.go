@@ -43,7 +43,7 @@ type Worker struct {
 	log   *slog.Logger
 
 	mu       sync.RWMutex
-	handlers map[string]HandlerFunc
+	handlers map[string]handlerSet
 
 	// cancelled holds the jobs cancelled by control broadcasts; it
 	// outlives one Run, so a reconnecting worker still skips them.
@@ -69,7 +69,7 @@ func New(cfg Config) (*Worker, error) {
 		cfg:       cfg,
 		names:     protocol.NamesFor(cfg.Prefix),
 		log:       cfg.Logger.With("worker", cfg.Name),
-		handlers:  make(map[string]HandlerFunc),
+		handlers:  make(map[string]handlerSet),
 		cancelled: newCancelSet(maxCancelledJobs, cancelledJobTTL, time.Now),
 	}, nil
 }
@@ -86,19 +86,48 @@ func (w *Worker) Handle(taskType string, h HandlerFunc) *Worker {
 	if h == nil {
 		panic(fmt.Sprintf("worker: Handle(%q) with a nil handler", taskType))
 	}
+	return w.register("Handle", taskType, handlerSet{one: h})
+}
+
+// HandleBatch registers h for tasks whose AMQP type property is taskType
+// and returns w, so calls chain. h gets all the tasks of a task batch
+// message (a job with batch_size above 1) in one call, and a single task
+// message as a batch of one; see BatchHandlerFunc. A task type has either
+// a HandlerFunc or a BatchHandlerFunc: HandleBatch panics if taskType is
+// empty, h is nil, or taskType already has a handler.
+func (w *Worker) HandleBatch(taskType string, h BatchHandlerFunc) *Worker {
+	if taskType == "" {
+		panic("worker: HandleBatch with an empty task type")
+	}
+	if h == nil {
+		panic(fmt.Sprintf("worker: HandleBatch(%q) with a nil handler", taskType))
+	}
+	return w.register("HandleBatch", taskType, handlerSet{batch: h})
+}
+
+func (w *Worker) register(method, taskType string, h handlerSet) *Worker {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, dup := w.handlers[taskType]; dup {
-		panic(fmt.Sprintf("worker: Handle(%q) called twice", taskType))
+		panic(fmt.Sprintf("worker: %s(%q): the type already has a handler", method, taskType))
 	}
 	w.handlers[taskType] = h
 	return w
 }
 
-func (w *Worker) handler(taskType string) HandlerFunc {
+// handlerSet is a task type's handler: one of a HandlerFunc and a
+// BatchHandlerFunc.
+type handlerSet struct {
+	one   HandlerFunc
+	batch BatchHandlerFunc
+}
+
+// handler returns taskType's handler; ok is false when it has none.
+func (w *Worker) handler(taskType string) (handlerSet, bool) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	return w.handlers[taskType]
+	h, ok := w.handlers[taskType]
+	return h, ok
 }
 
 // Run connects to the broker, declares warren's topology, listens to the
