@@ -33,6 +33,7 @@ const maxDeadLetterBody = 64 << 10
 type deadLetterJSON struct {
 	JobID      string     `json:"job_id"`
 	TaskID     int64      `json:"task_id"`
+	TaskIDs    []int64    `json:"task_ids,omitempty"` // a whole batch's tasks
 	MessageID  string     `json:"message_id"`
 	RoutingKey string     `json:"routing_key"`
 	Reason     string     `json:"reason"`
@@ -84,7 +85,7 @@ func (s *server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	out := deadLetterList{DeadLetters: make([]deadLetterJSON, 0, len(msgs))}
 	for _, m := range msgs {
-		dj := deadLetterJSON{JobID: m.JobID, TaskID: m.TaskID, MessageID: m.MessageID, RoutingKey: m.RoutingKey,
+		dj := deadLetterJSON{JobID: m.JobID, TaskID: m.TaskID, TaskIDs: m.TaskIDs, MessageID: m.MessageID, RoutingKey: m.RoutingKey,
 			Reason: m.Reason, Error: m.Error, Attempts: m.Attempts}
 		if !m.Time.IsZero() {
 			dj.Time = utc(&m.Time)

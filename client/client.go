@@ -287,6 +287,9 @@ func (c *Client) Redrive(ctx context.Context, id string) (Job, error) {
 type DeadLetter struct {
 	JobID  string `json:"job_id"`
 	TaskID int64  `json:"task_id"`
+	// TaskIDs lists every task of a task batch message the broker
+	// dead-lettered whole (TaskID is its first); empty otherwise.
+	TaskIDs []int64 `json:"task_ids,omitempty"`
 	// MessageID is the AMQP message id, "<job_id>:<task_id>".
 	MessageID string `json:"message_id"`
 	// RoutingKey is the key the task was dead-lettered with.

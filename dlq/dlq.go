@@ -187,27 +187,35 @@ func (q *Queue) Replay(ctx context.Context, f Filter) (Report, error) {
 	return rep, nil
 }
 
-// replay replays one message. It reports whether the task was
-// republished (the message is then acked, or the error says it could
-// not be).
+// replay replays one message. It reports whether a task was republished
+// (the message is then acked, or the error says it could not be). A batch
+// the broker dead-lettered whole is replayed as single task messages of
+// those of its tasks the store reopened.
 func (q *Queue) replay(ctx context.Context, e entry) (bool, error) {
 	log := q.log.With("job_id", e.msg.JobID, "task_id", e.msg.TaskID, "message_id", e.msg.MessageID)
 	if e.err != nil {
 		log.Info("dlq: not replaying a message that is not a task", "error", e.err)
 		return false, nil
 	}
-	reopened, err := q.cfg.Store.ReopenTask(ctx, e.task.JobID, e.task.TaskID)
-	switch {
-	case errors.Is(err, warren.ErrNotFound):
-		log.Info("dlq: not replaying a task the store does not know")
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("dlq: reopen task %s: %w", e.msg.MessageID, err)
-	case !reopened:
-		log.Info("dlq: not replaying a task that is not failed any more, or whose job was cancelled")
+	var reopened []protocol.Task
+	for _, t := range e.tasks {
+		ok, err := q.cfg.Store.ReopenTask(ctx, t.JobID, t.TaskID)
+		switch {
+		case errors.Is(err, warren.ErrNotFound):
+			log.Info("dlq: not replaying a task the store does not know", "task", t.TaskID)
+		case err != nil:
+			q.refail(e, reopened)
+			return false, fmt.Errorf("dlq: reopen task %s: %w", protocol.MessageID(t.JobID, t.TaskID), err)
+		case !ok:
+			log.Info("dlq: not replaying a task that is not failed any more, or whose job was cancelled", "task", t.TaskID)
+		default:
+			reopened = append(reopened, t)
+		}
+	}
+	if len(reopened) == 0 {
 		return false, nil
 	}
-	if err := q.republish(ctx, e); err != nil {
+	if err := q.republish(ctx, e, reopened); err != nil {
 		return false, err
 	}
 	if err := e.d.Ack(false); err != nil {
@@ -215,43 +223,72 @@ func (q *Queue) replay(ctx context.Context, e entry) (bool, error) {
 		// and a later replay skips it since the task is not failed.
 		return true, fmt.Errorf("dlq: remove the replayed message %s: %w", e.msg.MessageID, err)
 	}
-	log.Info("dlq: replayed a dead-lettered task", "reason", e.msg.Reason)
+	log.Info("dlq: replayed a dead-lettered task", "reason", e.msg.Reason, "tasks", len(reopened))
 	return true, nil
 }
 
-// republish publishes the task of e and waits for the confirm. When the
-// broker surely did not take it, the task reopened for it is failed
-// again, so that the store matches the queue, which still holds e.
-func (q *Queue) republish(ctx context.Context, e entry) error {
-	msg := replayMessage(e.d, e.task)
-	c, err := q.cfg.Publisher.Publish(ctx, q.cfg.Names.JobsExchange, protocol.RoutingKeyTask, msg)
-	if err == nil {
-		err = c.Wait(ctx)
-		if err != nil && !errors.Is(err, broker.ErrNacked) && !errors.Is(err, broker.ErrUnroutable) {
-			// The broker may have the task: leave it queued in the store.
-			// If it was lost, the reconciler republishes it once its task
-			// timeout passes.
-			return fmt.Errorf("dlq: replay %s: %w", msg.MessageId, err)
+// republish publishes the reopened tasks of e and waits for the confirms.
+// When the broker surely did not take them, the tasks reopened for it are
+// failed again, so that the store matches the queue, which still holds e.
+func (q *Queue) republish(ctx context.Context, e entry, tasks []protocol.Task) error {
+	confs := make([]*broker.Confirmation, 0, len(tasks))
+	var err error
+	for _, t := range tasks {
+		var msg amqp.Publishing
+		if msg, err = replayMessage(e.d, t, e.batch); err != nil {
+			break
 		}
+		var c *broker.Confirmation
+		if c, err = q.cfg.Publisher.Publish(ctx, q.cfg.Names.JobsExchange, protocol.RoutingKeyTask, msg); err != nil {
+			break
+		}
+		confs = append(confs, c)
 	}
 	if err != nil {
-		q.refail(e)
-		return fmt.Errorf("dlq: replay %s: %w", msg.MessageId, err)
+		// Nothing more goes out: those not published are failed again,
+		// and the ones published are waited for below.
+		q.refail(e, tasks[len(confs):])
+		tasks = tasks[:len(confs)]
+		err = fmt.Errorf("dlq: replay %s: %w", e.msg.MessageID, err)
 	}
-	return nil
+	var surelyLost []protocol.Task
+	for i, c := range confs {
+		werr := c.Wait(ctx)
+		switch {
+		case werr == nil:
+		case errors.Is(werr, broker.ErrNacked) || errors.Is(werr, broker.ErrUnroutable):
+			surelyLost = append(surelyLost, tasks[i])
+			fallthrough
+		default:
+			// Otherwise the broker may have the task: leave it queued in
+			// the store. If it was lost, the reconciler republishes it
+			// once its task timeout passes.
+			if err == nil {
+				err = fmt.Errorf("dlq: replay %s: %w", e.msg.MessageID, werr)
+			}
+		}
+	}
+	q.refail(e, surelyLost)
+	return err
 }
 
-// refail records the task of e as failed again, with the error of its
-// dead letter.
-func (q *Queue) refail(e entry) {
+// refail records tasks of e as failed again, with the error of its dead
+// letter.
+func (q *Queue) refail(e entry, tasks []protocol.Task) {
+	if len(tasks) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
 	defer cancel()
 	now := time.Now().UTC()
-	o := store.Outcome{JobID: e.task.JobID, TaskID: e.task.TaskID, State: warren.TaskFailed,
-		Error: e.msg.Reason + ": " + e.msg.Error, Attempts: e.msg.Attempts, FinishedAt: &now}
-	if _, err := q.cfg.Store.ApplyOutcomes(ctx, []store.Outcome{o}); err != nil {
-		q.log.Error("dlq: a replayed task was not published and could not be failed again; the reconciler will republish it",
-			"job_id", o.JobID, "task_id", o.TaskID, "error", err)
+	outcomes := make([]store.Outcome, len(tasks))
+	for i, t := range tasks {
+		outcomes[i] = store.Outcome{JobID: t.JobID, TaskID: t.TaskID, State: warren.TaskFailed,
+			Error: e.msg.Reason + ": " + e.msg.Error, Attempts: e.msg.Attempts, FinishedAt: &now}
+	}
+	if _, err := q.cfg.Store.ApplyOutcomes(ctx, outcomes); err != nil {
+		q.log.Error("dlq: replayed tasks were not published and could not be failed again; the reconciler will republish them",
+			"job_id", e.msg.JobID, "tasks", len(tasks), "error", err)
 	}
 }
 
@@ -312,10 +349,11 @@ func limit(entries []entry, n int) []entry {
 
 // entry is a message an operation took, unacknowledged on its channel.
 type entry struct {
-	d    amqp.Delivery
-	msg  Message
-	task protocol.Task
-	err  error // why the body is not a task
+	d     amqp.Delivery
+	msg   Message
+	tasks []protocol.Task // one, or a batch's
+	batch bool
+	err   error // why the body is not a task
 }
 
 // op is one operation's hold on the queue: a channel on which it takes
@@ -366,14 +404,17 @@ func (o *op) fetch(ctx context.Context, f Filter, bodies bool) ([]entry, error) 
 			break
 		}
 		o.taken++
-		msg, task, derr := decode(d)
+		msg, tasks, batch, derr := decode(d)
 		if !f.match(msg) {
 			continue
 		}
 		if !bodies {
-			d.Body, task.Payload = nil, nil
+			d.Body = nil
+			for i := range tasks {
+				tasks[i].Payload = nil
+			}
 		}
-		out = append(out, entry{d: d, msg: msg, task: task, err: derr})
+		out = append(out, entry{d: d, msg: msg, tasks: tasks, batch: batch, err: derr})
 	}
 	slices.SortStableFunc(out, func(a, b entry) int { return compare(a.msg, b.msg) })
 	return out, nil

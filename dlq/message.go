@@ -19,6 +19,10 @@ type Message struct {
 	// could be read (from the body or the message id), possibly nothing.
 	JobID  string `json:"job_id"`
 	TaskID int64  `json:"task_id"`
+	// TaskIDs lists every task of a task batch message the broker
+	// dead-lettered whole (TaskID is then the first); empty for a single
+	// task.
+	TaskIDs []int64 `json:"task_ids,omitempty"`
 	// MessageID is the AMQP message id, "<job_id>:<task_id>" for a task.
 	MessageID string `json:"message_id"`
 	// RoutingKey is the key the message was dead-lettered with
@@ -52,20 +56,25 @@ var failureHeaders = []string{
 // decode reads a delivery of the dead-letter queue. The error says why
 // the body is not a task message; the Message is filled in anyway, with
 // reason "malformed" and whatever ids could be read.
-func decode(d amqp.Delivery) (Message, protocol.Task, error) {
+func decode(d amqp.Delivery) (Message, []protocol.Task, bool, error) {
 	m := Message{MessageID: d.MessageId, RoutingKey: d.RoutingKey, Attempts: retries(d.Headers) + 1}
 	m.Reason, m.Error, m.Time = failure(d.Headers)
-	task, err := protocol.DecodeTask(d.Body)
+	tasks, batch, err := protocol.DecodeTasks(d.Body)
 	if err != nil {
 		m.JobID, m.TaskID = readIDs(d)
 		m.Reason = protocol.ReasonMalformed
 		if m.Error == "" {
 			m.Error = err.Error()
 		}
-		return m, protocol.Task{}, err
+		return m, nil, false, err
 	}
-	m.JobID, m.TaskID = task.JobID, task.TaskID
-	return m, task, nil
+	m.JobID, m.TaskID = tasks[0].JobID, tasks[0].TaskID
+	if batch {
+		for _, t := range tasks {
+			m.TaskIDs = append(m.TaskIDs, t.TaskID)
+		}
+	}
+	return m, tasks, batch, nil
 }
 
 // failure returns the reason, error text and time of a dead-lettering:
@@ -139,11 +148,12 @@ func readIDs(d amqp.Delivery) (string, int64) {
 	return jobID, taskID
 }
 
-// replayMessage returns the task message to republish for dead letter d:
-// its body and properties with the retries reset and the failure headers
+// replayMessage returns the task message to republish for task of dead
+// letter d: its body (for a task of a batch, the task's own single task
+// body) and properties with the retries reset and the failure headers
 // dropped. UserId is left out, since the broker closes the channel of a
 // publish whose user_id is not the publishing connection's user.
-func replayMessage(d amqp.Delivery, task protocol.Task) amqp.Publishing {
+func replayMessage(d amqp.Delivery, task protocol.Task, batch bool) (amqp.Publishing, error) {
 	headers := make(amqp.Table, len(d.Headers)+1)
 	for k, v := range d.Headers {
 		headers[k] = v
@@ -152,9 +162,15 @@ func replayMessage(d amqp.Delivery, task protocol.Task) amqp.Publishing {
 		delete(headers, k)
 	}
 	headers[protocol.HeaderRetry] = int64(0)
-	id := d.MessageId
-	if id == "" {
+	id, body := d.MessageId, d.Body
+	if id == "" || batch {
 		id = protocol.MessageID(task.JobID, task.TaskID)
+	}
+	if batch {
+		var err error
+		if body, err = protocol.EncodeTask(task); err != nil {
+			return amqp.Publishing{}, err
+		}
 	}
 	return amqp.Publishing{
 		Headers:         headers,
@@ -169,8 +185,8 @@ func replayMessage(d amqp.Delivery, task protocol.Task) amqp.Publishing {
 		Timestamp:       d.Timestamp,
 		Type:            d.Type,
 		AppId:           d.AppId,
-		Body:            d.Body,
-	}
+		Body:            body,
+	}, nil
 }
 
 // compare orders messages by dead-letter time, then job and task: the

@@ -36,7 +36,7 @@ func TestGroupPacksConsecutiveTasksOfOneJob(t *testing.T) {
 	t.Parallel()
 	tasks := []store.OutboxTask{
 		outboxTask("a", 1, 0, 3), outboxTask("a", 2, 0, 3), outboxTask("a", 3, 0, 3), outboxTask("a", 4, 0, 3),
-		outboxTask("a", 7, 0, 3),                          // a gap in ids still packs
+		outboxTask("a", 7, 0, 3),                           // a gap in ids still packs
 		outboxTask("a", 8, 2, 3), outboxTask("a", 9, 2, 3), // other attempts: a new group
 		outboxTask("b", 1, 0, 1), outboxTask("b", 2, 0, 1), // batch size 1: one each
 		outboxTask("c", 5, 0, 0), // 0 means 1

@@ -53,6 +53,7 @@ var benchPrefetches = []int{10, 50, 200}
 type benchReport struct {
 	Tasks             int                `json:"tasks"`
 	Workers           int                `json:"workers"`
+	BatchSize         int                `json:"batch_size"`
 	CeilingTasksPerS  float64            `json:"ceiling_tasks_per_s"`
 	CeilingPrefetch   int                `json:"ceiling_prefetch"`
 	WarrenTasksPerS   float64            `json:"warren_tasks_per_s"`
@@ -79,7 +80,7 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 	fs.StringVar(&f.database, "database", "", "job store URL (default: a temporary SQLite file, removed afterwards)")
 	fs.IntVar(&f.tasks, "tasks", 20000, "tasks per run")
 	fs.IntVar(&f.workers, "workers", 4, "workers (consumers in the ceiling run)")
-	fs.IntVar(&f.batchSize, "batch-size", 1, "tasks per message; only 1 (one message per task) for now, task batching comes later")
+	fs.IntVar(&f.batchSize, "batch-size", 1, "the warren job's batch_size: tasks per task message (the ceiling run always sends one message per task)")
 	fs.IntVar(&f.concurrency, "concurrency", 16, "handler concurrency of each warren worker")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object and nothing else on stdout")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the warren run (not the ceiling run) to this file")
@@ -93,8 +94,8 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 		return fmt.Errorf("--workers must be >= 1, got %d", f.workers)
 	case f.concurrency < 1:
 		return fmt.Errorf("--concurrency must be >= 1, got %d", f.concurrency)
-	case f.batchSize != 1:
-		return fmt.Errorf("--batch-size %d is not supported yet: only 1 (one message per task); task batching comes later", f.batchSize)
+	case f.batchSize < 1 || f.batchSize > warren.MaxBatchSize:
+		return fmt.Errorf("--batch-size must be between 1 and %d, got %d", warren.MaxBatchSize, f.batchSize)
 	}
 	return bench(ctx, f, env)
 }
@@ -116,7 +117,7 @@ func bench(ctx context.Context, f benchFlags, env *environment) (err error) {
 		}
 	}()
 
-	rep := benchReport{Tasks: f.tasks, Workers: f.workers, CeilingTrialsPerS: map[string]float64{},
+	rep := benchReport{Tasks: f.tasks, Workers: f.workers, BatchSize: f.batchSize, CeilingTrialsPerS: map[string]float64{},
 		PeakRSSNote: "one process running all parts (broker clients, store, relay, aggregator, workers)"}
 
 	// 1. The broker's ceiling.
@@ -184,7 +185,11 @@ func bench(ctx context.Context, f benchFlags, env *environment) (err error) {
 }
 
 func printBench(w io.Writer, r benchReport) {
-	fmt.Fprintf(w, "warren bench: %d tasks, %d workers, one message per task\n\n", r.Tasks, r.Workers)
+	per := "one message per task"
+	if r.BatchSize > 1 {
+		per = fmt.Sprintf("warren with batch_size %d (the ceiling: one message per task)", r.BatchSize)
+	}
+	fmt.Fprintf(w, "warren bench: %d tasks, %d workers, %s\n\n", r.Tasks, r.Workers, per)
 	row := func(k, v string) { fmt.Fprintf(w, "  %-34s %s\n", k, v) }
 	row("broker ceiling", fmt.Sprintf("%.0f tasks/s (prefetch %d)", r.CeilingTasksPerS, r.CeilingPrefetch))
 	row("warren end to end", fmt.Sprintf("%.0f tasks/s", r.WarrenTasksPerS))
@@ -528,7 +533,7 @@ func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *s
 	}
 
 	start := time.Now()
-	job, _, err := st.CreateJob(ctx, store.NewJob{Type: "echo", Policy: warren.Policy{Reduce: "none"}}, benchPayloads(f.tasks))
+	job, _, err := st.CreateJob(ctx, store.NewJob{Type: "echo", Policy: warren.Policy{Reduce: "none", BatchSize: f.batchSize}}, benchPayloads(f.tasks))
 	if err != nil {
 		return err
 	}

@@ -59,7 +59,7 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 	}{
 		{[]string{"--tasks", "0"}, "--tasks must be >= 1"},
 		{[]string{"--workers", "0"}, "--workers must be >= 1"},
-		{[]string{"--batch-size", "2"}, "--batch-size 2 is not supported yet"},
+		{[]string{"--batch-size", "1001"}, "--batch-size must be between 1 and 1000, got 1001"},
 	} {
 		code, out, errOut := runCLI(t, map[string]string{"WARREN_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/"},
 			append([]string{"bench"}, tc.args...)...)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"text/tabwriter"
 	"time"
 )
@@ -80,7 +81,11 @@ func runDLQ(ctx context.Context, args []string, env *environment) error {
 			if !m.Time.IsZero() {
 				at = m.Time.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\n", m.JobID, m.TaskID, m.RoutingKey, m.Reason, m.Attempts, at, m.Error)
+			task := strconv.FormatInt(m.TaskID, 10)
+			if len(m.TaskIDs) > 1 {
+				task += fmt.Sprintf(" (batch of %d)", len(m.TaskIDs))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", m.JobID, task, m.RoutingKey, m.Reason, m.Attempts, at, m.Error)
 		}
 		return tw.Flush()
 	case "replay":

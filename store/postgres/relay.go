@@ -36,6 +36,9 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx cont
 	if err != nil || len(tasks) == 0 {
 		return 0, err
 	}
+	// queued_at is when the publish started: a fast worker's result can
+	// be recorded before the mark.
+	at := s.clock()
 	refs, err := publish(ctx, tasks)
 	if err != nil {
 		return 0, err
@@ -44,7 +47,7 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx cont
 	if len(confirmed) == 0 {
 		return 0, nil
 	}
-	n, err := markQueued(ctx, tx, confirmed, s.clock())
+	n, err := markQueued(ctx, tx, confirmed, at)
 	if err != nil {
 		return 0, err
 	}

@@ -35,11 +35,14 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx cont
 	if len(tasks) == 0 {
 		return 0, nil
 	}
+	// queued_at is when the publish started: a fast worker's result can
+	// be recorded before the mark.
+	at := now().UnixMicro()
 	refs, err := publish(ctx, tasks)
 	if err != nil {
 		return 0, err
 	}
-	n, err := s.markQueued(ctx, tasks, refs)
+	n, err := s.markQueued(ctx, tasks, refs, at)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: relay: %w", err)
 	}
@@ -80,7 +83,7 @@ func (s *Store) outbox(ctx context.Context, limit int) ([]store.OutboxTask, erro
 // markQueued marks queued the offered tasks named in refs that are still
 // pending, and moves each offered job with no pending task left from
 // pending to running. It returns the number of tasks marked.
-func (s *Store) markQueued(ctx context.Context, offered []store.OutboxTask, refs []store.TaskRef) (int, error) {
+func (s *Store) markQueued(ctx context.Context, offered []store.OutboxTask, refs []store.TaskRef, at int64) (int, error) {
 	wasOffered := make(map[store.TaskRef]bool, len(offered))
 	var jobs []string
 	for i, t := range offered {
@@ -89,7 +92,23 @@ func (s *Store) markQueued(ctx context.Context, offered []store.OutboxTask, refs
 			jobs = append(jobs, t.JobID)
 		}
 	}
-	at := now().UnixMicro()
+	// Runs of consecutive task ids of one job, each id offered and
+	// confirmed, are marked by one statement each.
+	type run struct {
+		job      string
+		from, to int64
+	}
+	var runs []run
+	for _, ref := range refs {
+		if !wasOffered[ref] {
+			continue
+		}
+		if n := len(runs); n > 0 && runs[n-1].job == ref.JobID && runs[n-1].to+1 == ref.TaskID {
+			runs[n-1].to = ref.TaskID
+			continue
+		}
+		runs = append(runs, run{ref.JobID, ref.TaskID, ref.TaskID})
+	}
 	// A pending task gets queued_at now even if it has one: this publish
 	// (after a redrive or a reconciler's requeue) starts its task timeout
 	// afresh. A fast worker's result may have finished a task before its
@@ -100,16 +119,13 @@ func (s *Store) markQueued(ctx context.Context, offered []store.OutboxTask, refs
 		mark, err := tx.PrepareContext(ctx, `UPDATE tasks
 			SET queued_at = CASE WHEN state = 'pending' THEN ?1 ELSE COALESCE(queued_at, ?1) END,
 			    state = CASE WHEN state = 'pending' THEN 'queued' ELSE state END
-			WHERE job_id = ?2 AND task_id = ?3 AND (state = 'pending' OR queued_at IS NULL)`)
+			WHERE job_id = ?2 AND task_id BETWEEN ?3 AND ?4 AND (state = 'pending' OR queued_at IS NULL)`)
 		if err != nil {
 			return err
 		}
 		defer mark.Close()
-		for _, ref := range refs {
-			if !wasOffered[ref] {
-				continue
-			}
-			res, err := mark.ExecContext(ctx, at, ref.JobID, ref.TaskID)
+		for _, r := range runs {
+			res, err := mark.ExecContext(ctx, at, r.job, r.from, r.to)
 			if err != nil {
 				return err
 			}
