@@ -43,7 +43,8 @@ type Config struct {
 	// and acknowledged with one multiple-ack; 0 means DefaultBatchSize.
 	BatchSize int
 	// Linger is how long a batch waits for more deliveries after its first
-	// one; 0 means DefaultLinger.
+	// one, when more than the first were already waiting (a lone result is
+	// recorded at once); 0 means DefaultLinger.
 	Linger time.Duration
 	// ScanInterval is how often the aggregator looks for jobs that are
 	// ready to close but were not closed (a crash between recording the
@@ -185,8 +186,21 @@ func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
 			return err
 		}
 		batch = append(batch, first)
-		linger := time.NewTimer(a.cfg.Linger)
+		// Take what is already here; only when more came with the first
+		// one is it worth waiting for the rest: a lone result is
+		// recorded at once.
 		for len(batch) < a.cfg.BatchSize {
+			it, ok, err := a.poll(results, dead)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+			batch = append(batch, it)
+		}
+		linger := time.NewTimer(a.cfg.Linger)
+		for len(batch) > 1 && len(batch) < a.cfg.BatchSize {
 			it, ok, err := a.next(ctx, results, dead, linger.C)
 			if err != nil {
 				linger.Stop()
@@ -226,6 +240,26 @@ func (a *Aggregator) batchContext(ctx context.Context) (context.Context, context
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), FlushTimeout)
+}
+
+// poll returns a delivery that either source already holds, without
+// waiting; ok is false when there is none (err nil) or a channel closed
+// (err set).
+func (a *Aggregator) poll(results, dead *source) (item, bool, error) {
+	select {
+	case d, ok := <-results.deliveries:
+		if !ok {
+			return item{}, false, fmt.Errorf("aggregator: consumer of %q closed", results.queue)
+		}
+		return item{src: results, d: d}, true, nil
+	case d, ok := <-dead.deliveries:
+		if !ok {
+			return item{}, false, fmt.Errorf("aggregator: consumer of %q closed", dead.queue)
+		}
+		return item{src: dead, d: d}, true, nil
+	default:
+		return item{}, false, nil
+	}
 }
 
 // next returns the next delivery from either source. ok is false when

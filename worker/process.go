@@ -63,7 +63,7 @@ func (s *session) process(d *delivery) {
 		for i, t := range tasks {
 			outs[i], evs[i] = s.deadLetterMsg(d, t, batch, protocol.ReasonUnknownType, err, nil)
 		}
-		s.publishThenAck(d, outs, evs, s.taskLog(tasks[0]))
+		s.publishThenAck(d, outs, evs, tasks[0])
 		return
 	}
 	runs, ok := s.run(h, tasks)
@@ -118,9 +118,9 @@ func (s *session) settleRuns(d *delivery, batch bool, runs []taskRun) {
 		evs     []Event
 		results []protocol.Result
 	)
+	debug := s.log.Enabled(context.Background(), slog.LevelDebug)
 	for _, r := range runs {
 		t := r.task
-		log := s.taskLog(t)
 		res := protocol.Result{
 			JobID: t.JobID, TaskID: t.TaskID, Worker: s.w.cfg.Name, Attempt: t.Attempt,
 			StartedAt: &r.started, FinishedAt: &r.finished,
@@ -129,7 +129,9 @@ func (s *session) settleRuns(d *delivery, batch bool, runs []taskRun) {
 		if herr == nil {
 			raw, err := marshalResult(r.value)
 			if err == nil {
-				log.Debug("worker: task completed", "duration", r.finished.Sub(r.started))
+				if debug {
+					s.taskLog(t).Debug("worker: task completed", "duration", r.finished.Sub(r.started))
+				}
 				res.Status, res.Result = protocol.StatusCompleted, raw
 				results = append(results, res)
 				ev := s.event(t)
@@ -139,7 +141,7 @@ func (s *session) settleRuns(d *delivery, batch bool, runs []taskRun) {
 			}
 			herr = Permanent(err)
 		}
-		out, ev := s.failure(d, t, batch, herr, res.StartedAt, log)
+		out, ev := s.failure(d, t, batch, herr, res.StartedAt)
 		outs = append(outs, out)
 		evs = append(evs, ev)
 	}
@@ -153,7 +155,7 @@ func (s *session) settleRuns(d *delivery, batch bool, runs []taskRun) {
 		}
 		outs = append(outs, outbound{s.w.names.ResultsExchange, protocol.RoutingKeyResult, msg})
 	}
-	s.publishThenAck(d, outs, evs, s.taskLog(runs[0].task))
+	s.publishThenAck(d, outs, evs, runs[0].task)
 }
 
 // call runs h, turning a panic into a transient error.
@@ -192,7 +194,7 @@ func (s *session) callBatch(h BatchHandlerFunc, tasks []Task) (outcomes []Outcom
 
 // failure returns the message that settles a task whose run failed, as
 // decideFailure says: a retry through a delay tier or a dead letter.
-func (s *session) failure(d *delivery, t Task, batch bool, herr error, started *time.Time, log *slog.Logger) (outbound, Event) {
+func (s *session) failure(d *delivery, t Task, batch bool, herr error, started *time.Time) (outbound, Event) {
 	action, delay := decideFailure(herr, t.Attempt, t.MaxRetries, s.w.cfg.RetryTiers)
 	switch action {
 	case failTask:
@@ -201,7 +203,7 @@ func (s *session) failure(d *delivery, t Task, batch bool, herr error, started *
 		// in tasks.dlq.
 		return s.deadLetterMsg(d, t, batch, protocol.ReasonPermanent, herr, started)
 	case retryTask:
-		log.Debug("worker: task failed; retrying", "error", herr, "max_retries", t.MaxRetries, "delay", delay)
+		s.taskLog(t).Debug("worker: task failed; retrying", "error", herr, "max_retries", t.MaxRetries, "delay", delay)
 		return s.retryMsg(d, t, batch, delay, herr)
 	default:
 		return s.deadLetterMsg(d, t, batch, protocol.ReasonRetriesExhausted, herr, started)
@@ -252,15 +254,14 @@ func (s *session) deadLetterMsg(d *delivery, t Task, batch bool, reason string, 
 // that is not a task at all), then acks it.
 func (s *session) deadLetter(d *delivery, t Task, reason string, cause error, started *time.Time) {
 	out, ev := s.deadLetterMsg(d, t, false, reason, cause, started)
-	s.publishThenAck(d, []outbound{out}, []Event{ev}, s.taskLog(t))
+	s.publishThenAck(d, []outbound{out}, []Event{ev}, t)
 }
 
 // split republishes each task of a redelivered batch message as a single
 // task message, with the batch's headers, to where the batch came from,
 // then acks the batch.
 func (s *session) split(d *delivery, tasks []Task) {
-	log := s.taskLog(tasks[0])
-	log.Info("worker: a redelivered task batch is split into single tasks", "tasks", len(tasks))
+	s.taskLog(tasks[0]).Info("worker: a redelivered task batch is split into single tasks", "tasks", len(tasks))
 	outs := make([]outbound, len(tasks))
 	evs := make([]Event, len(tasks))
 	for i, t := range tasks {
@@ -268,7 +269,7 @@ func (s *session) split(d *delivery, tasks []Task) {
 		evs[i] = s.event(t)
 		evs[i].Kind = EventSplit
 	}
-	s.publishThenAck(d, outs, evs, log)
+	s.publishThenAck(d, outs, evs, tasks[0])
 }
 
 // skip acks a task message of a cancelled job without running it or
@@ -298,10 +299,14 @@ func (s *session) skip(d *delivery, tasks []Task) {
 // the task leaves the queue. If a publish fails, d goes back to the queue
 // after a short pause and runs again; the outcomes already published are
 // duplicates the aggregator absorbs.
-func (s *session) publishThenAck(d *delivery, outs []outbound, evs []Event, log *slog.Logger) {
+func (s *session) publishThenAck(d *delivery, outs []outbound, evs []Event, t Task) {
 	ctx, cancel := context.WithTimeout(s.handlers, confirmTimeout)
 	err := s.publishAll(ctx, outs)
 	cancel()
+	log := s.log // with the task's attributes only where something goes wrong
+	if err != nil {
+		log = s.taskLog(t)
+	}
 	if err != nil && s.lost.Load() {
 		log.Debug("worker: outcome not confirmed; the connection was lost and the task will be redelivered", "error", err)
 		return
@@ -329,7 +334,7 @@ func (s *session) publishThenAck(d *delivery, outs []outbound, evs []Event, log 
 	if aerr != nil {
 		// The outcome is published; the task will be redelivered and its
 		// duplicate outcome is a no-op downstream.
-		log.Warn("worker: ack after a confirmed publish", "error", aerr)
+		s.taskLog(t).Warn("worker: ack after a confirmed publish", "error", aerr)
 		return
 	}
 	for _, ev := range evs {

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren"
@@ -63,6 +64,9 @@ type benchReport struct {
 	TotalS            float64            `json:"total_s"`
 	P50Ms             float64            `json:"p50_ms"`
 	P99Ms             float64            `json:"p99_ms"`
+	OneTaskJobs       int                `json:"one_task_jobs"`
+	OneTaskP50Ms      float64            `json:"one_task_p50_ms"`
+	OneTaskP99Ms      float64            `json:"one_task_p99_ms"`
 	PeakRSSMB         float64            `json:"peak_rss_mb"`
 	PeakRSSNote       string             `json:"peak_rss_note"`
 	CeilingTrialsPerS map[string]float64 `json:"ceiling_trials_tasks_per_s"`
@@ -199,6 +203,8 @@ func printBench(w io.Writer, r benchReport) {
 	row("submit to job closed", fmt.Sprintf("%.3f s", r.TotalS))
 	row("task latency queued->recorded p50", fmt.Sprintf("%.1f ms", r.P50Ms))
 	row("task latency queued->recorded p99", fmt.Sprintf("%.1f ms", r.P99Ms))
+	row(fmt.Sprintf("one-task job p50 (%d jobs)", r.OneTaskJobs), fmt.Sprintf("%.1f ms submit -> closed", r.OneTaskP50Ms))
+	row(fmt.Sprintf("one-task job p99 (%d jobs)", r.OneTaskJobs), fmt.Sprintf("%.1f ms", r.OneTaskP99Ms))
 	row("peak RSS", fmt.Sprintf("%.1f MB, %s", r.PeakRSSMB, r.PeakRSSNote))
 }
 
@@ -495,6 +501,9 @@ func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *s
 	closed := make(chan warren.JobState, 1)
 	var jobID atomic.Value
 	jobID.Store("")
+	// The one-task jobs closing, by id.
+	var oneMu sync.Mutex
+	oneClosed := map[string]chan warren.JobState{}
 	agg, err := aggregator.New(aggregator.Config{Store: st, Conn: conConn, Names: names, Logger: log,
 		Hooks: aggregator.Hooks{
 			OnBatch: func(_ int, r store.ApplyReport) {
@@ -503,6 +512,13 @@ func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *s
 				}
 			},
 			OnJobClosed: func(id string, state warren.JobState) {
+				oneMu.Lock()
+				c := oneClosed[id]
+				oneMu.Unlock()
+				if c != nil {
+					c <- state
+					return
+				}
 				if id == jobID.Load().(string) || jobID.Load().(string) == "" {
 					select {
 					case closed <- state:
@@ -587,8 +603,49 @@ func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *s
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	rep.P50Ms = round1(ms(percentile(lat, 50)))
 	rep.P99Ms = round1(ms(percentile(lat, 99)))
+
+	// One-task jobs, one at a time: the latency of a small job from its
+	// submission to its terminal state, reduced result written.
+	lat = lat[:0]
+	for range benchOneTaskJobs {
+		c := make(chan warren.JobState, 1)
+		id := ulid.Make().String()
+		oneMu.Lock()
+		oneClosed[id] = c
+		oneMu.Unlock()
+		start := time.Now()
+		if _, _, err := st.CreateJob(ctx, store.NewJob{ID: id, Type: "echo", Policy: warren.Policy{Reduce: "collect", BatchSize: f.batchSize}},
+			benchPayloads(1)); err != nil {
+			return err
+		}
+		rl.Wake()
+		select {
+		case state := <-c:
+			if state != warren.JobCompleted {
+				return fmt.Errorf("one-task job %s closed %s", id, state)
+			}
+		case e := <-errs:
+			if e == nil {
+				e = errors.New("a component stopped early")
+			}
+			return e
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("one-task job %s did not close within 30s", id)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		lat = append(lat, time.Since(start))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	rep.OneTaskJobs = benchOneTaskJobs
+	rep.OneTaskP50Ms = round1(ms(percentile(lat, 50)))
+	rep.OneTaskP99Ms = round1(ms(percentile(lat, 99)))
 	return nil
 }
+
+// benchOneTaskJobs is how many one-task jobs the bench runs, one after
+// another, after the big job.
+const benchOneTaskJobs = 50
 
 func ignoreCancel(err error) error {
 	if errors.Is(err, context.Canceled) {

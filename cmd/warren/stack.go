@@ -49,7 +49,7 @@ func (f *stackFlags) register(fs *flag.FlagSet, env *environment) {
 	fs.StringVar(&f.tokens, "api-tokens", env.getenv("WARREN_API_TOKENS"), "API tokens: token:scope[+scope],... with scopes read, write, admin (env WARREN_API_TOKENS); without tokens the API only listens on loopback")
 	fs.Int64Var(&f.maxBody, "max-body", api.DefaultMaxBodyBytes, "largest accepted request body in bytes")
 	fs.IntVar(&f.aggBatch, "aggregator-batch", aggregator.DefaultBatchSize, "results recorded per store transaction")
-	fs.DurationVar(&f.aggLinger, "aggregator-linger", aggregator.DefaultLinger, "how long a result batch waits to fill")
+	fs.DurationVar(&f.aggLinger, "aggregator-linger", aggregator.DefaultLinger, "how long a result batch waits to fill, once more than one result is waiting (a lone result is recorded at once)")
 	fs.IntVar(&f.relayBatch, "relay-batch", relay.DefaultBatchSize, "tasks published per outbox round trip")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 10*time.Second, "on SIGTERM, how long requests in progress may take to finish")
 }
