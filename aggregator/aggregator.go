@@ -248,15 +248,9 @@ func (a *Aggregator) batchContext(ctx context.Context) (context.Context, context
 func (a *Aggregator) poll(results, dead *source) (item, bool, error) {
 	select {
 	case d, ok := <-results.deliveries:
-		if !ok {
-			return item{}, false, fmt.Errorf("aggregator: consumer of %q closed", results.queue)
-		}
-		return item{src: results, d: d}, true, nil
+		return results.item(d, ok)
 	case d, ok := <-dead.deliveries:
-		if !ok {
-			return item{}, false, fmt.Errorf("aggregator: consumer of %q closed", dead.queue)
-		}
-		return item{src: dead, d: d}, true, nil
+		return dead.item(d, ok)
 	default:
 		return item{}, false, nil
 	}
@@ -268,20 +262,23 @@ func (a *Aggregator) poll(results, dead *source) (item, bool, error) {
 func (a *Aggregator) next(ctx context.Context, results, dead *source, timeout <-chan time.Time) (item, bool, error) {
 	select {
 	case d, ok := <-results.deliveries:
-		if !ok {
-			return item{}, false, fmt.Errorf("aggregator: consumer of %q closed", results.queue)
-		}
-		return item{src: results, d: d}, true, nil
+		return results.item(d, ok)
 	case d, ok := <-dead.deliveries:
-		if !ok {
-			return item{}, false, fmt.Errorf("aggregator: consumer of %q closed", dead.queue)
-		}
-		return item{src: dead, d: d}, true, nil
+		return dead.item(d, ok)
 	case <-timeout:
 		return item{}, false, nil
 	case <-ctx.Done():
 		return item{}, false, nil
 	}
+}
+
+// item wraps a delivery received from s; ok false means s's channel
+// closed.
+func (s *source) item(d amqp.Delivery, ok bool) (item, bool, error) {
+	if !ok {
+		return item{}, false, fmt.Errorf("aggregator: consumer of %q closed", s.queue)
+	}
+	return item{src: s, d: d}, true, nil
 }
 
 // process records one batch in ONE store transaction, dead-letters what

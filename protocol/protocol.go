@@ -83,7 +83,9 @@ type Task struct {
 // Result is the body of a result message. Only JobID, TaskID and Result
 // are required; a worker in any language may publish just those three.
 type Result struct {
-	JobID  string          `json:"job_id"`
+	// JobID is the task's job. It is left out of the elements of a
+	// ResultBatch body, and only there can it be empty.
+	JobID  string          `json:"job_id,omitempty"`
 	TaskID int64           `json:"task_id"`
 	Result json.RawMessage `json:"result"`
 	// Status is StatusCompleted (the default when empty) or StatusFailed.
@@ -281,26 +283,14 @@ func EncodeResultBatch(b ResultBatch) ([]byte, error) {
 	if err := checkBatch(b.JobID, len(b.Results), func(i int) int64 { return b.Results[i].TaskID }); err != nil {
 		return nil, err
 	}
-	type entry struct {
-		TaskID     int64           `json:"task_id"`
-		Result     json.RawMessage `json:"result"`
-		Status     string          `json:"status,omitempty"`
-		Error      string          `json:"error,omitempty"`
-		Worker     string          `json:"worker,omitempty"`
-		Attempt    int             `json:"attempt,omitempty"`
-		StartedAt  *time.Time      `json:"started_at,omitempty"`
-		FinishedAt *time.Time      `json:"finished_at,omitempty"`
-	}
-	out := struct {
-		JobID   string  `json:"job_id"`
-		Results []entry `json:"results"`
-	}{JobID: b.JobID, Results: make([]entry, len(b.Results))}
+	out := ResultBatch{JobID: b.JobID, Results: make([]Result, len(b.Results))}
 	for i, r := range b.Results {
 		if r.JobID != "" && r.JobID != b.JobID {
 			return nil, fmt.Errorf("%w: result %d belongs to job %q, not the batch's %q", ErrMalformed, i, r.JobID, b.JobID)
 		}
-		out.Results[i] = entry{TaskID: r.TaskID, Result: orNull(r.Result), Status: r.Status, Error: r.Error,
-			Worker: r.Worker, Attempt: r.Attempt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt}
+		r.JobID = "" // left out: it is the batch's
+		r.Result = orNull(r.Result)
+		out.Results[i] = r
 	}
 	return json.Marshal(out)
 }
