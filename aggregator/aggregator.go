@@ -178,6 +178,7 @@ func (a *Aggregator) open(queue string, dead bool, prefetch int) (*source, error
 
 func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
 	batch := make([]item, 0, a.cfg.BatchSize)
+	var lastBatch time.Time
 	for {
 		batch = batch[:0]
 		// Wait for the first delivery of a batch.
@@ -186,9 +187,11 @@ func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
 			return err
 		}
 		batch = append(batch, first)
-		// Take what is already here; only when more came with the first
-		// one is it worth waiting for the rest: a lone result is
-		// recorded at once.
+		// Take what is already here. Waiting for more is worth it only
+		// when results are flowing: more came with the first one, or the
+		// last batch was recorded less than a linger ago. A lone result
+		// after a quiet spell is recorded at once.
+		busy := time.Since(lastBatch) < a.cfg.Linger
 		for len(batch) < a.cfg.BatchSize {
 			it, ok, err := a.poll(results, dead)
 			if err != nil {
@@ -200,7 +203,7 @@ func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
 			batch = append(batch, it)
 		}
 		linger := time.NewTimer(a.cfg.Linger)
-		for len(batch) > 1 && len(batch) < a.cfg.BatchSize {
+		for (busy || len(batch) > 1) && len(batch) < a.cfg.BatchSize {
 			it, ok, err := a.next(ctx, results, dead, linger.C)
 			if err != nil {
 				linger.Stop()
@@ -215,6 +218,7 @@ func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
 		pctx, cancel := a.batchContext(ctx)
 		err = a.process(pctx, batch)
 		cancel()
+		lastBatch = time.Now()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // not acked: the broker redelivers

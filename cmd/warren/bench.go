@@ -64,6 +64,8 @@ type benchReport struct {
 	TotalS            float64            `json:"total_s"`
 	P50Ms             float64            `json:"p50_ms"`
 	P99Ms             float64            `json:"p99_ms"`
+	AggregatorBatches int                `json:"aggregator_batches"`
+	MeanBatchMessages float64            `json:"aggregator_mean_batch_messages"`
 	OneTaskJobs       int                `json:"one_task_jobs"`
 	OneTaskP50Ms      float64            `json:"one_task_p50_ms"`
 	OneTaskP99Ms      float64            `json:"one_task_p99_ms"`
@@ -199,6 +201,7 @@ func printBench(w io.Writer, r benchReport) {
 	row("warren end to end", fmt.Sprintf("%.0f tasks/s", r.WarrenTasksPerS))
 	row("ratio warren/ceiling", fmt.Sprintf("%.2f", r.Ratio))
 	row("submit (CreateJob)", fmt.Sprintf("%.3f s", r.SubmitS))
+	row("aggregator transactions", fmt.Sprintf("%d, %.1f messages each on average", r.AggregatorBatches, r.MeanBatchMessages))
 	row("time to first result", fmt.Sprintf("%.3f s", r.FirstResultS))
 	row("submit to job closed", fmt.Sprintf("%.3f s", r.TotalS))
 	row("task latency queued->recorded p50", fmt.Sprintf("%.1f ms", r.P50Ms))
@@ -498,6 +501,7 @@ func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *s
 		return err
 	}
 	var firstResult atomic.Int64 // unix nanos
+	var batches, batchMsgs atomic.Int64
 	closed := make(chan warren.JobState, 1)
 	var jobID atomic.Value
 	jobID.Store("")
@@ -506,7 +510,9 @@ func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *s
 	oneClosed := map[string]chan warren.JobState{}
 	agg, err := aggregator.New(aggregator.Config{Store: st, Conn: conConn, Names: names, Logger: log,
 		Hooks: aggregator.Hooks{
-			OnBatch: func(_ int, r store.ApplyReport) {
+			OnBatch: func(size int, r store.ApplyReport) {
+				batches.Add(1)
+				batchMsgs.Add(int64(size))
 				if r.Applied > 0 {
 					firstResult.CompareAndSwap(0, time.Now().UnixNano())
 				}
@@ -578,6 +584,8 @@ func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *s
 	}
 	rep.TotalS = math.Round(end.Sub(start).Seconds()*1000) / 1000
 	rep.WarrenTasksPerS = float64(f.tasks) / end.Sub(start).Seconds()
+	rep.AggregatorBatches = int(batches.Load())
+	rep.MeanBatchMessages = round1(float64(batchMsgs.Load()) / float64(max(batches.Load(), 1)))
 
 	lat := make([]time.Duration, 0, f.tasks)
 	cursor := ""

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"cmp"
+	"errors"
 	"context"
 	"fmt"
 	"slices"
@@ -106,10 +107,14 @@ func confirmedRefs(claimed []store.OutboxTask, refs []store.TaskRef) []store.Tas
 // markQueued marks the confirmed tasks queued and moves their jobs with no
 // pending task left from pending to running, in one round trip.
 //
-// The job rows are locked (in id order) before the pending check, and the
-// check runs as a later statement with a fresh snapshot: of two relays that
-// publish the last tasks of one job concurrently, the second to get the
-// lock sees the first one's commit, so the job cannot stay pending.
+// A job that still has a pending task no relay holds is left alone: the
+// relay that claims that task checks the job after it. Only the other jobs
+// are locked, so a big job's row is not locked by every relay round (the
+// aggregator updates its counters all the time). Their rows are locked (in
+// id order) before the pending check, and the check runs as a later
+// statement with a fresh snapshot: of two relays that publish the last
+// tasks of one job concurrently, the second to get the lock sees the first
+// one's commit, so the job cannot stay pending.
 func markQueued(ctx context.Context, tx pgx.Tx, refs []store.TaskRef, now time.Time) (int, error) {
 	jobIDs := make([]string, len(refs))
 	taskIDs := make([]int64, len(refs))
@@ -120,11 +125,11 @@ func markQueued(ctx context.Context, tx pgx.Tx, refs []store.TaskRef, now time.T
 			jobs = append(jobs, r.JobID)
 		}
 	}
-	b := &pgx.Batch{}
 	// A pending task gets queued_at now even if it has one: this publish
 	// (after a redrive or a reconciler's requeue) starts its task timeout
 	// afresh. A task an early result finished keeps its state and gets a
 	// queued_at only if it had none.
+	b := &pgx.Batch{}
 	b.Queue(`
 		UPDATE tasks
 		SET queued_at = CASE WHEN tasks.state = 'pending' THEN $3 ELSE COALESCE(tasks.queued_at, $3) END,
@@ -133,22 +138,42 @@ func markQueued(ctx context.Context, tx pgx.Tx, refs []store.TaskRef, now time.T
 		WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id
 		  AND (tasks.state = 'pending' OR tasks.queued_at IS NULL)`,
 		jobIDs, taskIDs, now)
-	b.Queue(`SELECT id FROM jobs WHERE id = ANY($1) AND state = 'pending' ORDER BY id FOR UPDATE`, jobs)
-	b.Queue(`
-		UPDATE jobs SET state = 'running', started_at = $2
-		WHERE id = ANY($1) AND state = 'pending'
-		  AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.job_id = jobs.id AND tasks.state = 'pending')`,
-		jobs, now)
+	for _, id := range jobs {
+		b.Queue(`SELECT 1 FROM tasks WHERE job_id = $1 AND state = 'pending' LIMIT 1 FOR UPDATE SKIP LOCKED`, id)
+	}
 	br := tx.SendBatch(ctx, b)
 	tag, err := br.Exec()
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		_, err = br.Exec()
+	var check []string // jobs with no unclaimed pending task
+	for _, id := range jobs {
+		if err != nil {
+			break
+		}
+		// No row: no pending task nobody holds. A row: the relay that
+		// claims that task checks the job.
+		var one int
+		if err = br.QueryRow().Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+			check, err = append(check, id), nil
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && len(check) > 0 {
+		b = &pgx.Batch{}
+		b.Queue(`SELECT id FROM jobs WHERE id = ANY($1) AND state = 'pending' ORDER BY id FOR UPDATE`, check)
+		b.Queue(`
+			UPDATE jobs SET state = 'running', started_at = $2
+			WHERE id = ANY($1) AND state = 'pending'
+			  AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.job_id = jobs.id AND tasks.state = 'pending')`,
+			check, now)
+		br = tx.SendBatch(ctx, b)
+		_, err = br.Exec()
+		if err == nil {
+			_, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if err != nil {
 		return 0, fmt.Errorf("postgres: relay: mark tasks queued: %w", err)
