@@ -118,3 +118,45 @@ func BenchmarkDecodeResult(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeTasks decodes the single-task bodies of
+// BenchmarkDecodeTask through DecodeTasks, which workers call because a
+// body may also be a batch.
+func BenchmarkDecodeTasks(b *testing.B) {
+	for _, p := range benchPayloads {
+		b.Run(p.name, func(b *testing.B) {
+			body, err := protocol.EncodeTask(protocol.Task{JobID: benchJobID, TaskID: 12345, Payload: p.payload})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := protocol.DecodeTasks(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecodeResults decodes the single-result bodies of
+// BenchmarkDecodeResult through DecodeResults, which the aggregator calls
+// because a body may also be a result batch.
+func BenchmarkDecodeResults(b *testing.B) {
+	for _, p := range benchPayloads {
+		b.Run(p.name, func(b *testing.B) {
+			body, err := protocol.EncodeResult(benchResult(p.payload))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := protocol.DecodeResults(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

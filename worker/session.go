@@ -37,7 +37,8 @@ type session struct {
 	handlers       context.Context
 	cancelHandlers context.CancelFunc
 
-	slots chan struct{} // one per running handler: the concurrency bound
+	slots chan struct{}  // one per running handler: the concurrency bound
+	work  chan *delivery // to the pool: Concurrency long-lived goroutines
 	wg    sync.WaitGroup
 
 	mu       sync.Mutex
@@ -54,7 +55,7 @@ type session struct {
 func newSession(ctx context.Context, w *Worker, pub *broker.Publisher, tag string) *session {
 	// The handlers keep ctx's values but not its cancellation.
 	handlers, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	return &session{
+	s := &session{
 		w:              w,
 		log:            w.log,
 		pub:            pub,
@@ -63,9 +64,31 @@ func newSession(ctx context.Context, w *Worker, pub *broker.Publisher, tag strin
 		handlers:       handlers,
 		cancelHandlers: cancel,
 		slots:          make(chan struct{}, w.cfg.Concurrency),
+		work:           make(chan *delivery, w.cfg.Concurrency),
 		inflight:       make(map[*delivery]struct{}),
 	}
+	// A pool rather than a goroutine per task: a goroutine's stack grows
+	// through the handler and the publish once, not once per task.
+	for range w.cfg.Concurrency {
+		go s.runPool()
+	}
+	return s
 }
+
+// runPool processes deliveries from the work channel until stopPool.
+func (s *session) runPool() {
+	for d := range s.work {
+		s.process(d)
+		s.mu.Lock()
+		delete(s.inflight, d)
+		s.mu.Unlock()
+		<-s.slots
+		s.wg.Done()
+	}
+}
+
+// stopPool ends the pool's goroutines once they finish what they run.
+func (s *session) stopPool() { close(s.work) }
 
 var errControlLost = errors.New("the control consumer's channel closed or the broker cancelled it")
 
@@ -130,22 +153,14 @@ func (s *session) consume(deliveries <-chan amqp.Delivery, publisherDone, contro
 	}
 }
 
-// start runs d in its own goroutine; the caller holds a slot for it.
+// start hands d to the pool; the caller holds a slot for it, so a pool
+// goroutine is free (or about to be) and the send does not block.
 func (s *session) start(d *delivery) {
 	s.mu.Lock()
 	s.inflight[d] = struct{}{}
 	s.mu.Unlock()
 	s.wg.Add(1)
-	go func() {
-		defer func() {
-			s.mu.Lock()
-			delete(s.inflight, d)
-			s.mu.Unlock()
-			<-s.slots
-			s.wg.Done()
-		}()
-		s.process(d)
-	}()
+	s.work <- d
 }
 
 // drain is the graceful shutdown: stop the consumer, requeue what was

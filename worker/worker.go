@@ -235,6 +235,7 @@ func (w *Worker) serve(ctx context.Context, l *link) error {
 	s := newSession(ctx, w, l.pub, l.tag)
 	defer l.close()
 	defer s.cancelHandlers()
+	defer s.stopPool() // consume has returned: nothing is sent to the pool any more
 	if err := s.consume(l.deliveries, l.pub.Done(), l.control.lost); err != nil {
 		s.lose(l.close)
 		return l.lossReason(err) // after close: the broker's reasons are in

@@ -43,6 +43,8 @@ type benchFlags struct {
 	workers     int
 	batchSize   int
 	concurrency int
+	rounds      int
+	prefetch    int
 	json        bool
 	cpuProfile  string
 }
@@ -64,6 +66,7 @@ type benchReport struct {
 	TotalS            float64            `json:"total_s"`
 	P50Ms             float64            `json:"p50_ms"`
 	P99Ms             float64            `json:"p99_ms"`
+	CPUPerTaskUs      float64            `json:"warren_cpu_us_per_task"`
 	AggregatorBatches int                `json:"aggregator_batches"`
 	MeanBatchMessages float64            `json:"aggregator_mean_batch_messages"`
 	OneTaskJobs       int                `json:"one_task_jobs"`
@@ -72,22 +75,26 @@ type benchReport struct {
 	PeakRSSMB         float64            `json:"peak_rss_mb"`
 	PeakRSSNote       string             `json:"peak_rss_note"`
 	CeilingTrialsPerS map[string]float64 `json:"ceiling_trials_tasks_per_s"`
+	RoundsCeiling     []float64          `json:"rounds_ceiling_tasks_per_s"`
+	RoundsWarren      []float64          `json:"rounds_warren_tasks_per_s"`
 }
 
 func runBench(ctx context.Context, args []string, env *environment) error {
 	var f benchFlags
 	fs := newFlagSet("bench", "Measure, in one process against the local RabbitMQ, the broker's own ceiling for one message per task\n"+
 		"(persistent tasks with confirms -> consumers publish a confirmed result, then ack -> one collector; quorum queues;\n"+
-		"prefetch 10, 50 and 200 tried, the best reported), then warren end to end with no-op echo tasks (store, relay,\n"+
-		"W workers, aggregator, job closed), and print both throughputs, their ratio, submit time, time to first result,\n"+
-		"p50/p99 task latency (queued -> recorded) and the process's peak RSS. Everything uses fresh exchange and queue\n"+
-		"names, deleted afterwards.", env)
+		"prefetch 10, 50 and 200 tried, the best kept), then warren end to end with no-op echo tasks (store, relay,\n"+
+		"W workers, aggregator, job closed), in --rounds interleaved rounds, and print the median throughputs, their\n"+
+		"ratio, submit time, time to first result, p50/p99 task latency (queued -> recorded), CPU per task, one-task\n"+
+		"job latency and the process's peak RSS. Everything uses fresh exchange and queue names, deleted afterwards.", env)
 	fs.StringVar(&f.amqpURL, "amqp-url", orDefault(env.getenv("WARREN_AMQP_URL"), broker.DefaultURL), "RabbitMQ URL (env WARREN_AMQP_URL)")
 	fs.StringVar(&f.database, "database", "", "job store URL (default: a temporary SQLite file, removed afterwards)")
 	fs.IntVar(&f.tasks, "tasks", 20000, "tasks per run")
 	fs.IntVar(&f.workers, "workers", 4, "workers (consumers in the ceiling run)")
 	fs.IntVar(&f.batchSize, "batch-size", 1, "the warren job's batch_size: tasks per task message (the ceiling run always sends one message per task)")
 	fs.IntVar(&f.concurrency, "concurrency", 16, "handler concurrency of each warren worker")
+	fs.IntVar(&f.prefetch, "prefetch", 0, "prefetch of each warren worker (default 2 x --concurrency)")
+	fs.IntVar(&f.rounds, "rounds", 3, "rounds of (ceiling, warren), interleaved; the medians are reported")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object and nothing else on stdout")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the warren run (not the ceiling run) to this file")
 	if err := parse(fs, args, env); err != nil {
@@ -100,6 +107,10 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 		return fmt.Errorf("--workers must be >= 1, got %d", f.workers)
 	case f.concurrency < 1:
 		return fmt.Errorf("--concurrency must be >= 1, got %d", f.concurrency)
+	case f.prefetch < 0 || (f.prefetch > 0 && f.prefetch < f.concurrency):
+		return fmt.Errorf("--prefetch must be at least --concurrency (%d), got %d", f.concurrency, f.prefetch)
+	case f.rounds < 1:
+		return fmt.Errorf("--rounds must be >= 1, got %d", f.rounds)
 	case f.batchSize < 1 || f.batchSize > warren.MaxBatchSize:
 		return fmt.Errorf("--batch-size must be between 1 and %d, got %d", warren.MaxBatchSize, f.batchSize)
 	}
@@ -141,36 +152,58 @@ func bench(ctx context.Context, f benchFlags, env *environment) (err error) {
 			rep.CeilingTasksPerS, rep.CeilingPrefetch = tps, p
 		}
 	}
-	progress("ceiling: %d tasks at the best prefetch %d", f.tasks, rep.CeilingPrefetch)
-	d, err := benchCeiling(ctx, f.amqpURL, ceilNames, f.tasks, f.workers, rep.CeilingPrefetch)
-	if err != nil {
-		return fmt.Errorf("ceiling run (prefetch %d): %w", rep.CeilingPrefetch, err)
-	}
-	rep.CeilingTasksPerS = float64(f.tasks) / d.Seconds()
-	progress("ceiling: %.0f tasks/s", rep.CeilingTasksPerS)
-
-	// 2. Warren end to end.
-	if f.database == "" {
-		dir, err := os.MkdirTemp("", "warren-bench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		f.database = "sqlite://" + filepath.Join(dir, "warren.db")
-	}
-	progress("warren: %d echo tasks, %d workers (concurrency %d), store %s", f.tasks, f.workers, f.concurrency, redactDB(f.database))
+	// 2. Rounds of the ceiling at the best prefetch, then warren end to
+	// end: interleaved, so that both see the same machine, and medians,
+	// so that one disturbed run does not decide.
 	stopProfile, err := startCPUProfile(f.cpuProfile)
 	if err != nil {
 		return err
 	}
-	err = benchWarren(ctx, f, warrenNames, log, &rep)
-	if perr := stopProfile(); perr != nil && err == nil {
-		err = perr
+	var ceilings []float64
+	var rounds []benchReport
+	for i := range f.rounds {
+		progress("round %d/%d: ceiling, %d tasks at the best prefetch %d", i+1, f.rounds, f.tasks, rep.CeilingPrefetch)
+		d, err := benchCeiling(ctx, f.amqpURL, ceilNames, f.tasks, f.workers, rep.CeilingPrefetch)
+		if err != nil {
+			return fmt.Errorf("ceiling run (prefetch %d): %w", rep.CeilingPrefetch, err)
+		}
+		ceilings = append(ceilings, float64(f.tasks)/d.Seconds())
+		progress("round %d/%d: ceiling: %.0f tasks/s", i+1, f.rounds, ceilings[i])
+
+		rf := f
+		if f.database == "" {
+			dir, err := os.MkdirTemp("", "warren-bench-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			rf.database = "sqlite://" + filepath.Join(dir, "warren.db")
+		}
+		progress("round %d/%d: warren: %d echo tasks, %d workers (concurrency %d), batch size %d, store %s",
+			i+1, f.rounds, f.tasks, f.workers, f.concurrency, f.batchSize, redactDB(rf.database))
+		var r benchReport
+		if err := benchWarren(ctx, rf, warrenNames, log, &r, i == f.rounds-1); err != nil {
+			return fmt.Errorf("warren run: %w", err)
+		}
+		progress("round %d/%d: warren: %.0f tasks/s", i+1, f.rounds, r.WarrenTasksPerS)
+		rep.RoundsCeiling = append(rep.RoundsCeiling, round1(ceilings[i]))
+		rep.RoundsWarren = append(rep.RoundsWarren, round1(r.WarrenTasksPerS))
+		rounds = append(rounds, r)
 	}
-	if err != nil {
-		return fmt.Errorf("warren run: %w", err)
+	if err := stopProfile(); err != nil {
+		return err
 	}
-	progress("warren: %.0f tasks/s", rep.WarrenTasksPerS)
+	// The detailed figures are those of the round with the median warren
+	// throughput; the one-task jobs ran in the last round.
+	last := rounds[len(rounds)-1]
+	med := rounds[medianIndex(len(rounds), func(i int) float64 { return rounds[i].WarrenTasksPerS })]
+	rep.CeilingTasksPerS = ceilings[medianIndex(len(ceilings), func(i int) float64 { return ceilings[i] })]
+	rep.WarrenTasksPerS = med.WarrenTasksPerS
+	rep.SubmitS, rep.FirstResultS, rep.TotalS = med.SubmitS, med.FirstResultS, med.TotalS
+	rep.P50Ms, rep.P99Ms, rep.CPUPerTaskUs = med.P50Ms, med.P99Ms, med.CPUPerTaskUs
+	rep.AggregatorBatches, rep.MeanBatchMessages = med.AggregatorBatches, med.MeanBatchMessages
+	rep.OneTaskJobs, rep.OneTaskP50Ms, rep.OneTaskP99Ms = last.OneTaskJobs, last.OneTaskP50Ms, last.OneTaskP99Ms
+	progress("median: ceiling %.0f tasks/s, warren %.0f tasks/s", rep.CeilingTasksPerS, rep.WarrenTasksPerS)
 
 	// 3. Peak memory.
 	rep.PeakRSSMB = round1(peakRSSMB())
@@ -199,8 +232,11 @@ func printBench(w io.Writer, r benchReport) {
 	row := func(k, v string) { fmt.Fprintf(w, "  %-34s %s\n", k, v) }
 	row("broker ceiling", fmt.Sprintf("%.0f tasks/s (prefetch %d)", r.CeilingTasksPerS, r.CeilingPrefetch))
 	row("warren end to end", fmt.Sprintf("%.0f tasks/s", r.WarrenTasksPerS))
-	row("ratio warren/ceiling", fmt.Sprintf("%.2f", r.Ratio))
+	row("ratio warren/ceiling", fmt.Sprintf("%.2f (medians of %d interleaved rounds)", r.Ratio, len(r.RoundsWarren)))
+	row("rounds: ceiling", fmt.Sprint(r.RoundsCeiling))
+	row("rounds: warren", fmt.Sprint(r.RoundsWarren))
 	row("submit (CreateJob)", fmt.Sprintf("%.3f s", r.SubmitS))
+	row("warren CPU per task", fmt.Sprintf("%.1f µs (all of warren's parts, this process)", r.CPUPerTaskUs))
 	row("aggregator transactions", fmt.Sprintf("%d, %.1f messages each on average", r.AggregatorBatches, r.MeanBatchMessages))
 	row("time to first result", fmt.Sprintf("%.3f s", r.FirstResultS))
 	row("submit to job closed", fmt.Sprintf("%.3f s", r.TotalS))
@@ -229,6 +265,17 @@ func startCPUProfile(path string) (func() error, error) {
 		pprof.StopCPUProfile()
 		return fh.Close()
 	}, nil
+}
+
+// medianIndex returns the index of the median of n values (the lower
+// one for an even n); value(i) is the i-th.
+func medianIndex(n int, value func(i int) float64) int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return value(idx[a]) < value(idx[b]) })
+	return idx[(n-1)/2]
 }
 
 func round1(x float64) float64 { return math.Round(x*10) / 10 }
@@ -455,7 +502,7 @@ func benchCeiling(ctx context.Context, amqpURL string, names protocol.Names, n, 
 
 // benchWarren runs one job of f.tasks echo tasks through an in-process
 // warren: store, relay, aggregator and f.workers workers.
-func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *slog.Logger, rep *benchReport) (err error) {
+func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *slog.Logger, rep *benchReport, oneTaskJobs bool) (err error) {
 	st, err := open.Open(ctx, f.database)
 	if err != nil {
 		return err
@@ -541,7 +588,7 @@ func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *s
 	go func() { defer wg.Done(); errs <- ignoreCancel(agg.Run(runCtx)) }()
 
 	for i := range f.workers {
-		w, err := worker.New(worker.Config{AMQPURL: f.amqpURL, Prefix: names.Prefix, Concurrency: f.concurrency,
+		w, err := worker.New(worker.Config{AMQPURL: f.amqpURL, Prefix: names.Prefix, Concurrency: f.concurrency, Prefetch: f.prefetch,
 			Name: fmt.Sprintf("bench-%d", i), Logger: log})
 		if err != nil {
 			return err
@@ -554,6 +601,7 @@ func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *s
 		return err
 	}
 
+	cpu0 := cpuTime()
 	start := time.Now()
 	job, _, err := st.CreateJob(ctx, store.NewJob{Type: "echo", Policy: warren.Policy{Reduce: "none", BatchSize: f.batchSize}}, benchPayloads(f.tasks))
 	if err != nil {
@@ -575,6 +623,7 @@ func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *s
 		return ctx.Err()
 	}
 	end := time.Now()
+	rep.CPUPerTaskUs = round1(float64(cpuTime()-cpu0) / float64(time.Microsecond) / float64(f.tasks))
 	if state != warren.JobCompleted {
 		return fmt.Errorf("job %s closed %s", job.ID, state)
 	}
@@ -612,6 +661,9 @@ func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *s
 	rep.P50Ms = round1(ms(percentile(lat, 50)))
 	rep.P99Ms = round1(ms(percentile(lat, 99)))
 
+	if !oneTaskJobs {
+		return nil
+	}
 	// One-task jobs, one at a time: the latency of a small job from its
 	// submission to its terminal state, reduced result written.
 	lat = lat[:0]

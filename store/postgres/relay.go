@@ -2,8 +2,8 @@ package postgres
 
 import (
 	"cmp"
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
