@@ -160,3 +160,71 @@ func BenchmarkDecodeResults(b *testing.B) {
 		})
 	}
 }
+
+// benchBatchSize is the number of tasks in the batch benchmarks' messages.
+const benchBatchSize = 32
+
+// benchBatch returns a task batch of benchBatchSize small tasks and the
+// result batch a worker answers it with.
+func benchBatch() (protocol.Batch, protocol.ResultBatch) {
+	tb := protocol.Batch{JobID: benchJobID}
+	rb := protocol.ResultBatch{JobID: benchJobID}
+	for i := range benchBatchSize {
+		id := int64(12345 + i)
+		tb.Tasks = append(tb.Tasks, protocol.BatchTask{TaskID: id, Payload: json.RawMessage(`{"i":12345}`)})
+		r := benchResult(json.RawMessage(`{"i":12345}`))
+		r.TaskID = id
+		rb.Results = append(rb.Results, r)
+	}
+	return tb, rb
+}
+
+// BenchmarkBatch measures the batch messages of a job with batch_size 32,
+// per message; divide by 32 for the cost per task.
+func BenchmarkBatch(b *testing.B) {
+	tb, rb := benchBatch()
+	taskBody, err := protocol.EncodeBatch(tb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	resultBody, err := protocol.EncodeResultBatch(rb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("EncodeBatch", func(b *testing.B) {
+		b.SetBytes(int64(len(taskBody)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := protocol.EncodeBatch(tb); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("DecodeTasks", func(b *testing.B) {
+		b.SetBytes(int64(len(taskBody)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := protocol.DecodeTasks(taskBody); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("EncodeResultBatch", func(b *testing.B) {
+		b.SetBytes(int64(len(resultBody)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := protocol.EncodeResultBatch(rb); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("DecodeResults", func(b *testing.B) {
+		b.SetBytes(int64(len(resultBody)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := protocol.DecodeResults(resultBody); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
