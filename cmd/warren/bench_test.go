@@ -19,7 +19,7 @@ func TestBenchJSONReportsBothRuns(t *testing.T) {
 		t.Skip("runs two benchmarks against the broker")
 	}
 	code, out, errOut := runCLI(t, map[string]string{"WARREN_AMQP_URL": amqptest.URL()},
-		"bench", "--tasks", "2000", "--workers", "2", "--json")
+		"bench", "--tasks", "2000", "--workers", "2", "--rounds", "2", "--json")
 	// Exit 0 also means every task of the job was recorded completed with
 	// its queued_at and finished_at: bench checks that before reporting.
 	require.Equal(t, 0, code, errOut)
@@ -30,7 +30,8 @@ func TestBenchJSONReportsBothRuns(t *testing.T) {
 	var raw map[string]any
 	require.NoError(t, dec.Decode(&raw))
 	for _, k := range []string{"tasks", "workers", "ceiling_tasks_per_s", "ceiling_prefetch", "warren_tasks_per_s",
-		"ratio", "submit_s", "first_result_s", "p50_ms", "p99_ms", "peak_rss_mb"} {
+		"ratio", "submit_s", "first_result_s", "p50_ms", "p99_ms", "peak_rss_mb", "one_task_jobs", "one_task_p50_ms",
+		"warren_cpu_us_per_task", "aggregator_batches", "batch_size"} {
 		v, ok := raw[k]
 		require.True(t, ok, "missing %q in %s", k, out)
 		n, err := v.(json.Number).Float64()
@@ -47,8 +48,12 @@ func TestBenchJSONReportsBothRuns(t *testing.T) {
 	require.GreaterOrEqual(t, r.P99Ms, r.P50Ms)
 	require.Greater(t, r.P50Ms, 0.0)
 	require.False(t, math.IsInf(r.Ratio, 0) || math.IsNaN(r.Ratio))
+	require.Len(t, r.RoundsCeiling, 2)
+	require.Len(t, r.RoundsWarren, 2)
+	require.Contains(t, r.RoundsWarren, r.WarrenTasksPerS, "the median round's")
+	require.GreaterOrEqual(t, r.OneTaskP99Ms, r.OneTaskP50Ms)
 	require.Contains(t, errOut, "warren bench: ceiling")
-	require.Contains(t, errOut, "warren bench: warren")
+	require.Contains(t, errOut, "warren bench: round 2/2: warren")
 }
 
 func TestBenchRejectsBadFlags(t *testing.T) {
@@ -60,6 +65,8 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{[]string{"--tasks", "0"}, "--tasks must be >= 1"},
 		{[]string{"--workers", "0"}, "--workers must be >= 1"},
 		{[]string{"--batch-size", "1001"}, "--batch-size must be between 1 and 1000, got 1001"},
+		{[]string{"--rounds", "0"}, "--rounds must be >= 1"},
+		{[]string{"--concurrency", "16", "--prefetch", "8"}, "--prefetch must be at least --concurrency (16), got 8"},
 	} {
 		code, out, errOut := runCLI(t, map[string]string{"WARREN_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/"},
 			append([]string{"bench"}, tc.args...)...)
