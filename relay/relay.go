@@ -23,6 +23,7 @@ import (
 // Defaults for Config.
 const (
 	DefaultBatchSize    = 500
+	DefaultConcurrency  = 2
 	DefaultPollInterval = 250 * time.Millisecond
 	maxBackoff          = 5 * time.Second
 )
@@ -40,6 +41,12 @@ type Config struct {
 	// trip; 0 means DefaultBatchSize. The publisher's confirm window bounds
 	// how many of them wait for confirms at once.
 	BatchSize int
+	// Concurrency is how many rounds (claim, publish, wait for the
+	// confirms, mark) Run keeps going at once, so that one round's
+	// publishing overlaps another's store work; 0 means
+	// DefaultConcurrency. A store that serialises RelayBatch (SQLite)
+	// runs one round at a time whatever this says.
+	Concurrency int
 	// PollInterval is how long an idle relay waits before looking for new
 	// tasks when nobody calls Wake; 0 means DefaultPollInterval.
 	PollInterval time.Duration
@@ -56,6 +63,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = DefaultPollInterval
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -78,7 +88,7 @@ func (c Config) validate() error {
 // Relay moves tasks from the store's outbox to the broker.
 type Relay struct {
 	cfg  Config
-	wake chan struct{}
+	wake []chan struct{} // one per loop of Run
 }
 
 // New returns a relay; it does nothing until Run.
@@ -87,22 +97,51 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Relay{cfg: cfg, wake: make(chan struct{}, 1)}, nil
+	r := &Relay{cfg: cfg, wake: make([]chan struct{}, cfg.Concurrency)}
+	for i := range r.wake {
+		r.wake[i] = make(chan struct{}, 1)
+	}
+	return r, nil
 }
 
 // Wake makes an idle relay look for pending tasks now, for example right
 // after a job was created. It never blocks.
 func (r *Relay) Wake() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
+	for _, w := range r.wake {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// Run publishes pending tasks until ctx is done, then returns nil. Store and
-// broker errors are logged and retried with backoff; it returns an error
-// only when the publisher is closed for good.
+// Run publishes pending tasks until ctx is done, then returns nil, with
+// Config.Concurrency loops of rounds. Store and broker errors are logged
+// and retried with backoff; it returns an error only when the publisher is
+// closed for good.
 func (r *Relay) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(r.wake))
+	for _, wake := range r.wake {
+		go func() {
+			err := r.loop(ctx, wake)
+			cancel() // one loop's end is every loop's
+			errs <- err
+		}()
+	}
+	var first error
+	for range r.wake {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// loop runs rounds until ctx is done (nil) or the publisher is closed for
+// good, waiting for wake or the poll interval when the outbox is empty.
+func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
 	backoff := 100 * time.Millisecond
 	for {
 		_, claimed, err := r.relayOnce(ctx)
@@ -129,7 +168,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-r.wake:
+		case <-wake:
 		case <-time.After(r.cfg.PollInterval):
 		}
 	}

@@ -45,6 +45,8 @@ type benchFlags struct {
 	concurrency int
 	rounds      int
 	prefetch    int
+	relayBatch  int
+	aggBatch    int
 	json        bool
 	cpuProfile  string
 }
@@ -94,6 +96,8 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 	fs.IntVar(&f.batchSize, "batch-size", 1, "the warren job's batch_size: tasks per task message (the ceiling run always sends one message per task)")
 	fs.IntVar(&f.concurrency, "concurrency", 16, "handler concurrency of each warren worker")
 	fs.IntVar(&f.prefetch, "prefetch", 0, "prefetch of each warren worker (default 2 x --concurrency)")
+	fs.IntVar(&f.relayBatch, "relay-batch", relay.DefaultBatchSize, "tasks the relay claims and publishes per outbox round trip")
+	fs.IntVar(&f.aggBatch, "aggregator-batch", aggregator.DefaultBatchSize, "result messages recorded per store transaction")
 	fs.IntVar(&f.rounds, "rounds", 3, "rounds of (ceiling, warren), interleaved; the medians are reported")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object and nothing else on stdout")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the warren run (not the ceiling run) to this file")
@@ -109,6 +113,8 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 		return fmt.Errorf("--concurrency must be >= 1, got %d", f.concurrency)
 	case f.prefetch < 0 || (f.prefetch > 0 && f.prefetch < f.concurrency):
 		return fmt.Errorf("--prefetch must be at least --concurrency (%d), got %d", f.concurrency, f.prefetch)
+	case f.relayBatch < 1 || f.aggBatch < 1:
+		return fmt.Errorf("--relay-batch and --aggregator-batch must be >= 1")
 	case f.rounds < 1:
 		return fmt.Errorf("--rounds must be >= 1, got %d", f.rounds)
 	case f.batchSize < 1 || f.batchSize > warren.MaxBatchSize:
@@ -543,7 +549,7 @@ func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *s
 		}
 	}()
 
-	rl, err := relay.New(relay.Config{Store: st, Publisher: pub, Names: names, Logger: log})
+	rl, err := relay.New(relay.Config{Store: st, Publisher: pub, Names: names, Logger: log, BatchSize: f.relayBatch})
 	if err != nil {
 		return err
 	}
@@ -555,7 +561,7 @@ func benchWarren(ctx context.Context, f benchFlags, names protocol.Names, log *s
 	// The one-task jobs closing, by id.
 	var oneMu sync.Mutex
 	oneClosed := map[string]chan warren.JobState{}
-	agg, err := aggregator.New(aggregator.Config{Store: st, Conn: conConn, Names: names, Logger: log,
+	agg, err := aggregator.New(aggregator.Config{Store: st, Conn: conConn, Names: names, Logger: log, BatchSize: f.aggBatch,
 		Hooks: aggregator.Hooks{
 			OnBatch: func(size int, r store.ApplyReport) {
 				batches.Add(1)

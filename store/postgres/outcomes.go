@@ -6,35 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
 )
-
-// applyOutcomeSQL records one outcome with a guarded transition and reports,
-// from the same statement, what it found when the guard held it back. The
-// task row is the only row it locks; the job's state is read, not locked,
-// which is safe because closing a job cancels (and so locks) every task
-// that is not finished.
-const applyOutcomeSQL = `
-	WITH changed AS (
-		UPDATE tasks t
-		SET state = $3, result = $4, error = $5,
-		    attempts = CASE WHEN $6::integer > 0 THEN $6::integer ELSE t.attempts END,
-		    worker = CASE WHEN $7::text <> '' THEN $7::text ELSE t.worker END,
-		    started_at = COALESCE($8::timestamptz, t.started_at),
-		    finished_at = $9
-		FROM jobs j
-		WHERE t.job_id = $1 AND t.task_id = $2
-		  AND j.id = t.job_id AND j.state IN ('pending', 'running')
-		  AND t.state NOT IN ('completed', 'failed', 'cancelled')
-		RETURNING 1
-	)
-	SELECT EXISTS (SELECT 1 FROM changed),
-	       (SELECT state FROM jobs WHERE id = $1),
-	       (SELECT state FROM tasks WHERE job_id = $1 AND task_id = $2)`
 
 // verdict is what became of one outcome.
 type verdict int
@@ -44,9 +22,9 @@ const (
 	verdictDuplicate
 	verdictClosed
 	verdictUnknown
-	// verdictRecheck means the guard held the outcome back because another
-	// transaction changed the row while this one waited for it, so the
-	// statement's snapshot cannot say why; a later statement can.
+	// verdictRecheck means an open task of an open job did not change;
+	// applyTasks, which locks the rows before it updates them, never
+	// leaves it so.
 	verdictRecheck
 )
 
@@ -69,10 +47,10 @@ func judge(changed bool, jobState, taskState *string) verdict {
 // counts is how many tasks of one job a batch moved to each terminal state.
 type counts struct{ completed, failed int64 }
 
-// ApplyOutcomes records a batch of outcomes in one transaction. The
-// outcomes are applied in (job_id, task_id) order, so concurrent
-// aggregators lock task rows in one order, and their guarded updates go to
-// the server pipelined in one round trip. Each job's counters then move by
+// ApplyOutcomes records a batch of outcomes in one transaction. The task
+// rows are locked in (job_id, task_id) order, so concurrent aggregators
+// lock them in one order, then updated by one set-wise guarded update
+// (applyTasks), all in one round trip. Each job's counters then move by
 // the number of its task rows that changed, job by job in id order, and the
 // updated counters decide which jobs this batch made ready to close.
 func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (store.ApplyReport, error) {
@@ -105,11 +83,6 @@ func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (st
 	}
 	deltas := make(map[string]*counts)
 	for _, i := range order {
-		if verdicts[i] == verdictRecheck {
-			if verdicts[i], err = recheck(ctx, tx, outcomes[i]); err != nil {
-				return report, err
-			}
-		}
 		switch verdicts[i] {
 		case verdictApplied:
 			report.Applied++
@@ -143,54 +116,134 @@ func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (st
 	return report, nil
 }
 
-// applyTasks sends one guarded update per outcome, in order, in one
-// pipelined batch, and returns each outcome's verdict by its index.
+// applyTasks records the outcomes' task rows set-wise, in one pipelined
+// round trip of three statements, and returns each outcome's verdict by
+// its index. The first statement locks the task rows in (job_id, task_id)
+// order, so that concurrent aggregators never deadlock; the second, with a
+// snapshot taken once those locks are held, applies the guarded transition
+// to every row at once (the job's state is read, not locked, which is safe
+// because closing a job cancels, and so locks, every task that is not
+// finished); the third reads the job's and task's states of every outcome,
+// to classify those that changed nothing. Of several outcomes of one task
+// in a batch, the first counts: the others are duplicates (or closed or
+// unknown, as the first).
 func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outcome, order []int) ([]verdict, error) {
 	now := s.clock()
-	b := &pgx.Batch{}
+	verdicts := make([]verdict, len(outcomes))
+	firstOf := make(map[store.TaskRef]int, len(outcomes)) // task -> the outcome that counts
+	var (
+		jobIDs, states, errs, workers []string
+		taskIDs                       []int64
+		results                       [][]byte
+		attempts                      []int32
+		started                       []*time.Time
+		finished                      []time.Time
+	)
 	for _, i := range order {
 		o := outcomes[i]
+		ref := store.TaskRef{JobID: o.JobID, TaskID: o.TaskID}
+		if _, dup := firstOf[ref]; dup {
+			continue
+		}
+		firstOf[ref] = i
 		finishedAt := now
 		if o.FinishedAt != nil {
 			finishedAt = o.FinishedAt.UTC()
 		}
-		b.Queue(applyOutcomeSQL, o.JobID, o.TaskID, string(o.State), []byte(o.Result), o.Error,
-			o.Attempts, o.Worker, o.StartedAt, finishedAt)
-	}
-	verdicts := make([]verdict, len(outcomes))
-	br := tx.SendBatch(ctx, b)
-	for _, i := range order {
-		var (
-			changed             bool
-			jobState, taskState *string
-		)
-		if err := br.QueryRow().Scan(&changed, &jobState, &taskState); err != nil {
-			_ = br.Close()
-			return nil, fmt.Errorf("postgres: apply outcomes: job %q task %d: %w", outcomes[i].JobID, outcomes[i].TaskID, err)
+		var result []byte
+		if len(o.Result) > 0 {
+			result = []byte(o.Result)
 		}
-		verdicts[i] = judge(changed, jobState, taskState)
+		jobIDs, taskIDs, states = append(jobIDs, o.JobID), append(taskIDs, o.TaskID), append(states, string(o.State))
+		results, errs, attempts = append(results, result), append(errs, o.Error), append(attempts, int32(o.Attempts))
+		workers, started, finished = append(workers, o.Worker), append(started, o.StartedAt), append(finished, finishedAt)
 	}
-	if err := br.Close(); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT 1 FROM tasks
+		WHERE (job_id, task_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
+		ORDER BY job_id, task_id
+		FOR UPDATE`, jobIDs, taskIDs)
+	b.Queue(`
+		UPDATE tasks t
+		SET state = i.state, result = i.result, error = i.error,
+		    attempts = CASE WHEN i.attempts > 0 THEN i.attempts ELSE t.attempts END,
+		    worker = CASE WHEN i.worker <> '' THEN i.worker ELSE t.worker END,
+		    started_at = COALESCE(i.started_at, t.started_at),
+		    finished_at = i.finished_at
+		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::integer[], $7::text[],
+		            $8::timestamptz[], $9::timestamptz[])
+		     AS i(job_id, task_id, state, result, error, attempts, worker, started_at, finished_at),
+		     jobs j
+		WHERE t.job_id = i.job_id AND t.task_id = i.task_id
+		  AND j.id = t.job_id AND j.state IN ('pending', 'running')
+		  AND t.state NOT IN ('completed', 'failed', 'cancelled')
+		RETURNING t.job_id, t.task_id`,
+		jobIDs, taskIDs, states, results, errs, attempts, workers, started, finished)
+	b.Queue(`
+		SELECT i.n, j.state, t.state
+		FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS i(job_id, task_id, n)
+		LEFT JOIN jobs j ON j.id = i.job_id
+		LEFT JOIN tasks t ON t.job_id = i.job_id AND t.task_id = i.task_id`, jobIDs, taskIDs)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	fail := func(err error) ([]verdict, error) {
 		return nil, fmt.Errorf("postgres: apply outcomes: %w", err)
 	}
-	return verdicts, nil
-}
-
-// recheck classifies an outcome the guard held back after a wait, reading
-// the rows as the transaction that changed them committed them.
-func recheck(ctx context.Context, tx pgx.Tx, o store.Outcome) (verdict, error) {
-	var jobState, taskState *string
-	err := tx.QueryRow(ctx, `SELECT (SELECT state FROM jobs WHERE id = $1),
-		(SELECT state FROM tasks WHERE job_id = $1 AND task_id = $2)`, o.JobID, o.TaskID).Scan(&jobState, &taskState)
+	if _, err := br.Exec(); err != nil {
+		return fail(err)
+	}
+	changed := make(map[store.TaskRef]bool, len(jobIDs))
+	rows, err := br.Query()
 	if err != nil {
-		return 0, fmt.Errorf("postgres: apply outcomes: job %q task %d: %w", o.JobID, o.TaskID, err)
+		return fail(err)
 	}
-	if v := judge(false, jobState, taskState); v != verdictRecheck {
-		return v, nil
+	for rows.Next() {
+		var ref store.TaskRef
+		if err := rows.Scan(&ref.JobID, &ref.TaskID); err != nil {
+			rows.Close()
+			return fail(err)
+		}
+		changed[ref] = true
 	}
-	// The row changed and changed back (a redrive): this outcome raced with
-	// another that was recorded first.
-	return verdictDuplicate, nil
+	if err := rows.Err(); err != nil {
+		return fail(err)
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return fail(err)
+	}
+	for rows.Next() {
+		var (
+			k                   int64
+			jobState, taskState *string
+		)
+		if err := rows.Scan(&k, &jobState, &taskState); err != nil {
+			rows.Close()
+			return fail(err)
+		}
+		ref := store.TaskRef{JobID: jobIDs[k-1], TaskID: taskIDs[k-1]}
+		v := judge(changed[ref], jobState, taskState)
+		if v == verdictRecheck {
+			// Open job, open task, yet unchanged although its row was
+			// locked first: cannot happen; count it as a duplicate rather
+			// than twice.
+			v = verdictDuplicate
+		}
+		verdicts[firstOf[ref]] = v
+	}
+	if err := rows.Err(); err != nil {
+		return fail(err)
+	}
+	// The other outcomes of a task: what the first was, never counted twice.
+	for i, o := range outcomes {
+		if first := firstOf[store.TaskRef{JobID: o.JobID, TaskID: o.TaskID}]; first != i {
+			verdicts[i] = verdicts[first]
+			if verdicts[i] == verdictApplied {
+				verdicts[i] = verdictDuplicate
+			}
+		}
+	}
+	return verdicts, nil
 }
 
 // bumpCounters adds each job's deltas to its counters, in job id order, in
