@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -52,7 +53,16 @@ type environment struct {
 // errUsage marks an error whose message the flag package already printed.
 var errUsage = errors.New("usage")
 
+// defaultGCPercent is the garbage collector's target the warren command
+// runs with unless GOGC says otherwise: its live heap is a few MB, so Go's
+// default of 100 collects very often. 400 costs about 15 MB of RSS and
+// saves about 8% of CPU per task (docs/performance.md).
+const defaultGCPercent = 400
+
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	env := &environment{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
 		logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	ctx, cancel := context.WithCancel(context.Background())
