@@ -49,6 +49,7 @@ type benchFlags struct {
 	aggBatch    int
 	json        bool
 	cpuProfile  string
+	memProfile  string
 }
 
 // benchPrefetches are the prefetch settings the ceiling run tries.
@@ -100,7 +101,8 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 	fs.IntVar(&f.aggBatch, "aggregator-batch", aggregator.DefaultBatchSize, "result messages recorded per store transaction")
 	fs.IntVar(&f.rounds, "rounds", 3, "rounds of (ceiling, warren), interleaved; the medians are reported")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object and nothing else on stdout")
-	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the warren run (not the ceiling run) to this file")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the rounds (ceiling and warren runs) to this file")
+	fs.StringVar(&f.memProfile, "memprofile", "", "write a Go allocation profile (allocs) to this file at the end")
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
@@ -199,6 +201,11 @@ func bench(ctx context.Context, f benchFlags, env *environment) (err error) {
 	if err := stopProfile(); err != nil {
 		return err
 	}
+	if f.memProfile != "" {
+		if err := writeAllocProfile(f.memProfile); err != nil {
+			return err
+		}
+	}
 	// The detailed figures are those of the round with the median warren
 	// throughput; the one-task jobs ran in the last round.
 	last := rounds[len(rounds)-1]
@@ -282,6 +289,20 @@ func medianIndex(n int, value func(i int) float64) int {
 	}
 	sort.Slice(idx, func(a, b int) bool { return value(idx[a]) < value(idx[b]) })
 	return idx[(n-1)/2]
+}
+
+// writeAllocProfile writes the allocs profile (every allocation since the
+// process started) to path.
+func writeAllocProfile(path string) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--memprofile: %w", err)
+	}
+	if err := pprof.Lookup("allocs").WriteTo(fh, 0); err != nil {
+		_ = fh.Close()
+		return fmt.Errorf("--memprofile: %w", err)
+	}
+	return fh.Close()
 }
 
 func round1(x float64) float64 { return math.Round(x*10) / 10 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"iter"
 	"os"
+	"sync"
 )
 
 // spool holds a job's task payloads in a temporary file, each prefixed
@@ -16,6 +17,15 @@ type spool struct {
 	f *os.File
 	n int64
 }
+
+// spoolBuffer is the size of the spool's read and write buffers; they are
+// pooled, so a small job does not allocate two of them.
+const spoolBuffer = 1 << 20
+
+var (
+	spoolWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, spoolBuffer) }}
+	spoolReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, spoolBuffer) }}
+)
 
 // spoolTasks copies tasks into a new spool. The first error of tasks is
 // returned as it is, and nothing is kept.
@@ -28,7 +38,12 @@ func spoolTasks(tasks iter.Seq2[json.RawMessage, error]) (*spool, error) {
 	// after a crash.
 	_ = os.Remove(f.Name())
 	sp := &spool{f: f}
-	w := bufio.NewWriterSize(f, 1<<20)
+	w := spoolWriters.Get().(*bufio.Writer)
+	w.Reset(f)
+	defer func() {
+		w.Reset(nil)
+		spoolWriters.Put(w)
+	}()
 	var lenBuf [binary.MaxVarintLen64]byte
 	for payload, err := range tasks {
 		if err != nil {
@@ -64,7 +79,12 @@ func (sp *spool) all() iter.Seq2[json.RawMessage, error] {
 			yield(nil, fmt.Errorf("sqlite: read spooled tasks: %w", err))
 			return
 		}
-		r := bufio.NewReaderSize(sp.f, 1<<20)
+		r := spoolReaders.Get().(*bufio.Reader)
+		r.Reset(sp.f)
+		defer func() {
+			r.Reset(nil)
+			spoolReaders.Put(r)
+		}()
 		for range sp.n {
 			var buf []byte
 			size, err := binary.ReadUvarint(r)
