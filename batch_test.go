@@ -176,3 +176,38 @@ func TestRedeliveredBatchIsSplitIntoSingleTasks(t *testing.T) {
 	defer mu.Unlock()
 	require.ElementsMatch(t, []int64{1, 2, 3, 4, 5, 6, 7, 8}, runs, "each task ran once, from its own message")
 }
+
+// A batch handler that panics, or returns the wrong number of outcomes,
+// fails every task of its batch transiently: each is retried on its own
+// and completes.
+func TestBrokenBatchHandlerRetriesEveryTask(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, "sqlite", &broker.TopologyOptions{RetryTiers: []time.Duration{50 * time.Millisecond}})
+	b.startServer(t, b.store)
+	var calls atomic.Int64
+	w, err := worker.New(b.workerConfig(4))
+	require.NoError(t, err)
+	w.HandleBatch("double", func(_ context.Context, ts []worker.Task) []worker.Outcome {
+		calls.Add(1)
+		if ts[0].Attempt == 1 {
+			if ts[0].TaskID == 1 {
+				panic("broken batch handler")
+			}
+			return make([]worker.Outcome, len(ts)-1) // one short
+		}
+		out := make([]worker.Outcome, len(ts))
+		for i, tk := range ts {
+			out[i].Value = doubleOf(t, tk)
+		}
+		return out
+	})
+	runWorker(t, w)
+
+	job := b.submit(t, 8, warren.Policy{BatchSize: 4, MaxRetries: 1})
+	require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
+	b.expectDoubled(t, job.ID, 8)
+	for _, tk := range allTasks(t, b.store, job.ID) {
+		require.Equal(t, 2, tk.Attempts, "task %d failed with its batch, then ran alone", tk.TaskID)
+	}
+	require.Equal(t, int64(2+8), calls.Load(), "two broken batch calls, then one call per retried task")
+}

@@ -39,10 +39,11 @@ func (s *session) process(d *delivery) {
 		s.deadLetter(d, Task{Type: d.Type, Attempt: attempt}, protocol.ReasonMalformed, err, nil)
 		return
 	}
+	budget := maxRetries(d.Headers)
 	tasks := make([]Task, len(bodies))
 	for i, b := range bodies {
 		tasks[i] = Task{JobID: b.JobID, TaskID: b.TaskID, Type: d.Type, Attempt: attempt,
-			MaxRetries: maxRetries(d.Headers), Payload: b.Payload}
+			MaxRetries: budget, Payload: b.Payload}
 	}
 	if s.w.cancelled.has(tasks[0].JobID) {
 		s.skip(d, tasks)
@@ -149,8 +150,9 @@ func (s *session) settleRuns(d *delivery, batch bool, runs []taskRun) {
 		msg, err := resultsMessage(results, batch)
 		if err != nil {
 			// Only a bug can get here: the results were built above.
-			s.log.Error("worker: cannot encode results; the task goes back to the queue", "error", err)
-			s.requeue(d, s.event(runs[0].task), s.log)
+			log := s.taskLog(runs[0].task)
+			log.Error("worker: cannot encode results; the task goes back to the queue", "tasks", len(runs), "error", err)
+			s.requeue(d, s.event(runs[0].task), log)
 			return
 		}
 		outs = append(outs, outbound{s.w.names.ResultsExchange, protocol.RoutingKeyResult, msg})
@@ -265,7 +267,11 @@ func (s *session) split(d *delivery, tasks []Task) {
 	outs := make([]outbound, len(tasks))
 	evs := make([]Event, len(tasks))
 	for i, t := range tasks {
-		outs[i] = outbound{d.Exchange, d.RoutingKey, s.taskCopy(d, t, true)}
+		msg := s.taskCopy(d, t, true)
+		// Each copy is a new message: the batch's delivery count is not
+		// its (the broker counts the copy's own deliveries).
+		delete(msg.Headers, "x-delivery-count")
+		outs[i] = outbound{d.Exchange, d.RoutingKey, msg}
 		evs[i] = s.event(t)
 		evs[i].Kind = EventSplit
 	}
