@@ -185,8 +185,8 @@ func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outc
 		LEFT JOIN jobs j ON j.id = i.job_id
 		LEFT JOIN tasks t ON t.job_id = i.job_id AND t.task_id = i.task_id`, jobIDs, taskIDs)
 	br := tx.SendBatch(ctx, b)
-	defer br.Close()
 	fail := func(err error) ([]verdict, error) {
+		_ = br.Close()
 		return nil, fmt.Errorf("postgres: apply outcomes: %w", err)
 	}
 	if _, err := br.Exec(); err != nil {
@@ -233,6 +233,9 @@ func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outc
 	}
 	if err := rows.Err(); err != nil {
 		return fail(err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("postgres: apply outcomes: %w", err)
 	}
 	// The other outcomes of a task: what the first was, never counted twice.
 	for i, o := range outcomes {
