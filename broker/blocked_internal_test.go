@@ -25,6 +25,12 @@ func TestBlockStateFollowsTheBroker(t *testing.T) {
 
 	require.NoError(t, b.wait(ctx), "not blocked")
 	notes <- amqp.Blocking{Active: true, Reason: "low on memory"}
+	// follow has received the note; it records it right after.
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.unblocked != nil
+	}, 5*time.Second, time.Millisecond)
 	err := b.wait(ctx)
 	require.ErrorIs(t, err, ErrBlocked)
 	require.Contains(t, err.Error(), "low on memory")
