@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
-	"github.com/warrenhq/warren/broker"
-	"github.com/warrenhq/warren/dlq"
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/deadletters"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/worker"
 )
@@ -122,7 +122,7 @@ func TestBatchRetriesAndFailsOnlyItsFailingTasks(t *testing.T) {
 	}
 	// The dead-letter queue holds exactly the permanently failed tasks,
 	// each as a single task message.
-	msgs, err := b.dlq(t).List(context.Background(), dlq.Filter{JobID: job.ID})
+	msgs, err := b.dlq(t).List(context.Background(), deadletters.Filter{JobID: job.ID})
 	require.NoError(t, err)
 	var ids []int64
 	for _, m := range msgs {

@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
-	"github.com/warrenhq/warren/broker"
-	"github.com/warrenhq/warren/broker/amqptest"
-	"github.com/warrenhq/warren/dlq"
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/broker/amqptest"
+	"github.com/warrenhq/warren/internal/deadletters"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/worker"
@@ -146,7 +146,7 @@ func TestMixedFailuresEndExactly(t *testing.T) {
 
 		// tasks.dlq holds exactly the failed tasks.
 		q := b.dlq(t)
-		msgs, err := q.List(ctx, dlq.Filter{JobID: job.ID})
+		msgs, err := q.List(ctx, deadletters.Filter{JobID: job.ID})
 		require.NoError(t, err)
 		var parked []int64
 		for _, m := range msgs {
@@ -258,7 +258,7 @@ func TestMalformedTasksAreDeadLetteredAndWorkGoesOn(t *testing.T) {
 	// The aggregator cannot apply them (no ids): they end in results.dlq.
 	b.waitFor(t, func() bool { return b.invalid.Load() == 3 }, "3 malformed dead letters")
 	q := b.dlq(t)
-	msgs, err := q.List(context.Background(), dlq.Filter{})
+	msgs, err := q.List(context.Background(), deadletters.Filter{})
 	require.NoError(t, err)
 	require.Len(t, msgs, 3)
 	for _, m := range msgs {
@@ -401,12 +401,12 @@ func TestReplayFromTheDeadLetterQueue(t *testing.T) {
 	broken.Store(false)
 	q := b.dlq(t)
 	ctx := context.Background()
-	rep, err := q.Replay(ctx, dlq.Filter{JobID: job.ID})
+	rep, err := q.Replay(ctx, deadletters.Filter{JobID: job.ID})
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Replayed)
 	require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
 	b.expectDoubled(t, job.ID, 8)
-	left, err := q.List(ctx, dlq.Filter{JobID: job.ID})
+	left, err := q.List(ctx, deadletters.Filter{JobID: job.ID})
 	require.NoError(t, err)
 	require.Empty(t, left, "the replayed dead letter left the queue")
 }

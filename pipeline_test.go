@@ -18,12 +18,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
-	"github.com/warrenhq/warren/aggregator"
-	"github.com/warrenhq/warren/broker"
-	"github.com/warrenhq/warren/broker/amqptest"
-	"github.com/warrenhq/warren/dlq"
+	"github.com/warrenhq/warren/internal/aggregator"
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/broker/amqptest"
+	"github.com/warrenhq/warren/internal/deadletters"
+	"github.com/warrenhq/warren/internal/relay"
 	"github.com/warrenhq/warren/protocol"
-	"github.com/warrenhq/warren/relay"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/postgres"
 	"github.com/warrenhq/warren/store/postgres/pgtest"
@@ -196,12 +196,12 @@ func (b *testBundle) wakeRelays() {
 }
 
 // dlq returns the dead-letter operations of the bundle's installation.
-func (b *testBundle) dlq(t *testing.T) *dlq.Queue {
+func (b *testBundle) dlq(t *testing.T) *deadletters.Queue {
 	t.Helper()
 	pub, err := broker.NewPublisher(b.admin, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	q, err := dlq.New(dlq.Config{Conn: b.admin, Publisher: pub, Names: b.names, Store: b.store})
+	q, err := deadletters.New(deadletters.Config{Conn: b.admin, Publisher: pub, Names: b.names, Store: b.store})
 	require.NoError(t, err)
 	return q
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
-	"github.com/warrenhq/warren/api"
 	"github.com/warrenhq/warren/client"
+	"github.com/warrenhq/warren/internal/api"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/sqlite"
 )

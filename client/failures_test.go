@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
-	"github.com/warrenhq/warren/api"
 	"github.com/warrenhq/warren/client"
-	"github.com/warrenhq/warren/dlq"
+	"github.com/warrenhq/warren/internal/api"
+	"github.com/warrenhq/warren/internal/deadletters"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/sqlite"
 )
@@ -24,38 +24,38 @@ import (
 // fakeDeadLetters stands in for the server's dead-letter queue and
 // records the filters it is called with.
 type fakeDeadLetters struct {
-	msgs   []dlq.Message
-	report dlq.Report
+	msgs   []deadletters.Message
+	report deadletters.Report
 	purged int
 	err    error
 
 	mu      sync.Mutex
-	filters []dlq.Filter
+	filters []deadletters.Filter
 }
 
-func (f *fakeDeadLetters) record(filter dlq.Filter) {
+func (f *fakeDeadLetters) record(filter deadletters.Filter) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.filters = append(f.filters, filter)
 }
 
-func (f *fakeDeadLetters) recorded() []dlq.Filter {
+func (f *fakeDeadLetters) recorded() []deadletters.Filter {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]dlq.Filter(nil), f.filters...)
+	return append([]deadletters.Filter(nil), f.filters...)
 }
 
-func (f *fakeDeadLetters) List(_ context.Context, filter dlq.Filter) ([]dlq.Message, error) {
+func (f *fakeDeadLetters) List(_ context.Context, filter deadletters.Filter) ([]deadletters.Message, error) {
 	f.record(filter)
 	return f.msgs, f.err
 }
 
-func (f *fakeDeadLetters) Replay(_ context.Context, filter dlq.Filter) (dlq.Report, error) {
+func (f *fakeDeadLetters) Replay(_ context.Context, filter deadletters.Filter) (deadletters.Report, error) {
 	f.record(filter)
 	return f.report, f.err
 }
 
-func (f *fakeDeadLetters) Purge(_ context.Context, filter dlq.Filter) (int, error) {
+func (f *fakeDeadLetters) Purge(_ context.Context, filter deadletters.Filter) (int, error) {
 	f.record(filter)
 	return f.purged, f.err
 }
@@ -120,11 +120,11 @@ func TestDeadLetters(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	fake := &fakeDeadLetters{
-		msgs: []dlq.Message{
+		msgs: []deadletters.Message{
 			{JobID: "j1", TaskID: 2, MessageID: "j1:2", RoutingKey: "task.failed", Reason: "permanent", Error: "bad input", Attempts: 1, Time: at},
 			{RoutingKey: "task.failed", Reason: "malformed", Error: "not a task", Attempts: 1},
 		},
-		report: dlq.Report{Replayed: 2, Skipped: 1},
+		report: deadletters.Report{Replayed: 2, Skipped: 1},
 		purged: 4,
 	}
 	b := setupFailures(t, fake)
@@ -154,7 +154,7 @@ func TestDeadLetters(t *testing.T) {
 	require.Equal(t, 4, purged)
 	_, err = b.client.PurgeDeadLetters(ctx, "")
 	require.NoError(t, err)
-	require.Equal(t, []dlq.Filter{{}, {JobID: "j 1/x", Limit: 3}, {JobID: "j1", Limit: 5}, {}, {JobID: "j1"}, {}}, fake.recorded())
+	require.Equal(t, []deadletters.Filter{{}, {JobID: "j 1/x", Limit: 3}, {JobID: "j1", Limit: 5}, {}, {JobID: "j1"}, {}}, fake.recorded())
 
 	_, err = b.client.DeadLetters(ctx, "", -1)
 	require.ErrorContains(t, err, "limit")
@@ -166,7 +166,7 @@ func TestDeadLetters(t *testing.T) {
 func TestDeadLetterErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupFailures(t, &fakeDeadLetters{err: errors.New("channel closed"), report: dlq.Report{Replayed: 1}})
+	b := setupFailures(t, &fakeDeadLetters{err: errors.New("channel closed"), report: deadletters.Report{Replayed: 1}})
 	_, _, err := b.client.ReplayDeadLetters(ctx, "", 0)
 	var apiErr *client.Error
 	require.ErrorAs(t, err, &apiErr)

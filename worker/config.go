@@ -12,7 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/warrenhq/warren/broker"
+	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/protocol"
 )
 

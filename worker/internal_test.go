@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
-	"github.com/warrenhq/warren/broker"
+	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/protocol"
 )
 

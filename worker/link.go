@@ -9,7 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/warrenhq/warren/broker"
+	"github.com/warrenhq/warren/internal/broker"
 )
 
 // closeTimeout bounds the close handshake of a connection: a connection

@@ -14,8 +14,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenhq/warren/broker"
-	"github.com/warrenhq/warren/broker/amqptest"
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/broker/amqptest"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/worker"
 )

@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/warrenhq/warren"
-	"github.com/warrenhq/warren/broker"
+	"github.com/warrenhq/warren/internal/broker"
 )
 
 // config is the command line.

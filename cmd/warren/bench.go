@@ -26,10 +26,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren"
-	"github.com/warrenhq/warren/aggregator"
-	"github.com/warrenhq/warren/broker"
+	"github.com/warrenhq/warren/internal/aggregator"
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/relay"
 	"github.com/warrenhq/warren/protocol"
-	"github.com/warrenhq/warren/relay"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/open"
 	"github.com/warrenhq/warren/worker"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenhq/warren/broker/amqptest"
+	"github.com/warrenhq/warren/internal/broker/amqptest"
 )
 
 // `warren bench --json` against the real broker prints one object with

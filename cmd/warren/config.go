@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/warrenhq/warren/broker"
+	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store/open"
 )

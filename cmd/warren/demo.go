@@ -23,12 +23,12 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/warrenhq/warren/aggregator"
-	"github.com/warrenhq/warren/api"
-	"github.com/warrenhq/warren/broker"
 	"github.com/warrenhq/warren/client"
+	"github.com/warrenhq/warren/internal/aggregator"
+	"github.com/warrenhq/warren/internal/api"
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/relay"
 	"github.com/warrenhq/warren/protocol"
-	"github.com/warrenhq/warren/relay"
 	"github.com/warrenhq/warren/worker"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenhq/warren/broker/amqptest"
+	"github.com/warrenhq/warren/internal/broker/amqptest"
 )
 
 // `warren demo --json` on a corpus whose word counts the test computes on

@@ -19,8 +19,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenhq/warren/broker"
-	"github.com/warrenhq/warren/broker/amqptest"
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/broker/amqptest"
 )
 
 var (

@@ -12,8 +12,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/warrenhq/warren/api"
 	"github.com/warrenhq/warren/client"
+	"github.com/warrenhq/warren/internal/api"
 )
 
 // clientFlags are the settings of the commands that talk to a server.

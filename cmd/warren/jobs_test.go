@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenhq/warren/api"
+	"github.com/warrenhq/warren/internal/api"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/sqlite"
 )

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/warrenhq/warren/broker"
+	"github.com/warrenhq/warren/internal/broker"
 )
 
 func runServer(ctx context.Context, args []string, env *environment) error {

@@ -17,13 +17,13 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/warrenhq/warren/aggregator"
-	"github.com/warrenhq/warren/api"
-	"github.com/warrenhq/warren/broker"
-	"github.com/warrenhq/warren/dlq"
+	"github.com/warrenhq/warren/internal/aggregator"
+	"github.com/warrenhq/warren/internal/api"
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/deadletters"
+	"github.com/warrenhq/warren/internal/reconciler"
+	"github.com/warrenhq/warren/internal/relay"
 	"github.com/warrenhq/warren/protocol"
-	"github.com/warrenhq/warren/reconciler"
-	"github.com/warrenhq/warren/relay"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/open"
 )
@@ -122,7 +122,7 @@ type brokerSet struct {
 	pub     *broker.Publisher
 	relay   *relay.Relay
 	agg     *aggregator.Aggregator
-	dlq     *dlq.Queue
+	dlq     *deadletters.Queue
 }
 
 // openStack connects to everything and binds the API's address; run
@@ -236,7 +236,7 @@ func (s *stack) connect(ctx context.Context) (_ *brokerSet, err error) {
 		Hooks: s.aggMetrics.Hooks(aggregator.Hooks{})}); err != nil {
 		return nil, err
 	}
-	if bs.dlq, err = dlq.New(dlq.Config{Conn: bs.conConn, Publisher: bs.pub, Names: s.names, Store: s.store, Logger: s.log}); err != nil {
+	if bs.dlq, err = deadletters.New(deadletters.Config{Conn: bs.conConn, Publisher: bs.pub, Names: s.names, Store: s.store, Logger: s.log}); err != nil {
 		return nil, err
 	}
 	return bs, nil
@@ -343,21 +343,21 @@ type deadLetters struct{ s *stack }
 
 var errDisconnected = errors.New("not connected to the broker; reconnecting")
 
-func (d deadLetters) List(ctx context.Context, f dlq.Filter) ([]dlq.Message, error) {
+func (d deadLetters) List(ctx context.Context, f deadletters.Filter) ([]deadletters.Message, error) {
 	if bs := d.s.current(); bs != nil {
 		return bs.dlq.List(ctx, f)
 	}
 	return nil, errDisconnected
 }
 
-func (d deadLetters) Replay(ctx context.Context, f dlq.Filter) (dlq.Report, error) {
+func (d deadLetters) Replay(ctx context.Context, f deadletters.Filter) (deadletters.Report, error) {
 	if bs := d.s.current(); bs != nil {
 		return bs.dlq.Replay(ctx, f)
 	}
-	return dlq.Report{}, errDisconnected
+	return deadletters.Report{}, errDisconnected
 }
 
-func (d deadLetters) Purge(ctx context.Context, f dlq.Filter) (int, error) {
+func (d deadLetters) Purge(ctx context.Context, f deadletters.Filter) (int, error) {
 	if bs := d.s.current(); bs != nil {
 		return bs.dlq.Purge(ctx, f)
 	}

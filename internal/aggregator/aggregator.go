@@ -1,0 +1,616 @@
+// Package aggregator consumes task results and dead-lettered tasks,
+// records each task's terminal state exactly once in the job store, closes
+// a job when completed + failed == expected (never from queue emptiness),
+// and reduces its results in task id order.
+package aggregator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/store"
+)
+
+// Defaults for Config.
+const (
+	DefaultBatchSize     = 256
+	DefaultLinger        = 5 * time.Millisecond
+	DefaultScanInterval  = 5 * time.Second
+	DefaultReducer       = "collect"
+	maxStoreRetryBackoff = 5 * time.Second
+)
+
+// Config configures an Aggregator.
+type Config struct {
+	// Store is the job store. Required.
+	Store store.Store
+	// Conn is the connection the aggregator consumes on; it opens its own
+	// channels and does not close the connection. Required.
+	Conn *amqp.Connection
+	// Names are the exchange and queue names.
+	Names protocol.Names
+	// BatchSize is the most deliveries recorded in one store transaction
+	// and acknowledged with one multiple-ack; 0 means DefaultBatchSize.
+	BatchSize int
+	// Linger is how long a batch waits for more deliveries after its first
+	// one, when more than the first were already waiting (a lone result is
+	// recorded at once); 0 means DefaultLinger.
+	Linger time.Duration
+	// ScanInterval is how often the aggregator looks for jobs that are
+	// ready to close but were not closed (a crash between recording the
+	// last result and closing); 0 means DefaultScanInterval.
+	ScanInterval time.Duration
+	// Logger receives logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Hooks, when set, observe the aggregator (metrics and tests). They
+	// must not block.
+	Hooks Hooks
+}
+
+// Hooks observe an aggregator. Every field is optional.
+type Hooks struct {
+	// OnBatch is called after each batch was committed and acknowledged.
+	OnBatch func(size int, report store.ApplyReport)
+	// OnJobClosed is called after this aggregator closed a job.
+	OnJobClosed func(jobID string, state warren.JobState)
+	// OnInvalid is called for each delivery dead-lettered as invalid.
+	OnInvalid func(queue string, reason string)
+	// OnDeadLetter is called for each dead-lettered task the aggregator
+	// recorded (after its acknowledgement), with the routing key it was
+	// dead-lettered with and the reason (a protocol Reason constant, or
+	// the broker's x-death reason).
+	OnDeadLetter func(routingKey, reason string)
+}
+
+func (c Config) withDefaults() Config {
+	if c.BatchSize <= 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.Linger <= 0 {
+		c.Linger = DefaultLinger
+	}
+	if c.ScanInterval <= 0 {
+		c.ScanInterval = DefaultScanInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("aggregator: Config.Store is required")
+	case c.Conn == nil:
+		return errors.New("aggregator: Config.Conn is required")
+	case c.Names.ResultsQueue == "":
+		return errors.New("aggregator: Config.Names is required (protocol.NamesFor(prefix))")
+	}
+	return nil
+}
+
+// Aggregator records results and closes jobs.
+type Aggregator struct {
+	cfg   Config
+	close chan string
+
+	// outcomes and from are process's buffers, reused batch after batch
+	// (only the consuming goroutine uses them).
+	outcomes []store.Outcome
+	from     []int
+}
+
+// New returns an aggregator; it does nothing until Run.
+func New(cfg Config) (*Aggregator, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Aggregator{cfg: cfg, close: make(chan string, 1024)}, nil
+}
+
+// source is one consumed queue on its own channel: multiple-acks are per
+// channel, and deliveries of one channel arrive in tag order.
+type source struct {
+	queue      string
+	dead       bool // dead-lettered tasks rather than results
+	ch         *amqp.Channel
+	deliveries <-chan amqp.Delivery
+}
+
+// item is one delivery of a batch with what it decoded to.
+type item struct {
+	src     *source
+	d       amqp.Delivery
+	invalid string // why the delivery can never be applied
+	reason  string // why a dead-lettered task failed
+}
+
+// Run consumes results and dead letters until ctx is done and closes
+// ready jobs. It returns nil after ctx is done (unacknowledged deliveries
+// go back to their queues), or an error when the broker connection is
+// lost.
+func (a *Aggregator) Run(ctx context.Context) error {
+	prefetch := 2 * a.cfg.BatchSize
+	results, err := a.open(a.cfg.Names.ResultsQueue, false, prefetch)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = results.ch.Close() }()
+	dead, err := a.open(a.cfg.Names.DeadQueue, true, prefetch)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = dead.ch.Close() }()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.closer(ctx)
+	}()
+	err = a.consume(ctx, results, dead)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+func (a *Aggregator) open(queue string, dead bool, prefetch int) (*source, error) {
+	ch, deliveries, err := broker.Consume(a.cfg.Conn, queue, "", prefetch)
+	if err != nil {
+		return nil, fmt.Errorf("aggregator: %w", err)
+	}
+	return &source{queue: queue, dead: dead, ch: ch, deliveries: deliveries}, nil
+}
+
+func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
+	batch := make([]item, 0, a.cfg.BatchSize)
+	var lastBatch time.Time
+	for {
+		batch = batch[:0]
+		// Wait for the first delivery of a batch.
+		first, ok, err := a.next(ctx, results, dead, nil)
+		if !ok {
+			return err
+		}
+		batch = append(batch, first)
+		// Take what is already here. Waiting for more is worth it only
+		// when results are flowing: more came with the first one, or the
+		// last batch was recorded less than a linger ago. A lone result
+		// after a quiet spell is recorded at once.
+		busy := time.Since(lastBatch) < a.cfg.Linger
+		for len(batch) < a.cfg.BatchSize {
+			it, ok, err := a.poll(results, dead)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+			batch = append(batch, it)
+		}
+		linger := time.NewTimer(a.cfg.Linger)
+		for (busy || len(batch) > 1) && len(batch) < a.cfg.BatchSize {
+			it, ok, err := a.next(ctx, results, dead, linger.C)
+			if err != nil {
+				linger.Stop()
+				return err
+			}
+			if !ok {
+				break
+			}
+			batch = append(batch, it)
+		}
+		linger.Stop()
+		pctx, cancel := a.batchContext(ctx)
+		err = a.process(pctx, batch)
+		cancel()
+		lastBatch = time.Now()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // not acked: the broker redelivers
+			}
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil // the last batch was flushed
+		}
+	}
+}
+
+// FlushTimeout bounds how long a stopping aggregator spends recording the
+// batch it holds, so that a shutdown leaves as little as possible to be
+// redelivered.
+const FlushTimeout = 10 * time.Second
+
+// batchContext is ctx while the aggregator runs; once ctx is done, a
+// context that outlives it by at most FlushTimeout, to flush the batch
+// already taken.
+func (a *Aggregator) batchContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), FlushTimeout)
+}
+
+// poll returns a delivery that either source already holds, without
+// waiting; ok is false when there is none (err nil) or a channel closed
+// (err set).
+func (a *Aggregator) poll(results, dead *source) (item, bool, error) {
+	select {
+	case d, ok := <-results.deliveries:
+		return results.item(d, ok)
+	case d, ok := <-dead.deliveries:
+		return dead.item(d, ok)
+	default:
+		return item{}, false, nil
+	}
+}
+
+// next returns the next delivery from either source. ok is false when
+// timeout fired or ctx is done (err nil), or when a channel closed (err
+// set).
+func (a *Aggregator) next(ctx context.Context, results, dead *source, timeout <-chan time.Time) (item, bool, error) {
+	select {
+	case d, ok := <-results.deliveries:
+		return results.item(d, ok)
+	case d, ok := <-dead.deliveries:
+		return dead.item(d, ok)
+	case <-timeout:
+		return item{}, false, nil
+	case <-ctx.Done():
+		return item{}, false, nil
+	}
+}
+
+// item wraps a delivery received from s; ok false means s's channel
+// closed.
+func (s *source) item(d amqp.Delivery, ok bool) (item, bool, error) {
+	if !ok {
+		return item{}, false, fmt.Errorf("aggregator: consumer of %q closed", s.queue)
+	}
+	return item{src: s, d: d}, true, nil
+}
+
+// process records one batch in ONE store transaction, dead-letters what
+// can never be applied, then acknowledges the rest with one multiple-ack
+// per channel, and queues the jobs the batch made ready for closing.
+func (a *Aggregator) process(ctx context.Context, batch []item) error {
+	outcomes := a.outcomes[:0]
+	from := a.from[:0] // outcome index -> batch index
+	for i := range batch {
+		n := len(outcomes)
+		var err error
+		outcomes, batch[i].reason, err = decode(outcomes, batch[i])
+		if err != nil {
+			batch[i].invalid = err.Error()
+			continue
+		}
+		for range len(outcomes) - n {
+			from = append(from, i)
+		}
+	}
+	// Keep the buffers for the next batch, without what they point to.
+	defer func() {
+		clear(outcomes)
+		a.outcomes, a.from = outcomes[:0], from[:0]
+	}()
+	report, err := a.apply(ctx, outcomes)
+	if err != nil {
+		return err
+	}
+	for _, idx := range report.Unknown {
+		batch[from[idx]].invalid = "unknown job or task " + protocol.MessageID(outcomes[idx].JobID, outcomes[idx].TaskID)
+	}
+	if err := a.acknowledge(batch); err != nil {
+		return err
+	}
+	if a.cfg.Hooks.OnBatch != nil {
+		a.cfg.Hooks.OnBatch(len(batch), report)
+	}
+	if a.cfg.Hooks.OnDeadLetter != nil {
+		for _, it := range batch {
+			if it.src.dead && it.invalid == "" {
+				a.cfg.Hooks.OnDeadLetter(it.d.RoutingKey, it.reason)
+			}
+		}
+	}
+	for _, id := range report.ReadyToClose {
+		a.requestClose(id)
+	}
+	return nil
+}
+
+// apply retries the store until it answers or ctx is done: a store outage
+// pauses the aggregator, and nothing is acknowledged meanwhile.
+func (a *Aggregator) apply(ctx context.Context, outcomes []store.Outcome) (store.ApplyReport, error) {
+	if len(outcomes) == 0 {
+		return store.ApplyReport{}, nil
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		report, err := a.cfg.Store.ApplyOutcomes(ctx, outcomes)
+		if err == nil {
+			return report, nil
+		}
+		if ctx.Err() != nil {
+			return store.ApplyReport{}, ctx.Err()
+		}
+		a.cfg.Logger.Warn("aggregator: recording a batch failed; retrying", "error", err, "batch", len(outcomes), "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return store.ApplyReport{}, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxStoreRetryBackoff)
+	}
+}
+
+// acknowledge rejects (dead-letters) invalid deliveries one by one, then
+// acks everything else of each channel with one multiple-ack.
+func (a *Aggregator) acknowledge(batch []item) error {
+	last := map[*source]uint64{}
+	for _, it := range batch {
+		if it.invalid != "" {
+			a.cfg.Logger.Warn("aggregator: dead-lettering a message that can never be applied",
+				"queue", it.src.queue, "message_id", it.d.MessageId, "reason", it.invalid)
+			// The queue dead-letters to the results dead-letter queue.
+			if err := it.d.Nack(false, false); err != nil {
+				return fmt.Errorf("aggregator: reject: %w", err)
+			}
+			if a.cfg.Hooks.OnInvalid != nil {
+				a.cfg.Hooks.OnInvalid(it.src.queue, it.invalid)
+			}
+			continue
+		}
+		last[it.src] = max(last[it.src], it.d.DeliveryTag)
+	}
+	for src, tag := range last {
+		if err := src.ch.Ack(tag, true); err != nil {
+			return fmt.Errorf("aggregator: ack on %q: %w", src.queue, err)
+		}
+	}
+	return nil
+}
+
+// decode appends the task outcomes of a delivery to outcomes (one, or
+// each task's of a batch), with the failure reason of a dead-lettered
+// task. On an error, outcomes is returned as it was.
+func decode(outcomes []store.Outcome, it item) ([]store.Outcome, string, error) {
+	if it.src.dead {
+		return decodeDead(outcomes, it.d)
+	}
+	rs, err := protocol.DecodeResults(it.d.Body)
+	if err != nil {
+		return outcomes, "", err
+	}
+	for _, r := range rs {
+		outcomes = append(outcomes, resultOutcome(r))
+	}
+	return outcomes, "", nil
+}
+
+// resultOutcome is the outcome a result records.
+func resultOutcome(r protocol.Result) store.Outcome {
+	o := store.Outcome{
+		JobID:      r.JobID,
+		TaskID:     r.TaskID,
+		State:      warren.TaskCompleted,
+		Result:     r.Result,
+		Attempts:   r.Attempt,
+		Worker:     r.Worker,
+		StartedAt:  r.StartedAt,
+		FinishedAt: r.FinishedAt,
+	}
+	if r.Failed() {
+		o.State = warren.TaskFailed
+		o.Result = nil
+		o.Error = r.Error
+		if o.Error == "" {
+			o.Error = "failed (no error given)"
+		}
+	}
+	if o.FinishedAt == nil {
+		now := time.Now().UTC()
+		o.FinishedAt = &now
+	}
+	return o
+}
+
+// decodeDead appends the failed outcomes of a dead-lettered task message
+// (single, or every task of a batch the broker dead-lettered) to outcomes:
+// dead-lettered by a worker (x-failure-reason, x-error) or by the broker
+// (x-death). On an error, outcomes is returned as it was.
+func decodeDead(outcomes []store.Outcome, d amqp.Delivery) ([]store.Outcome, string, error) {
+	tasks, _, err := protocol.DecodeTasks(d.Body)
+	if err != nil {
+		return outcomes, "", err
+	}
+	o, reason := deadOutcome(d)
+	for _, t := range tasks {
+		o.JobID, o.TaskID = t.JobID, t.TaskID
+		outcomes = append(outcomes, o)
+	}
+	return outcomes, reason, nil
+}
+
+// deadOutcome is the failed outcome, without job and task, that dead
+// letter d records, and its reason.
+func deadOutcome(d amqp.Delivery) (store.Outcome, string) {
+	now := time.Now().UTC()
+	o := store.Outcome{State: warren.TaskFailed, FinishedAt: &now}
+	retries, _ := protocol.HeaderInt(d.Headers, protocol.HeaderRetry)
+	o.Attempts = retries + 1
+	if n, _ := protocol.HeaderInt(d.Headers, "x-delivery-count"); n+1 > o.Attempts {
+		o.Attempts = n + 1
+	}
+	reason, _ := d.Headers[protocol.HeaderReason].(string)
+	msg, _ := d.Headers[protocol.HeaderError].(string)
+	o.Worker, _ = d.Headers[protocol.HeaderWorker].(string)
+	o.StartedAt = headerTime(d.Headers, protocol.HeaderStartedAt)
+	if at := headerTime(d.Headers, protocol.HeaderFailedAt); at != nil {
+		o.FinishedAt = at
+	}
+	if reason == "" {
+		reason, queue := deathReason(d.Headers)
+		o.Error = fmt.Sprintf("dead-lettered by the broker from %q: %s", queue, reason)
+		if reason == protocol.ReasonDeliveryLimit {
+			o.Error += " (the task was delivered too many times without an ack; it may crash its worker)"
+		}
+		return o, reason
+	}
+	if msg == "" {
+		msg = reason
+	}
+	o.Error = fmt.Sprintf("%s: %s", reason, msg)
+	return o, reason
+}
+
+// deathReason returns the reason and queue of the latest dead-lettering:
+// x-death lists the most recent first. x-first-death-* is only a fallback:
+// a task that waited in a retry tier carries "expired" there for good.
+func deathReason(h amqp.Table) (string, string) {
+	if deaths, ok := h["x-death"].([]any); ok && len(deaths) > 0 {
+		if t, ok := deaths[0].(amqp.Table); ok {
+			r, _ := t["reason"].(string)
+			q, _ := t["queue"].(string)
+			if r != "" {
+				return r, q
+			}
+		}
+	}
+	if r, ok := h["x-first-death-reason"].(string); ok {
+		q, _ := h["x-first-death-queue"].(string)
+		return r, q
+	}
+	return "unknown", "unknown"
+}
+
+// headerTime reads an RFC 3339 time header; nil if absent or invalid.
+func headerTime(h amqp.Table, key string) *time.Time {
+	v, ok := h[key].(string)
+	if !ok {
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+// RequestClose asks the aggregator to close a job that is ready to close
+// (for example one whose last task the reconciler failed). It never
+// blocks: when its queue is full, the periodic scan finds the job.
+func (a *Aggregator) RequestClose(id string) { a.requestClose(id) }
+
+// requestClose queues a job for the closer without blocking the consumer;
+// if the queue is full, the periodic scan finds the job.
+func (a *Aggregator) requestClose(id string) {
+	select {
+	case a.close <- id:
+	default:
+	}
+}
+
+// closer closes jobs handed to it and, periodically, those the store says
+// are ready (left half-closed by a crash, or missed).
+func (a *Aggregator) closer(ctx context.Context) {
+	a.scan(ctx)
+	tick := time.NewTicker(a.cfg.ScanInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-a.close:
+			if err := a.CloseJob(ctx, id); err != nil && ctx.Err() == nil {
+				a.cfg.Logger.Error("aggregator: closing job failed; the scan retries it", "job_id", id, "error", err)
+			}
+		case <-tick.C:
+			a.scan(ctx)
+		}
+	}
+}
+
+func (a *Aggregator) scan(ctx context.Context) {
+	ids, err := a.cfg.Store.JobsToClose(ctx, 100)
+	if err != nil {
+		if ctx.Err() == nil {
+			a.cfg.Logger.Warn("aggregator: looking for jobs to close failed", "error", err)
+		}
+		return
+	}
+	for _, id := range ids {
+		if err := a.CloseJob(ctx, id); err != nil && ctx.Err() == nil {
+			a.cfg.Logger.Error("aggregator: closing job failed", "job_id", id, "error", err)
+		}
+	}
+}
+
+// CloseJob closes a job that is ready to close: completed, with its
+// reduced result, when its failures are within tolerance, else failed. It
+// is idempotent and safe to run from several aggregators at once: exactly
+// one of them closes the job; it returns nil when the job was already
+// closed or is not ready.
+func (a *Aggregator) CloseJob(ctx context.Context, id string) error {
+	job, err := a.cfg.Store.GetJob(ctx, id)
+	if err != nil {
+		return err
+	}
+	if job.State.Terminal() {
+		return nil
+	}
+	tolerated := job.Policy.Tolerates(job.FailedTasks, job.ExpectedTasks)
+	if !job.Finished() && (tolerated || !job.Policy.FailFast) {
+		return nil
+	}
+	state, result, msg := warren.JobCompleted, []byte(nil), ""
+	if !tolerated {
+		state = warren.JobFailed
+		msg = fmt.Sprintf("%d of %d tasks failed, over the tolerance", job.FailedTasks, job.ExpectedTasks)
+	} else {
+		result, err = a.reduce(ctx, job)
+		if err != nil {
+			state, result, msg = warren.JobFailed, nil, err.Error()
+		}
+	}
+	closed, err := a.cfg.Store.FinishJob(ctx, id, state, result, msg)
+	if err != nil {
+		return fmt.Errorf("aggregator: finish job %s: %w", id, err)
+	}
+	if closed {
+		a.cfg.Logger.Info("job closed", "job_id", id, "state", state,
+			"completed", job.CompletedTasks, "failed", job.FailedTasks, "expected", job.ExpectedTasks)
+		if a.cfg.Hooks.OnJobClosed != nil {
+			a.cfg.Hooks.OnJobClosed(id, state)
+		}
+	}
+	return nil
+}
+
+func (a *Aggregator) reduce(ctx context.Context, job warren.Job) ([]byte, error) {
+	name := job.Policy.Reduce
+	if name == "" {
+		name = DefaultReducer
+	}
+	return Reduce(name, func(fn func(taskID int64, failed bool, result json.RawMessage) error) error {
+		return a.cfg.Store.ScanResults(ctx, job.ID, func(taskID int64, state warren.TaskState, result json.RawMessage) error {
+			return fn(taskID, state != warren.TaskCompleted, result)
+		})
+	})
+}

@@ -1,0 +1,224 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/warrenhq/warren/internal/deadletters"
+)
+
+// DeadLetters operates on the dead-letter queue for the /v1/deadletters
+// routes. *deadletters.Queue implements it.
+type DeadLetters interface {
+	// List returns the matching dead letters and leaves them in the queue.
+	List(ctx context.Context, f deadletters.Filter) ([]deadletters.Message, error)
+	// Replay republishes the matching dead letters' tasks.
+	Replay(ctx context.Context, f deadletters.Filter) (deadletters.Report, error)
+	// Purge removes the matching dead letters and says how many.
+	Purge(ctx context.Context, f deadletters.Filter) (int, error)
+}
+
+// maxDeadLetterBody bounds the body of a replay or a purge: a filter.
+const maxDeadLetterBody = 64 << 10
+
+// deadLetterJSON is a dead letter as the API shows it.
+type deadLetterJSON struct {
+	JobID      string     `json:"job_id"`
+	TaskID     int64      `json:"task_id"`
+	TaskIDs    []int64    `json:"task_ids,omitempty"` // a whole batch's tasks
+	MessageID  string     `json:"message_id"`
+	RoutingKey string     `json:"routing_key"`
+	Reason     string     `json:"reason"`
+	Error      string     `json:"error"`
+	Attempts   int        `json:"attempts"`
+	Time       *time.Time `json:"time"` // null when no header says
+}
+
+// deadLetterList is the body of GET /v1/deadletters.
+type deadLetterList struct {
+	DeadLetters []deadLetterJSON `json:"deadletters"`
+}
+
+// replayResponse is the body of POST /v1/deadletters/replay.
+type replayResponse struct {
+	Replayed int `json:"replayed"`
+	Skipped  int `json:"skipped"`
+}
+
+// purgeResponse is the body of POST /v1/deadletters/purge.
+type purgeResponse struct {
+	Purged int `json:"purged"`
+}
+
+// listDeadLetters handles GET /v1/deadletters.
+func (s *server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
+	dl, ok := s.deadLetters(w)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	f := deadletters.Filter{JobID: q.Get("job_id")}
+	if !validText(f.JobID) {
+		writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter, "job_id must be UTF-8 without control characters"))
+		return
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter, "limit must be a positive integer; got %q", v))
+			return
+		}
+		f.Limit = n
+	}
+	msgs, err := dl.List(r.Context(), f)
+	if err != nil {
+		s.deadLetterError(w, r, err, "list dead letters", "")
+		return
+	}
+	out := deadLetterList{DeadLetters: make([]deadLetterJSON, 0, len(msgs))}
+	for _, m := range msgs {
+		dj := deadLetterJSON{JobID: m.JobID, TaskID: m.TaskID, TaskIDs: m.TaskIDs, MessageID: m.MessageID, RoutingKey: m.RoutingKey,
+			Reason: m.Reason, Error: m.Error, Attempts: m.Attempts}
+		if !m.Time.IsZero() {
+			dj.Time = utc(&m.Time)
+		}
+		out.DeadLetters = append(out.DeadLetters, dj)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// replayDeadLetters handles POST /v1/deadletters/replay.
+func (s *server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
+	dl, ok := s.deadLetters(w)
+	if !ok {
+		return
+	}
+	f, aerr := readFilter(w, r, true)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	rep, err := dl.Replay(r.Context(), f)
+	if err != nil {
+		s.deadLetterError(w, r, err, "replay dead letters",
+			fmt.Sprintf(" (after replaying %d and skipping %d)", rep.Replayed, rep.Skipped))
+		return
+	}
+	s.log.Info("api: dead letters replayed", "job_id", f.JobID, "replayed", rep.Replayed, "skipped", rep.Skipped)
+	writeJSON(w, http.StatusOK, replayResponse{Replayed: rep.Replayed, Skipped: rep.Skipped})
+}
+
+// purgeDeadLetters handles POST /v1/deadletters/purge.
+func (s *server) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
+	dl, ok := s.deadLetters(w)
+	if !ok {
+		return
+	}
+	f, aerr := readFilter(w, r, false)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	n, err := dl.Purge(r.Context(), f)
+	if err != nil {
+		s.deadLetterError(w, r, err, "purge dead letters", fmt.Sprintf(" (after purging %d)", n))
+		return
+	}
+	s.log.Info("api: dead letters purged", "job_id", f.JobID, "purged", n)
+	writeJSON(w, http.StatusOK, purgeResponse{Purged: n})
+}
+
+// deadLetters returns the configured DeadLetters, or answers 503.
+func (s *server) deadLetters(w http.ResponseWriter) (DeadLetters, bool) {
+	if s.cfg.DeadLetters == nil {
+		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "this server has no dead-letter queue to operate on"))
+		return nil, false
+	}
+	return s.cfg.DeadLetters, true
+}
+
+// deadLetterError answers for an error of a dead-letter operation: 503
+// when the broker (Config.Ready) or the store does not answer, else 500,
+// with the detail logged and not sent. done says what the operation did
+// before the error, for the message.
+func (s *server) deadLetterError(w http.ResponseWriter, r *http.Request, err error, what, done string) {
+	if r.Context().Err() != nil {
+		s.log.Debug("api: request cancelled", "op", what, "error", err)
+		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "request cancelled%s", done))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), probeTimeout)
+	defer cancel()
+	var down error
+	if s.cfg.Ready != nil {
+		down = s.cfg.Ready(ctx)
+	}
+	if down == nil {
+		down = s.cfg.Store.Ping(ctx)
+	}
+	if down != nil {
+		s.log.Error("api: a dependency of the dead-letter queue does not answer", "op", what, "error", err, "ping_error", down)
+		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "the broker or the job store is unavailable%s; retry later", done))
+		return
+	}
+	s.log.Error("api: dead-letter operation failed", "op", what, "error", err)
+	writeError(w, errorf(http.StatusInternalServerError, codeInternal, "internal error%s", done))
+}
+
+// readFilter reads the optional JSON body of a replay or a purge:
+// {"job_id"}, and {"limit"} when withLimit. An empty body is no filter.
+func readFilter(w http.ResponseWriter, r *http.Request, withLimit bool) (deadletters.Filter, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxDeadLetterBody))
+	if err != nil {
+		return deadletters.Filter{}, bodyError(err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return deadletters.Filter{}, nil
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if media, _, err := mime.ParseMediaType(ct); err != nil || media != mediaJSON {
+			return deadletters.Filter{}, errorf(http.StatusUnsupportedMediaType, codeUnsupportedMedia, "Content-Type must be %s", mediaJSON)
+		}
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		if _, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+			return deadletters.Filter{}, errorf(http.StatusBadRequest, codeInvalidType, "the body must be a JSON object")
+		}
+		return deadletters.Filter{}, bodyError(err)
+	}
+	var f deadletters.Filter
+	for key, raw := range fields {
+		var target any
+		switch {
+		case key == "job_id":
+			target = &f.JobID
+		case key == "limit" && withLimit:
+			target = &f.Limit
+		default:
+			return deadletters.Filter{}, errorf(http.StatusBadRequest, codeUnknownField, "unknown field %q", key)
+		}
+		if err := json.Unmarshal(raw, target); err != nil {
+			want := "a string"
+			if key == "limit" {
+				want = "an integer"
+			}
+			return deadletters.Filter{}, errorf(http.StatusBadRequest, codeInvalidType, "%s must be %s, got %s", key, want, jsonKind(raw))
+		}
+		if key == "limit" && string(raw) != "null" && f.Limit < 1 {
+			return deadletters.Filter{}, errorf(http.StatusUnprocessableEntity, codeValidation, "limit must be at least 1 (leave it out for every message), got %d", f.Limit)
+		}
+	}
+	if !validText(f.JobID) {
+		return deadletters.Filter{}, errorf(http.StatusUnprocessableEntity, codeValidation, "job_id must be UTF-8 without control characters")
+	}
+	return f, nil
+}

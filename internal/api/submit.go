@@ -1,0 +1,194 @@
+package api
+
+import (
+	"encoding/json"
+	"iter"
+	"math"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/aggregator"
+	"github.com/warrenhq/warren/store"
+)
+
+// Media types a submission may have.
+const (
+	mediaJSON   = "application/json"
+	mediaNDJSON = "application/x-ndjson"
+)
+
+// maxTypeLen and maxIdempotencyKeyLen bound the strings that travel in
+// AMQP short strings or index keys.
+const (
+	maxTypeLen           = 255
+	maxIdempotencyKeyLen = 255
+	// maxTaskTimeout bounds task_timeout: a week.
+	maxTaskTimeout = 7 * 24 * time.Hour
+)
+
+// specFields are the fields of a job spec other than "tasks", with the JSON
+// type each must have (for error messages).
+var specFields = map[string]string{
+	"type":                      "a string",
+	"reduce":                    "a string",
+	"max_retries":               "an integer",
+	"tolerated_failures":        "an integer",
+	"tolerated_failure_percent": "a number",
+	"fail_fast":                 "a boolean",
+	"task_timeout":              "a number of seconds",
+	"batch_size":                "an integer",
+	"metadata":                  "an object",
+}
+
+// jobSpec is a submitted job without its tasks, as given. nil pointers are
+// fields that were absent (or null).
+type jobSpec struct {
+	Type                    string
+	Reduce                  string
+	MaxRetries              *int
+	ToleratedFailures       *int64
+	ToleratedFailurePercent *float64
+	FailFast                bool
+	TaskTimeout             *float64
+	BatchSize               *int
+	Metadata                json.RawMessage
+}
+
+// submitResponse is the body of a 202.
+type submitResponse struct {
+	ID        string          `json:"id"`
+	State     warren.JobState `json:"state"`
+	StatusURL string          `json:"status_url"`
+}
+
+// submitJob handles POST /v1/jobs.
+func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
+	media, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || (media != mediaJSON && media != mediaNDJSON) {
+		writeError(w, errorf(http.StatusUnsupportedMediaType, codeUnsupportedMedia,
+			"Content-Type must be %s or %s", mediaJSON, mediaNDJSON))
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > maxIdempotencyKeyLen || !validText(key) {
+		writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter,
+			"Idempotency-Key must be at most %d bytes of UTF-8 without control characters", maxIdempotencyKeyLen))
+		return
+	}
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		writeError(w, tooLarge(s.cfg.MaxBodyBytes))
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+
+	var (
+		spec  store.NewJob
+		tasks iter.Seq2[json.RawMessage, error]
+		perr  *apiError
+	)
+	if media == mediaNDJSON {
+		spec, tasks, perr = parseNDJSON(body)
+	} else {
+		spec, tasks, perr = parseJSON(body)
+	}
+	if perr != nil {
+		writeError(w, perr)
+		return
+	}
+	spec.IdempotencyKey = key
+
+	job, created, err := s.cfg.Store.CreateJob(r.Context(), spec, tasks)
+	if err != nil {
+		s.storeError(w, r, err, "create job", "type", spec.Type)
+		return
+	}
+	if created {
+		s.cfg.Metrics.jobCreated(job.ExpectedTasks)
+		s.log.Info("api: job submitted", "job_id", job.ID, "type", job.Type, "tasks", job.ExpectedTasks)
+		if s.cfg.OnSubmit != nil {
+			s.cfg.OnSubmit(job.ID)
+		}
+	} else {
+		s.cfg.Metrics.idempotentReplay()
+		s.log.Debug("api: idempotent replay", "job_id", job.ID)
+	}
+	url := jobURL(job.ID)
+	w.Header().Set("Location", url)
+	writeJSON(w, http.StatusAccepted, submitResponse{ID: job.ID, State: job.State, StatusURL: url})
+}
+
+// newJob validates the spec and returns it as a store.NewJob with the
+// defaults filled in; problems are 422s.
+func (sp jobSpec) newJob() (store.NewJob, *apiError) {
+	switch {
+	case sp.Type == "":
+		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "type is required: it names the handler that runs the tasks")
+	case len(sp.Type) > maxTypeLen:
+		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "type must be at most %d bytes", maxTypeLen)
+	case strings.ContainsFunc(sp.Type, isControl):
+		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "type must not contain control characters")
+	case sp.MaxRetries != nil && *sp.MaxRetries > math.MaxInt32:
+		// The stores keep it in a 32-bit column.
+		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "max_retries must be at most %d", math.MaxInt32)
+	}
+	p := warren.Policy{Reduce: sp.Reduce, MaxRetries: warren.DefaultMaxRetries, FailFast: sp.FailFast}
+	if p.Reduce == "" {
+		p.Reduce = "collect"
+	}
+	if _, ok := aggregator.LookupReducer(p.Reduce); !ok {
+		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "unknown reducer %q (known: %s)",
+			p.Reduce, strings.Join(aggregator.ReducerNames(), ", "))
+	}
+	if sp.MaxRetries != nil {
+		p.MaxRetries = *sp.MaxRetries
+	}
+	if sp.ToleratedFailures != nil {
+		p.ToleratedFailures = *sp.ToleratedFailures
+	}
+	if sp.ToleratedFailurePercent != nil {
+		p.ToleratedFailurePercent = *sp.ToleratedFailurePercent
+	}
+	if sp.TaskTimeout != nil {
+		secs := *sp.TaskTimeout
+		if !(secs >= 1 && secs <= maxTaskTimeout.Seconds()) {
+			return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation,
+				"task_timeout must be between 1 and %.0f seconds, got %v", maxTaskTimeout.Seconds(), secs)
+		}
+		p.TaskTimeout = time.Duration(secs * float64(time.Second))
+	}
+	if sp.BatchSize != nil {
+		if *sp.BatchSize < 1 || *sp.BatchSize > warren.MaxBatchSize {
+			return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation,
+				"batch_size must be between 1 and %d, got %d", warren.MaxBatchSize, *sp.BatchSize)
+		}
+		p.BatchSize = *sp.BatchSize
+	}
+	if err := p.Validate(); err != nil {
+		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "%v", err)
+	}
+	return store.NewJob{Type: sp.Type, Policy: p, Metadata: sp.Metadata}, nil
+}
+
+// noTasks is the error for a job without tasks.
+func noTasks() *apiError {
+	return errorf(http.StatusUnprocessableEntity, codeValidation, "tasks must not be empty: a job has at least one task")
+}
+
+// tooLarge is the error for a body over limit bytes.
+func tooLarge(limit int64) *apiError {
+	return errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "the body is larger than the limit of %d bytes", limit)
+}
+
+// isControl reports whether r is an ASCII control character.
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// validText reports whether s is UTF-8 without control characters: what
+// every store can keep in a text column (PostgreSQL refuses NUL and
+// invalid UTF-8).
+func validText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, isControl)
+}

@@ -1,0 +1,142 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/broker/amqptest"
+	"github.com/warrenhq/warren/protocol"
+)
+
+func msg(id string) amqp.Publishing {
+	return amqp.Publishing{
+		MessageId:    id,
+		DeliveryMode: amqp.Persistent,
+		ContentType:  protocol.ContentType,
+		Body:         []byte(`{}`),
+	}
+}
+
+func TestPublisherConfirmsRoutedMessages(t *testing.T) {
+	t.Parallel()
+	names, conn := amqptest.Topology(t, nil)
+	p, err := broker.NewPublisher(conn, nil)
+	require.NoError(t, err)
+	defer p.Close()
+
+	ctx := context.Background()
+	for i := range 50 {
+		require.NoError(t, p.PublishAndWait(ctx, names.JobsExchange, protocol.RoutingKeyTask, msg(fmt.Sprint(i))))
+	}
+	require.Equal(t, 50, amqptest.QueueDepth(t, conn, names.TasksQueue))
+}
+
+func TestPublisherReportsUnroutableMessages(t *testing.T) {
+	t.Parallel()
+	names, conn := amqptest.Topology(t, nil)
+	p, err := broker.NewPublisher(conn, nil)
+	require.NoError(t, err)
+	defer p.Close()
+
+	err = p.PublishAndWait(context.Background(), names.JobsExchange, "no-such-key", msg("lost"))
+	require.ErrorIs(t, err, broker.ErrUnroutable)
+}
+
+// Routed and unroutable messages interleaved on one channel: each gets its
+// own outcome, never its neighbour's.
+func TestPublisherMatchesReturnsToTheirMessages(t *testing.T) {
+	t.Parallel()
+	names, conn := amqptest.Topology(t, nil)
+	p, err := broker.NewPublisher(conn, &broker.PublisherOptions{Window: 64})
+	require.NoError(t, err)
+	defer p.Close()
+
+	ctx := context.Background()
+	const n = 2000
+	confs := make([]*broker.Confirmation, n)
+	for i := range n {
+		key := protocol.RoutingKeyTask
+		if i%3 == 0 {
+			key = "nowhere"
+		}
+		confs[i], err = p.Publish(ctx, names.JobsExchange, key, msg(fmt.Sprintf("m-%d", i%7)))
+		require.NoError(t, err)
+	}
+	routed := 0
+	for i, c := range confs {
+		err := c.Wait(ctx)
+		if i%3 == 0 {
+			require.ErrorIs(t, err, broker.ErrUnroutable, "message %d", i)
+		} else {
+			require.NoError(t, err, "message %d", i)
+			routed++
+		}
+	}
+	require.Equal(t, routed, amqptest.QueueDepth(t, conn, names.TasksQueue))
+}
+
+func TestPublisherWindowBoundsUnconfirmedPublishes(t *testing.T) {
+	t.Parallel()
+	names, conn := amqptest.Topology(t, nil)
+	p, err := broker.NewPublisher(conn, &broker.PublisherOptions{Window: 4})
+	require.NoError(t, err)
+	defer p.Close()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 400)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				errs <- p.PublishAndWait(context.Background(), names.JobsExchange, protocol.RoutingKeyTask, msg(fmt.Sprintf("%d-%d", w, i)))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, 400, amqptest.QueueDepth(t, conn, names.TasksQueue))
+}
+
+// A publish that closes the channel (unknown exchange) fails every
+// unconfirmed message with ErrClosed instead of hanging.
+func TestPublisherFailsPendingWhenChannelCloses(t *testing.T) {
+	t.Parallel()
+	_, conn := amqptest.Topology(t, nil)
+	p, err := broker.NewPublisher(conn, nil)
+	require.NoError(t, err)
+	defer p.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := p.Publish(ctx, "warren-no-such-exchange", "x", msg("a"))
+	require.NoError(t, err)
+	require.ErrorIs(t, c.Wait(ctx), broker.ErrClosed)
+	select {
+	case <-p.Done():
+	case <-ctx.Done():
+		t.Fatal("publisher not done after its channel closed")
+	}
+	_, err = p.Publish(ctx, "", "x", msg("b"))
+	require.True(t, errors.Is(err, broker.ErrClosed), "got %v", err)
+}
+
+func TestDialFailureIsOneLine(t *testing.T) {
+	t.Parallel()
+	_, err := broker.Dial(context.Background(), "amqp://guest:secret@127.0.0.1:1/", "x")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "secret")
+	require.NotContains(t, err.Error(), "\n")
+	require.Contains(t, err.Error(), "cannot connect to RabbitMQ")
+}

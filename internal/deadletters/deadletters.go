@@ -1,0 +1,491 @@
+// Package deadletters operates on the dead-letter queue for people
+// (protocol.Names.TasksDLQ): it lists the dead-lettered tasks without
+// removing them, replays them to the work queue with their retries reset,
+// and purges them.
+//
+// Every operation takes the messages it needs on a channel of its own,
+// with manual acknowledgement, and removes a message (acks it) only once
+// it is done with it: a replayed task only after its republish was
+// confirmed. Whatever it took and did not remove goes back to the queue
+// when the channel closes, which also happens when the operation's
+// context is done or the channel fails mid-way: nothing is lost. An
+// operation sees at most the messages that were in the queue when it
+// started, and none that another operation holds at the time.
+//
+// The broker does not put the messages back in their order, so the
+// operations work in dead-letter time order (then job and task id), the
+// order List shows.
+package deadletters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/store"
+)
+
+// DefaultSettleTimeout is Config.SettleTimeout when it is 0.
+const DefaultSettleTimeout = 5 * time.Second
+
+// compensateTimeout bounds the store write that fails a task again after
+// its replay could not be published.
+const compensateTimeout = 10 * time.Second
+
+// Config configures a Queue.
+type Config struct {
+	// Conn is the broker connection; each operation opens (and closes) a
+	// channel of its own on it. Required.
+	Conn *amqp.Connection
+	// Publisher republishes replayed tasks and reports their confirms.
+	// Required.
+	Publisher *broker.Publisher
+	// Names are the installation's exchange and queue names: the
+	// operations work on Names.TasksDLQ and replay to Names.JobsExchange.
+	// Required.
+	Names protocol.Names
+	// Store reopens the task of each replayed message. Required.
+	Store store.Store
+	// Logger receives a line per replayed message and the problems. nil
+	// means slog.Default().
+	Logger *slog.Logger
+	// SettleTimeout bounds how long an operation waits, after closing its
+	// channel, for the broker to make the messages it took back and did
+	// not remove visible again, so that the next operation sees them (the
+	// broker returns them asynchronously). 0 means DefaultSettleTimeout.
+	SettleTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.SettleTimeout == 0 {
+		c.SettleTimeout = DefaultSettleTimeout
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Conn == nil:
+		return errors.New("dlq: Config.Conn is required")
+	case c.Publisher == nil:
+		return errors.New("dlq: Config.Publisher is required")
+	case c.Names.TasksDLQ == "" || c.Names.JobsExchange == "":
+		return errors.New("dlq: Config.Names is required (see protocol.NamesFor)")
+	case c.Store == nil:
+		return errors.New("dlq: Config.Store is required")
+	case c.SettleTimeout < 0:
+		return fmt.Errorf("dlq: Config.SettleTimeout must be >= 0, got %s", c.SettleTimeout)
+	}
+	return nil
+}
+
+// Filter selects the messages of an operation.
+type Filter struct {
+	// JobID keeps only the messages of that job when not empty.
+	JobID string
+	// Limit is the most messages listed, replayed or purged; 0 means all.
+	Limit int
+}
+
+func (f Filter) match(m Message) bool { return f.JobID == "" || m.JobID == f.JobID }
+
+// Report says what Replay did.
+type Report struct {
+	// Replayed counts the messages republished and removed.
+	Replayed int
+	// Skipped counts the matching messages left in the queue: their task
+	// is not failed any more (or unknown, or its job cancelled), or the
+	// message is not a task.
+	Skipped int
+}
+
+// Queue operates on the people's dead-letter queue. It is safe for
+// concurrent use.
+type Queue struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns a Queue, or an error naming the Config field that is wrong.
+func New(cfg Config) (*Queue, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Queue{cfg: cfg, log: cfg.Logger}, nil
+}
+
+// List returns the matching messages, oldest dead letter first, up to
+// f.Limit, and leaves every message in the queue. A message whose body
+// is not a task is listed with what can be read and reason "malformed".
+func (q *Queue) List(ctx context.Context, f Filter) ([]Message, error) {
+	o, err := q.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer o.finish(ctx)
+	entries, err := o.fetch(ctx, f, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Message, 0, len(entries))
+	for _, e := range limit(entries, f.Limit) {
+		out = append(out, e.msg)
+	}
+	return out, nil
+}
+
+// Replay republishes the matching messages' tasks to the work queue,
+// oldest dead letter first, until f.Limit were replayed. For each, it
+// first reopens the task in the store: when the store says no (the task
+// is not failed any more, or its job was cancelled or is unknown) the
+// message stays where it is and counts as skipped, and so does a message
+// that is not a task. Otherwise the task is published with its body and
+// properties, x-retry 0 and the failure headers dropped, and the message
+// is removed only once the broker confirmed the publish.
+//
+// On an error the report says what was done before it. If a reopened
+// task could not be published, it is failed again in the store (unless
+// the broker may have taken it) and its message stays.
+func (q *Queue) Replay(ctx context.Context, f Filter) (Report, error) {
+	var rep Report
+	o, err := q.open(ctx)
+	if err != nil {
+		return rep, err
+	}
+	defer o.finish(ctx)
+	entries, err := o.fetch(ctx, f, true)
+	if err != nil {
+		return rep, err
+	}
+	for _, e := range entries {
+		if f.Limit > 0 && rep.Replayed == f.Limit {
+			break
+		}
+		replayed, err := q.replay(ctx, e)
+		if replayed {
+			rep.Replayed++
+			o.removed++
+		} else if err == nil {
+			rep.Skipped++
+		}
+		if err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// replay replays one message. It reports whether a task was republished
+// (the message is then acked, or the error says it could not be). A batch
+// the broker dead-lettered whole is replayed as single task messages of
+// those of its tasks the store reopened.
+func (q *Queue) replay(ctx context.Context, e entry) (bool, error) {
+	log := q.log.With("job_id", e.msg.JobID, "task_id", e.msg.TaskID, "message_id", e.msg.MessageID)
+	if e.err != nil {
+		log.Info("dlq: not replaying a message that is not a task", "error", e.err)
+		return false, nil
+	}
+	var reopened []protocol.Task
+	for _, t := range e.tasks {
+		ok, err := q.cfg.Store.ReopenTask(ctx, t.JobID, t.TaskID)
+		switch {
+		case errors.Is(err, warren.ErrNotFound):
+			log.Info("dlq: not replaying a task the store does not know", "task", t.TaskID)
+		case err != nil:
+			q.refail(e, reopened)
+			return false, fmt.Errorf("dlq: reopen task %s: %w", protocol.MessageID(t.JobID, t.TaskID), err)
+		case !ok:
+			log.Info("dlq: not replaying a task that is not failed any more, or whose job was cancelled", "task", t.TaskID)
+		default:
+			reopened = append(reopened, t)
+		}
+	}
+	if len(reopened) == 0 {
+		return false, nil
+	}
+	if err := q.republish(ctx, e, reopened); err != nil {
+		return false, err
+	}
+	if err := e.d.Ack(false); err != nil {
+		// The task is on its way; its dead letter comes back to the queue,
+		// and a later replay skips it since the task is not failed.
+		return true, fmt.Errorf("dlq: remove the replayed message %s: %w", e.msg.MessageID, err)
+	}
+	log.Info("dlq: replayed a dead-lettered task", "reason", e.msg.Reason, "tasks", len(reopened))
+	return true, nil
+}
+
+// republish publishes the reopened tasks of e and waits for the confirms.
+// When the broker surely did not take them, the tasks reopened for it are
+// failed again, so that the store matches the queue, which still holds e.
+func (q *Queue) republish(ctx context.Context, e entry, tasks []protocol.Task) error {
+	confs := make([]*broker.Confirmation, 0, len(tasks))
+	var err error
+	for _, t := range tasks {
+		var msg amqp.Publishing
+		if msg, err = replayMessage(e.d, t, e.batch); err != nil {
+			break
+		}
+		var c *broker.Confirmation
+		if c, err = q.cfg.Publisher.Publish(ctx, q.cfg.Names.JobsExchange, protocol.RoutingKeyTask, msg); err != nil {
+			break
+		}
+		confs = append(confs, c)
+	}
+	if err != nil {
+		// Nothing more goes out: those not published are failed again,
+		// and the ones published are waited for below.
+		q.refail(e, tasks[len(confs):])
+		tasks = tasks[:len(confs)]
+		err = fmt.Errorf("dlq: replay %s: %w", e.msg.MessageID, err)
+	}
+	var surelyLost []protocol.Task
+	for i, c := range confs {
+		werr := c.Wait(ctx)
+		switch {
+		case werr == nil:
+		case errors.Is(werr, broker.ErrNacked) || errors.Is(werr, broker.ErrUnroutable):
+			surelyLost = append(surelyLost, tasks[i])
+			fallthrough
+		default:
+			// Otherwise the broker may have the task: leave it queued in
+			// the store. If it was lost, the reconciler republishes it
+			// once its task timeout passes.
+			if err == nil {
+				err = fmt.Errorf("dlq: replay %s: %w", e.msg.MessageID, werr)
+			}
+		}
+	}
+	q.refail(e, surelyLost)
+	return err
+}
+
+// refail records tasks of e as failed again, with the error of its dead
+// letter.
+func (q *Queue) refail(e entry, tasks []protocol.Task) {
+	if len(tasks) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
+	defer cancel()
+	now := time.Now().UTC()
+	outcomes := make([]store.Outcome, len(tasks))
+	for i, t := range tasks {
+		outcomes[i] = store.Outcome{JobID: t.JobID, TaskID: t.TaskID, State: warren.TaskFailed,
+			Error: e.msg.Reason + ": " + e.msg.Error, Attempts: e.msg.Attempts, FinishedAt: &now}
+	}
+	if _, err := q.cfg.Store.ApplyOutcomes(ctx, outcomes); err != nil {
+		q.log.Error("dlq: replayed tasks were not published and could not be failed again; the reconciler will republish them",
+			"job_id", e.msg.JobID, "tasks", len(tasks), "error", err)
+	}
+}
+
+// Purge removes the matching messages, oldest dead letter first, up to
+// f.Limit, and returns how many it removed. With neither a job nor a
+// limit it purges the whole queue at once.
+func (q *Queue) Purge(ctx context.Context, f Filter) (int, error) {
+	if f.JobID == "" && f.Limit == 0 {
+		return q.purgeAll(ctx)
+	}
+	o, err := q.open(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer o.finish(ctx)
+	entries, err := o.fetch(ctx, f, false)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range limit(entries, f.Limit) {
+		if err := e.d.Ack(false); err != nil {
+			return o.removed, o.fail(ctx, "remove a message", err)
+		}
+		o.removed++
+	}
+	q.log.Info("dlq: purged dead letters", "job_id", f.JobID, "purged", o.removed)
+	return o.removed, nil
+}
+
+func (q *Queue) purgeAll(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("dlq: %w", err)
+	}
+	ch, err := q.cfg.Conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("dlq: open a channel: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = ch.Close() })
+	defer func() {
+		stop()
+		_ = ch.Close()
+	}()
+	n, err := ch.QueuePurge(q.cfg.Names.TasksDLQ, false)
+	if err != nil {
+		return 0, wrap(ctx, fmt.Sprintf("purge %q", q.cfg.Names.TasksDLQ), err)
+	}
+	q.log.Info("dlq: purged dead letters", "purged", n)
+	return n, nil
+}
+
+// limit returns the first n entries, or all when n is 0.
+func limit(entries []entry, n int) []entry {
+	if n > 0 && len(entries) > n {
+		return entries[:n]
+	}
+	return entries
+}
+
+// entry is a message an operation took, unacknowledged on its channel.
+type entry struct {
+	d     amqp.Delivery
+	msg   Message
+	tasks []protocol.Task // one, or a batch's
+	batch bool
+	err   error // why the body is not a task
+}
+
+// op is one operation's hold on the queue: a channel on which it takes
+// messages without acknowledging them.
+type op struct {
+	q       *Queue
+	ch      *amqp.Channel
+	stop    func() bool // stops closing ch when the context is done
+	depth   int         // ready messages when the operation started
+	taken   int
+	removed int // messages acked
+}
+
+// open opens the operation's channel, closed when ctx is done, and reads
+// the queue's depth.
+func (q *Queue) open(ctx context.Context) (*op, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("dlq: %w", err)
+	}
+	ch, err := q.cfg.Conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("dlq: open a channel: %w", err)
+	}
+	o := &op{q: q, ch: ch}
+	o.stop = context.AfterFunc(ctx, func() { _ = ch.Close() })
+	st, err := ch.QueueDeclarePassive(q.cfg.Names.TasksDLQ, true, false, false, false, nil)
+	if err != nil {
+		o.stop()
+		_ = ch.Close()
+		return nil, wrap(ctx, fmt.Sprintf("inspect queue %q (is the topology declared?)", q.cfg.Names.TasksDLQ), err)
+	}
+	o.depth = st.Messages
+	return o, nil
+}
+
+// fetch takes up to the queue's starting depth of messages and returns
+// the entries that match f, oldest dead letter first; the others stay
+// taken until the channel closes. Only with bodies are the entries'
+// bodies kept.
+func (o *op) fetch(ctx context.Context, f Filter, bodies bool) ([]entry, error) {
+	var out []entry
+	for o.taken < o.depth {
+		d, ok, err := o.ch.Get(o.q.cfg.Names.TasksDLQ, false)
+		if err != nil {
+			return nil, o.fail(ctx, "get a message", err)
+		}
+		if !ok {
+			break
+		}
+		o.taken++
+		msg, tasks, batch, derr := decode(d)
+		if !f.match(msg) {
+			continue
+		}
+		if !bodies {
+			d.Body = nil
+			for i := range tasks {
+				tasks[i].Payload = nil
+			}
+		}
+		out = append(out, entry{d: d, msg: msg, tasks: tasks, batch: batch, err: derr})
+	}
+	slices.SortStableFunc(out, func(a, b entry) int { return compare(a.msg, b.msg) })
+	return out, nil
+}
+
+// fail wraps an error of the operation's channel.
+func (o *op) fail(ctx context.Context, what string, err error) error {
+	return wrap(ctx, fmt.Sprintf("%s from %q", what, o.q.cfg.Names.TasksDLQ), err)
+}
+
+// finish closes the channel, which gives back every message taken and
+// not removed, and waits (boundedly) until the broker shows them again.
+func (o *op) finish(ctx context.Context) {
+	back := o.taken - o.removed
+	var ready int
+	if back > 0 && ctx.Err() == nil {
+		// What is ready while this operation still holds its messages;
+		// they come back on top of it.
+		if st, err := o.ch.QueueDeclarePassive(o.q.cfg.Names.TasksDLQ, true, false, false, false, nil); err == nil {
+			ready = st.Messages
+		} else {
+			back = 0 // the channel failed: nothing to wait for that can be measured
+		}
+	}
+	o.stop()
+	_ = o.ch.Close()
+	if back > 0 && ctx.Err() == nil {
+		o.q.settle(ctx, ready+back)
+	}
+}
+
+// settle waits until the queue has at least want ready messages, ctx is
+// done or SettleTimeout passed. The broker takes messages back after a
+// channel closes asynchronously; without this wait, an operation right
+// after this one would not see them. Another operation holding messages
+// at the same time can keep the count short: the wait then just ends.
+func (q *Queue) settle(ctx context.Context, want int) {
+	ctx, cancel := context.WithTimeout(ctx, q.cfg.SettleTimeout)
+	defer cancel()
+	ch, err := q.cfg.Conn.Channel()
+	if err != nil {
+		return
+	}
+	stop := context.AfterFunc(ctx, func() { _ = ch.Close() })
+	defer func() {
+		stop()
+		_ = ch.Close()
+	}()
+	pause := time.Millisecond
+	for {
+		st, err := ch.QueueDeclarePassive(q.cfg.Names.TasksDLQ, true, false, false, false, nil)
+		if err != nil || st.Messages >= want {
+			return
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			q.log.Debug("dlq: the broker had not given back every message in time", "ready", st.Messages, "want", want)
+			return
+		case <-t.C:
+		}
+		pause = min(pause*2, 50*time.Millisecond)
+	}
+}
+
+// wrap names what failed, and the context's error when it was the
+// context that closed the channel.
+func wrap(ctx context.Context, what string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("dlq: %s: %w", what, ctxErr)
+	}
+	return fmt.Errorf("dlq: %s: %w", what, err)
+}
