@@ -14,6 +14,7 @@ import (
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/retry"
 	"github.com/warrenhq/warren/protocol"
 )
 
@@ -60,17 +61,17 @@ func TestDecideFailure(t *testing.T) {
 	for _, c := range []struct {
 		err                 error
 		attempt, maxRetries int
-		want                failureAction
+		want                retry.Action
 		delay               time.Duration
 	}{
-		{transient, 1, 3, retryTask, time.Second},
-		{transient, 2, 3, retryTask, 5 * time.Second},
-		{transient, 3, 3, retryTask, 30 * time.Second},
-		{transient, 5, 9, retryTask, 30 * time.Second}, // past the last tier: the last
-		{transient, 4, 3, deadLetterTask, 0},
-		{transient, 1, 0, deadLetterTask, 0},
-		{permanent, 1, 3, failTask, 0},
-		{permanent, 9, 3, failTask, 0},
+		{transient, 1, 3, retry.Retry, time.Second},
+		{transient, 2, 3, retry.Retry, 5 * time.Second},
+		{transient, 3, 3, retry.Retry, 30 * time.Second},
+		{transient, 5, 9, retry.Retry, 30 * time.Second}, // past the last tier: the last
+		{transient, 4, 3, retry.DeadLetter, 0},
+		{transient, 1, 0, retry.DeadLetter, 0},
+		{permanent, 1, 3, retry.Fail, 0},
+		{permanent, 9, 3, retry.Fail, 0},
 	} {
 		action, delay := decideFailure(c.err, c.attempt, c.maxRetries, tiers)
 		require.Equal(t, c.want, action, "%v attempt %d of 1+%d", c.err, c.attempt, c.maxRetries)

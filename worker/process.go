@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/retry"
 	"github.com/warrenhq/warren/protocol"
 )
 
@@ -199,12 +200,12 @@ func (s *session) callBatch(h BatchHandlerFunc, tasks []Task) (outcomes []Outcom
 func (s *session) failure(d *delivery, t Task, batch bool, herr error, started *time.Time) (outbound, Event) {
 	action, delay := decideFailure(herr, t.Attempt, t.MaxRetries, s.w.cfg.RetryTiers)
 	switch action {
-	case failTask:
+	case retry.Fail:
 		// A permanent failure is dead-lettered like an exhausted one: the
 		// aggregator marks the task failed from dead.q, and people find it
 		// in tasks.dlq.
 		return s.deadLetterMsg(d, t, batch, protocol.ReasonPermanent, herr, started)
-	case retryTask:
+	case retry.Retry:
 		s.taskLog(t).Debug("worker: task failed; retrying", "error", herr, "max_retries", t.MaxRetries, "delay", delay)
 		return s.retryMsg(d, t, batch, delay, herr)
 	default:

@@ -3,36 +3,14 @@ package worker
 import (
 	"time"
 
+	"github.com/warrenhq/warren/internal/retry"
 	"github.com/warrenhq/warren/protocol"
 )
 
-// failureAction is what becomes of a task whose run failed.
-type failureAction int
-
-const (
-	// failTask publishes a failed result: the error is permanent.
-	failTask failureAction = iota
-	// retryTask runs the task again after a delay.
-	retryTask
-	// deadLetterTask dead-letters the task: its retries are spent.
-	deadLetterTask
-)
-
-// decideFailure is the retry policy, in one place: a permanent error fails
-// the task; a transient one retries it while attempt <= maxRetries (so a
-// task runs at most 1+maxRetries times), then dead-letters it. A retry
-// waits in a delay tier: the nth retry in tiers[n-1], every retry past the
-// last tier in the last; the returned delay is that tier's.
-func decideFailure(err error, attempt, maxRetries int, tiers []time.Duration) (failureAction, time.Duration) {
-	switch {
-	case IsPermanent(err):
-		return failTask, 0
-	case attempt <= maxRetries:
-		// This run is attempt; the retry is the attempt-th.
-		return retryTask, tiers[protocol.RetryTier(attempt, len(tiers))]
-	default:
-		return deadLetterTask, 0
-	}
+// decideFailure is the retry policy of internal/retry applied to a
+// handler's error: permanent errors (Permanent) fail the task.
+func decideFailure(err error, attempt, maxRetries int, tiers []time.Duration) (retry.Action, time.Duration) {
+	return retry.Decide(IsPermanent(err), attempt, maxRetries, tiers)
 }
 
 // retryMsg returns the message that schedules another run of task t of d

@@ -21,6 +21,7 @@ import (
 	"github.com/warrenhq/warren/internal/api"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/deadletters"
+	"github.com/warrenhq/warren/internal/metrics"
 	"github.com/warrenhq/warren/internal/reconciler"
 	"github.com/warrenhq/warren/internal/relay"
 	"github.com/warrenhq/warren/protocol"
@@ -155,7 +156,7 @@ func openStack(ctx context.Context, f *stackFlags, tokens []api.Token, log *slog
 	for _, d := range s.tiers {
 		queues = append(queues, s.names.RetryQueue(protocol.RetryTierName(d)))
 	}
-	reg.MustRegister(s.published, relay.NewBacklogCollector(s.store), broker.NewDepthCollector(s.consumerConn, queues...))
+	reg.MustRegister(s.published, relay.NewBacklogCollector(s.store), metrics.NewDepthCollector(s.consumerConn, queues...))
 	s.aggMetrics = aggregator.NewMetrics(reg)
 	apiMetrics, err := api.NewMetrics(reg, s.store)
 	if err != nil {

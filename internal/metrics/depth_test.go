@@ -1,4 +1,4 @@
-package broker_test
+package metrics_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/broker/amqptest"
+	"github.com/warrenhq/warren/internal/metrics"
 	"github.com/warrenhq/warren/protocol"
 )
 
@@ -25,7 +26,7 @@ func TestDepthCollectorReportsQueueDepths(t *testing.T) {
 		require.NoError(t, p.PublishAndWait(context.Background(), names.JobsExchange, protocol.RoutingKeyTask, msg(fmt.Sprint(i))))
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(broker.NewDepthCollector(func() *amqp.Connection { return conn }, names.TasksQueue, names.TasksDLQ))
+	reg.MustRegister(metrics.NewDepthCollector(func() *amqp.Connection { return conn }, names.TasksQueue, names.TasksDLQ))
 	n, err := testutil.GatherAndCount(reg, "warren_queue_messages")
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
@@ -38,7 +39,11 @@ func TestDepthCollectorReportsQueueDepths(t *testing.T) {
 	require.Equal(t, map[string]float64{names.TasksQueue: 3, names.TasksDLQ: 0}, got)
 
 	missing := prometheus.NewRegistry()
-	missing.MustRegister(broker.NewDepthCollector(func() *amqp.Connection { return conn }, "warren-no-such-queue"))
+	missing.MustRegister(metrics.NewDepthCollector(func() *amqp.Connection { return conn }, "warren-no-such-queue"))
 	_, err = missing.Gather()
 	require.Error(t, err, "a queue that cannot be read is an error, not a zero")
+}
+
+func msg(id string) amqp.Publishing {
+	return amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, ContentType: protocol.ContentType, Body: []byte(`{}`)}
 }

@@ -1,4 +1,7 @@
-package broker
+// Package metrics holds the Prometheus collectors that read the broker
+// and the store at each scrape. Only the server imports it, so that a
+// worker does not depend on the Prometheus client.
+package metrics
 
 import (
 	"context"
