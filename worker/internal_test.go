@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/broker"
-	"github.com/warrenhq/warren/internal/retry"
 	"github.com/warrenhq/warren/protocol"
 )
 
@@ -51,32 +49,6 @@ func TestRetryHeaders(t *testing.T) {
 	h := amqp.Table{protocol.HeaderRetry: int32(4), protocol.HeaderMaxRetries: int8(0)}
 	require.Equal(t, 4, retriesSoFar(h))
 	require.Equal(t, 0, maxRetries(h))
-}
-
-func TestDecideFailure(t *testing.T) {
-	t.Parallel()
-	transient := errors.New("flaky")
-	permanent := fmt.Errorf("wrapped: %w", Permanent(transient))
-	tiers := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}
-	for _, c := range []struct {
-		err                 error
-		attempt, maxRetries int
-		want                retry.Action
-		delay               time.Duration
-	}{
-		{transient, 1, 3, retry.Retry, time.Second},
-		{transient, 2, 3, retry.Retry, 5 * time.Second},
-		{transient, 3, 3, retry.Retry, 30 * time.Second},
-		{transient, 5, 9, retry.Retry, 30 * time.Second}, // past the last tier: the last
-		{transient, 4, 3, retry.DeadLetter, 0},
-		{transient, 1, 0, retry.DeadLetter, 0},
-		{permanent, 1, 3, retry.Fail, 0},
-		{permanent, 9, 3, retry.Fail, 0},
-	} {
-		action, delay := decideFailure(c.err, c.attempt, c.maxRetries, tiers)
-		require.Equal(t, c.want, action, "%v attempt %d of 1+%d", c.err, c.attempt, c.maxRetries)
-		require.Equal(t, c.delay, delay, "%v attempt %d of 1+%d", c.err, c.attempt, c.maxRetries)
-	}
 }
 
 // fakeClock is a clock a test moves by hand.
@@ -124,31 +96,6 @@ func TestCancelSetDefaultBounds(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 100_000, w.cancelled.limit)
 	require.Equal(t, 24*time.Hour, w.cancelled.ttl)
-}
-
-func TestMarshalResult(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		in   any
-		want string
-	}{
-		{nil, `null`},
-		{json.RawMessage(nil), `null`},
-		{json.RawMessage(`{"a": [1, 2]}`), `{"a": [1, 2]}`},
-		{[]byte(` [1, 2] `), ` [1, 2] `},
-		{[]byte(`not json`), `"bm90IGpzb24="`},
-		{map[string]int{"n": 1}, `{"n":1}`},
-		{(*struct{})(nil), `null`},
-		{"text", `"text"`},
-	} {
-		got, err := marshalResult(c.in)
-		require.NoError(t, err, "%#v", c.in)
-		require.Equal(t, c.want, string(got), "%#v", c.in)
-	}
-	for _, bad := range []any{json.RawMessage(`{`), make(chan int), func() {}} {
-		_, err := marshalResult(bad)
-		require.Error(t, err, "%#v", bad)
-	}
 }
 
 func TestPublishBackoffIsBounded(t *testing.T) {

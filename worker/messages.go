@@ -1,8 +1,6 @@
 package worker
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -105,32 +103,6 @@ func (s *session) copyOf(d *delivery, t Task) amqp.Publishing {
 		AppId:           d.AppId,
 		Body:            d.Body,
 	}
-}
-
-// marshalResult returns a handler's value as JSON: a json.RawMessage, or a
-// []byte holding valid JSON, as it is; anything else through json.Marshal.
-func marshalResult(v any) (json.RawMessage, error) {
-	switch x := v.(type) {
-	case nil:
-		return json.RawMessage("null"), nil
-	case json.RawMessage:
-		if len(x) == 0 {
-			return json.RawMessage("null"), nil
-		}
-		if !json.Valid(x) {
-			return nil, errors.New("worker: the handler returned a json.RawMessage that is not valid JSON")
-		}
-		return x, nil
-	case []byte:
-		if json.Valid(x) {
-			return json.RawMessage(x), nil
-		}
-	}
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("worker: marshal the handler's result of type %T: %w", v, err)
-	}
-	return raw, nil
 }
 
 // retriesSoFar is the task message's x-retry header; 0 when absent or

@@ -11,7 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren/internal/broker"
-	"github.com/warrenhq/warren/internal/retry"
+	"github.com/warrenhq/warren/internal/outcome"
 	"github.com/warrenhq/warren/protocol"
 )
 
@@ -127,23 +127,19 @@ func (s *session) settleRuns(d *delivery, batch bool, runs []taskRun) {
 			JobID: t.JobID, TaskID: t.TaskID, Worker: s.w.cfg.Name, Attempt: t.Attempt,
 			StartedAt: &r.started, FinishedAt: &r.finished,
 		}
-		herr := r.err
-		if herr == nil {
-			raw, err := marshalResult(r.value)
-			if err == nil {
-				if debug {
-					s.taskLog(t).Debug("worker: task completed", "duration", r.finished.Sub(r.started))
-				}
-				res.Status, res.Result = protocol.StatusCompleted, raw
-				results = append(results, res)
-				ev := s.event(t)
-				ev.Kind = EventCompleted
-				evs = append(evs, ev)
-				continue
+		dec := outcome.Of(r.value, r.err, IsPermanent, t.Attempt, t.MaxRetries, s.w.cfg.RetryTiers)
+		if dec.Action == outcome.Complete {
+			if debug {
+				s.taskLog(t).Debug("worker: task completed", "duration", r.finished.Sub(r.started))
 			}
-			herr = Permanent(err)
+			res.Status, res.Result = protocol.StatusCompleted, dec.Result
+			results = append(results, res)
+			ev := s.event(t)
+			ev.Kind = EventCompleted
+			evs = append(evs, ev)
+			continue
 		}
-		out, ev := s.failure(d, t, batch, herr, res.StartedAt)
+		out, ev := s.failure(d, t, batch, dec, res.StartedAt)
 		outs = append(outs, out)
 		evs = append(evs, ev)
 	}
@@ -196,21 +192,16 @@ func (s *session) callBatch(h BatchHandlerFunc, tasks []Task) (outcomes []Outcom
 }
 
 // failure returns the message that settles a task whose run failed, as
-// decideFailure says: a retry through a delay tier or a dead letter.
-func (s *session) failure(d *delivery, t Task, batch bool, herr error, started *time.Time) (outbound, Event) {
-	action, delay := decideFailure(herr, t.Attempt, t.MaxRetries, s.w.cfg.RetryTiers)
-	switch action {
-	case retry.Fail:
-		// A permanent failure is dead-lettered like an exhausted one: the
-		// aggregator marks the task failed from dead.q, and people find it
-		// in tasks.dlq.
-		return s.deadLetterMsg(d, t, batch, protocol.ReasonPermanent, herr, started)
-	case retry.Retry:
-		s.taskLog(t).Debug("worker: task failed; retrying", "error", herr, "max_retries", t.MaxRetries, "delay", delay)
-		return s.retryMsg(d, t, batch, delay, herr)
-	default:
-		return s.deadLetterMsg(d, t, batch, protocol.ReasonRetriesExhausted, herr, started)
+// the decision says: a retry through a delay tier or a dead letter.
+func (s *session) failure(d *delivery, t Task, batch bool, dec outcome.Decision, started *time.Time) (outbound, Event) {
+	if dec.Action == outcome.Retry {
+		s.taskLog(t).Debug("worker: task failed; retrying", "error", dec.Err, "max_retries", t.MaxRetries, "delay", dec.Delay)
+		return s.retryMsg(d, t, batch, dec.Delay, dec.Err)
 	}
+	// A permanent failure is dead-lettered like an exhausted one: the
+	// aggregator marks the task failed from dead.q, and people find it in
+	// tasks.dlq.
+	return s.deadLetterMsg(d, t, batch, dec.Reason, dec.Err, started)
 }
 
 // resultsMessage returns the result message of a delivery's completed

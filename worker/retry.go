@@ -3,15 +3,8 @@ package worker
 import (
 	"time"
 
-	"github.com/warrenhq/warren/internal/retry"
 	"github.com/warrenhq/warren/protocol"
 )
-
-// decideFailure is the retry policy of internal/retry applied to a
-// handler's error: permanent errors (Permanent) fail the task.
-func decideFailure(err error, attempt, maxRetries int, tiers []time.Duration) (retry.Action, time.Duration) {
-	return retry.Decide(IsPermanent(err), attempt, maxRetries, tiers)
-}
 
 // retryMsg returns the message that schedules another run of task t of d
 // after delay: a copy with x-retry incremented (x-max-retries and the
