@@ -4,8 +4,20 @@
 // task accounted for exactly once and results reduced in task order,
 // however often the broker redelivers and whichever process crashes.
 //
-// The parts live in their own packages: protocol (wire format), broker
-// (RabbitMQ), store (the job store and its SQLite and PostgreSQL
-// implementations), relay (the outbox), worker (what users import to write
-// workers) and aggregator (results, completion and reducers).
+// What users import:
+//
+//   - warren (this package): job and task states, Policy, shared errors.
+//   - protocol: the wire format, for workers in any language.
+//   - worker: write workers (Handle, HandleBatch, Typed); worker/workertest
+//     runs a handler through the worker's own outcome decision, no broker.
+//   - client: submit jobs and follow them through the HTTP API.
+//   - server: the server as a library (server.New, Run), with custom
+//     reducers from package reduce.
+//   - store: the job store interface, its drivers store/sqlite and
+//     store/postgres, store/storetest (their one conformance suite) and
+//     store/open (a store by URL).
+//
+// Everything under internal/ (relay, aggregator, reconciler, dead letters,
+// the retry decision, broker plumbing, the HTTP API) is the engine the
+// server owns; it may change without notice.
 package warren

@@ -18,12 +18,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
-	"github.com/warrenhq/warren/internal/aggregator"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/broker/amqptest"
 	"github.com/warrenhq/warren/internal/deadletters"
-	"github.com/warrenhq/warren/internal/relay"
 	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/server"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/postgres"
 	"github.com/warrenhq/warren/store/postgres/pgtest"
@@ -46,7 +45,7 @@ type testBundle struct {
 	batches                   chan store.ApplyReport
 	invalid, closes           atomic.Int64
 	published                 atomic.Int64
-	relays                    []*relay.Relay
+	servers                   []*server.Server
 	topo                      *broker.TopologyOptions
 	// aggBatch and aggLinger, when set, are the aggregators' BatchSize
 	// and Linger.
@@ -100,21 +99,16 @@ func setupWith(t *testing.T, kind string, opts *broker.TopologyOptions) *testBun
 	}
 }
 
-// startServer runs a relay and an aggregator (what `warren server` runs)
-// on st until the test ends.
-func (b *testBundle) startServer(t *testing.T, st store.Store) *aggregator.Aggregator {
+// startServer runs a warren server (the one `warren server` runs) on st
+// until the test ends.
+func (b *testBundle) startServer(t *testing.T, st store.Store) *server.Server {
 	t.Helper()
-	conn := amqptest.Dial(t)
-	pub, err := broker.NewPublisher(conn, nil)
-	require.NoError(t, err)
-	r, err := relay.New(relay.Config{Store: st, Publisher: pub, Names: b.names, PollInterval: 20 * time.Millisecond,
-		OnPublished: func(n int) { b.published.Add(int64(n)); b.ping() }})
-	require.NoError(t, err)
-	b.relays = append(b.relays, r)
-	a, err := aggregator.New(aggregator.Config{
-		Store: st, Conn: conn, Names: b.names, ScanInterval: 200 * time.Millisecond,
-		BatchSize: b.aggBatch, Linger: b.aggLinger,
-		Hooks: aggregator.Hooks{
+	cfg := server.Config{
+		AMQPURL: amqptest.URL(), Store: st, Prefix: b.names.Prefix, Listen: "127.0.0.1:0",
+		RelayPollInterval: 20 * time.Millisecond, CloseScanInterval: 200 * time.Millisecond,
+		AggregatorBatchSize: b.aggBatch, AggregatorLinger: b.aggLinger,
+		Hooks: server.Hooks{
+			OnPublished: func(n int) { b.published.Add(int64(n)); b.ping() },
 			OnBatch: func(_ int, rep store.ApplyReport) {
 				b.applied.Add(int64(rep.Applied))
 				b.duplicates.Add(int64(rep.Duplicates))
@@ -131,24 +125,16 @@ func (b *testBundle) startServer(t *testing.T, st store.Store) *aggregator.Aggre
 				b.closed <- closedJob{id, state}
 			},
 		},
-	})
+	}
+	if b.topo != nil {
+		cfg.RetryTiers, cfg.DeliveryLimit = b.topo.RetryTiers, b.topo.DeliveryLimit
+	}
+	srv, err := server.New(cfg)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	wg.Add(2)
-	go func() { defer wg.Done(); errs <- r.Run(ctx) }()
-	go func() { defer wg.Done(); errs <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
-		_ = pub.Close()
-	})
-	return a
+	require.NoError(t, srv.Start(context.Background()))
+	b.servers = append(b.servers, srv)
+	t.Cleanup(func() { require.NoError(t, srv.Stop()) })
+	return srv
 }
 
 // submit creates a job of n "double" tasks whose payloads are {"n": i}.
@@ -188,10 +174,10 @@ func (b *testBundle) workerConfig(concurrency int) worker.Config {
 	return cfg
 }
 
-// wakeRelays makes the relays look at the outbox now.
+// wakeRelays makes the servers' relays look at the outbox now.
 func (b *testBundle) wakeRelays() {
-	for _, r := range b.relays {
-		r.Wake()
+	for _, s := range b.servers {
+		s.WakeRelay()
 	}
 }
 
@@ -517,7 +503,7 @@ func TestTwoServersOnPostgresCloseAJobOnce(t *testing.T) {
 
 	// Both aggregators trying to close it again, at once: nothing closes.
 	var wg sync.WaitGroup
-	for _, a := range []*aggregator.Aggregator{a1, a2, a1, a2} {
+	for _, a := range []*server.Server{a1, a2, a1, a2} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

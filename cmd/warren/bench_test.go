@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenhq/warren/bench"
 	"github.com/warrenhq/warren/internal/broker/amqptest"
 )
 
@@ -39,11 +40,11 @@ func TestBenchJSONReportsBothRuns(t *testing.T) {
 		require.Greater(t, n, 0.0, k)
 	}
 
-	var r benchReport
+	var r bench.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &r))
 	require.Equal(t, 2000, r.Tasks)
 	require.Equal(t, 2, r.Workers)
-	require.Contains(t, benchPrefetches, r.CeilingPrefetch)
+	require.Contains(t, bench.Prefetches, r.CeilingPrefetch)
 	require.InDelta(t, r.WarrenTasksPerS/r.CeilingTasksPerS, r.Ratio, 0.001)
 	require.GreaterOrEqual(t, r.P99Ms, r.P50Ms)
 	require.Greater(t, r.P50Ms, 0.0)

@@ -24,11 +24,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/warrenhq/warren/client"
-	"github.com/warrenhq/warren/internal/aggregator"
-	"github.com/warrenhq/warren/internal/api"
 	"github.com/warrenhq/warren/internal/broker"
-	"github.com/warrenhq/warren/internal/relay"
 	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/server"
 	"github.com/warrenhq/warren/worker"
 )
 
@@ -165,23 +163,17 @@ func demo(ctx context.Context, f demoFlags, files []corpusFile, chunks []string,
 		defer os.RemoveAll(dir)
 		f.database = "sqlite://" + filepath.Join(dir, "warren.db")
 	}
-	sf := &stackFlags{
-		common:     common{amqpURL: f.amqpURL, databaseURL: f.database, prefix: f.prefix},
-		listen:     "127.0.0.1:0",
-		maxBody:    api.DefaultMaxBodyBytes,
-		aggBatch:   aggregator.DefaultBatchSize,
-		aggLinger:  aggregator.DefaultLinger,
-		relayBatch: relay.DefaultBatchSize,
-		shutdown:   10 * time.Second,
-	}
-	s, err := openStack(ctx, sf, nil, log)
+	s, err := server.New(server.Config{AMQPURL: f.amqpURL, DatabaseURL: f.database, Prefix: f.prefix,
+		Listen: "127.0.0.1:0", Logger: log})
 	if err != nil {
 		return err
 	}
-	defer s.close()
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
 	if ownPrefix {
 		defer func() {
-			if derr := deleteTopology(f.amqpURL, sf.names()); derr != nil && err == nil {
+			if derr := deleteTopology(f.amqpURL, protocol.NamesFor(f.prefix)); derr != nil && err == nil {
 				err = derr
 			}
 		}()
@@ -191,7 +183,7 @@ func demo(ctx context.Context, f demoFlags, files []corpusFile, chunks []string,
 	var wg sync.WaitGroup
 	errs := make(chan error, f.workers+1)
 	wg.Add(1)
-	go func() { defer wg.Done(); errs <- s.run(runCtx) }()
+	go func() { defer wg.Done(); <-runCtx.Done(); errs <- s.Stop() }()
 	var retries atomic.Int64
 	for range f.workers {
 		w, err := worker.New(worker.Config{AMQPURL: f.amqpURL, Prefix: f.prefix, Concurrency: 1, Logger: log,
@@ -226,7 +218,7 @@ func demo(ctx context.Context, f demoFlags, files []corpusFile, chunks []string,
 	} else {
 		fmt.Fprintf(env.stdout, "warren demo: %d tasks (%d-line chunks of %d files), %d workers\n", len(chunks), f.chunkLines, len(files), f.workers)
 	}
-	c := client.New(s.url())
+	c := client.New(s.URL())
 	start := time.Now()
 	sub, err := c.SubmitNDJSON(ctx, client.JobSpec{Type: "wordcount", Reduce: "merge"}, demoTasks(chunks, f.failRate))
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/warrenhq/warren/client"
-	"github.com/warrenhq/warren/internal/api"
+	"github.com/warrenhq/warren/server"
 )
 
 // clientFlags are the settings of the commands that talk to a server.
@@ -23,7 +23,7 @@ type clientFlags struct {
 }
 
 func (f *clientFlags) register(fs *flag.FlagSet, env *environment) {
-	fs.StringVar(&f.server, "server", "http://"+orDefault(env.getenv("WARREN_LISTEN"), DefaultListen),
+	fs.StringVar(&f.server, "server", "http://"+orDefault(env.getenv("WARREN_LISTEN"), server.DefaultListen),
 		"warren server URL (default from env WARREN_LISTEN)")
 	fs.StringVar(&f.token, "token", defaultToken(env), "API token (env WARREN_TOKEN, else the first of WARREN_API_TOKENS)")
 }
@@ -32,7 +32,7 @@ func defaultToken(env *environment) string {
 	if t := env.getenv("WARREN_TOKEN"); t != "" {
 		return t
 	}
-	if tokens, err := api.ParseTokens(env.getenv("WARREN_API_TOKENS")); err == nil && len(tokens) > 0 {
+	if tokens, err := server.ParseTokens(env.getenv("WARREN_API_TOKENS")); err == nil && len(tokens) > 0 {
 		return tokens[0].Value
 	}
 	return ""

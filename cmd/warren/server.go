@@ -2,31 +2,90 @@ package main
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"time"
 
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/server"
 )
 
+// serverFlags are the settings of what `warren server` runs.
+type serverFlags struct {
+	common
+	listen     string
+	tokens     string
+	maxBody    int64
+	aggBatch   int
+	aggLinger  time.Duration
+	relayBatch int
+	shutdown   time.Duration
+}
+
+func (f *serverFlags) register(fs *flag.FlagSet, env *environment) {
+	f.common.register(fs, env)
+	fs.StringVar(&f.listen, "listen", orDefault(env.getenv("WARREN_LISTEN"), server.DefaultListen), "HTTP API address (env WARREN_LISTEN)")
+	fs.StringVar(&f.tokens, "api-tokens", env.getenv("WARREN_API_TOKENS"), "API tokens: token:scope[+scope],... with scopes read, write, admin (env WARREN_API_TOKENS); without tokens the API only listens on loopback")
+	fs.Int64Var(&f.maxBody, "max-body", server.DefaultMaxBodyBytes, "largest accepted request body in bytes")
+	fs.IntVar(&f.aggBatch, "aggregator-batch", server.DefaultAggregatorBatchSize, "results recorded per store transaction")
+	fs.DurationVar(&f.aggLinger, "aggregator-linger", server.DefaultAggregatorLinger, "how long a result batch waits to fill, once more than one result is waiting (a lone result is recorded at once)")
+	fs.IntVar(&f.relayBatch, "relay-batch", server.DefaultRelayBatchSize, "tasks published per outbox round trip")
+	fs.DurationVar(&f.shutdown, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long requests in progress may take to finish")
+}
+
+// config maps the flags onto a server configuration; its errors name the
+// flag.
+func (f *serverFlags) config(env *environment) (server.Config, error) {
+	tiers, err := f.tiers()
+	if err != nil {
+		return server.Config{}, err
+	}
+	switch {
+	case f.aggBatch < 1 || f.relayBatch < 1 || f.aggLinger < 0:
+		return server.Config{}, fmt.Errorf("--aggregator-batch and --relay-batch must be >= 1 and --aggregator-linger >= 0")
+	case f.shutdown <= 0:
+		return server.Config{}, fmt.Errorf("--shutdown-timeout must be > 0, got %s", f.shutdown)
+	case f.maxBody < 1:
+		return server.Config{}, fmt.Errorf("--max-body must be >= 1, got %d", f.maxBody)
+	}
+	tokens, err := server.ParseTokens(f.tokens)
+	if err != nil {
+		return server.Config{}, fmt.Errorf("WARREN_API_TOKENS: %w", err)
+	}
+	return server.Config{
+		AMQPURL: f.amqpURL, DatabaseURL: f.databaseURL, Prefix: f.prefix, RetryTiers: tiers,
+		Listen: f.listen, Tokens: tokens, MaxBodyBytes: f.maxBody, ShutdownTimeout: f.shutdown,
+		RelayBatchSize: f.relayBatch, AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
+		Logger: env.logger,
+	}, nil
+}
+
 func runServer(ctx context.Context, args []string, env *environment) error {
-	var f stackFlags
+	var f serverFlags
 	fs := newFlagSet("server", "Run the HTTP API, the outbox relay (publishes submitted tasks) and the aggregator (records results, closes jobs).", env)
 	f.register(fs, env)
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
-	tokens, err := f.check()
+	cfg, err := f.config(env)
 	if err != nil {
 		return err
 	}
-	s, err := openStack(ctx, &f, tokens, env.logger)
+	s, err := server.New(cfg)
 	if err != nil {
 		return err
 	}
-	defer s.close()
-	env.logger.Info("warren server running", "api", s.url(), "amqp", broker.Redact(f.amqpURL),
-		"database", redactDB(f.databaseURL), "prefix", f.prefix, "auth", len(tokens) > 0)
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	env.logger.Info("warren server running", "api", s.URL(), "amqp", broker.Redact(f.amqpURL),
+		"database", redactDB(f.databaseURL), "prefix", f.prefix, "auth", len(cfg.Tokens) > 0)
 	start := time.Now()
-	err = s.run(ctx)
+	select {
+	case <-ctx.Done():
+	case <-s.Done():
+	}
+	err = s.Stop()
 	env.logger.Info("warren server stopped", "uptime", time.Since(start).Round(time.Second))
 	return err
 }

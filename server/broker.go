@@ -1,0 +1,238 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/warrenhq/warren/internal/aggregator"
+	"github.com/warrenhq/warren/internal/backoff"
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/deadletters"
+	"github.com/warrenhq/warren/internal/relay"
+)
+
+// brokerSet is everything that lives on one pair of broker connections;
+// the server rebuilds it whenever a connection is lost.
+type brokerSet struct {
+	pubConn *amqp.Connection
+	conConn *amqp.Connection
+	pub     *broker.Publisher
+	relay   *relay.Relay
+	agg     *aggregator.Aggregator
+	dlq     *deadletters.Queue
+}
+
+// connect dials both broker connections, declares the topology and builds
+// the broker-side components on them.
+func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
+	bs := &brokerSet{}
+	defer func() {
+		if err != nil {
+			bs.close()
+		}
+	}()
+	// Publishing and consuming use separate connections: a publisher
+	// throttled by the broker must not stop the aggregator's acks. The
+	// prefix in their names tells installations apart on one broker.
+	suffix := ""
+	if s.names.Prefix != "" {
+		suffix = " " + s.names.Prefix
+	}
+	if bs.pubConn, err = broker.Dial(ctx, s.cfg.AMQPURL, "warren server (relay)"+suffix); err != nil {
+		return nil, err
+	}
+	if bs.conConn, err = broker.Dial(ctx, s.cfg.AMQPURL, "warren server (aggregator)"+suffix); err != nil {
+		return nil, err
+	}
+	if err = broker.DeclareTopology(bs.conConn, s.names, &broker.TopologyOptions{RetryTiers: s.tiers, DeliveryLimit: s.cfg.DeliveryLimit}); err != nil {
+		return nil, err
+	}
+	if bs.pub, err = broker.NewPublisher(bs.pubConn, &broker.PublisherOptions{Logger: s.log}); err != nil {
+		return nil, err
+	}
+	onPublished := s.cfg.Hooks.OnPublished
+	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names,
+		BatchSize: s.cfg.RelayBatchSize, PollInterval: s.cfg.RelayPollInterval, Logger: s.log,
+		OnPublished: func(n int) {
+			s.published.Add(float64(n))
+			if onPublished != nil {
+				onPublished(n)
+			}
+		}}); err != nil {
+		return nil, err
+	}
+	// A job closed failed (fail-fast) is not broadcast as cancelled: it
+	// may be redriven, and workers would then skip its redriven tasks. Its
+	// unpublished tasks are never sent; queued ones run and their results
+	// are ignored.
+	if bs.agg, err = aggregator.New(aggregator.Config{Store: s.store, Conn: bs.conConn, Names: s.names,
+		BatchSize: s.cfg.AggregatorBatchSize, Linger: s.cfg.AggregatorLinger, ScanInterval: s.cfg.CloseScanInterval,
+		Logger: s.log, Hooks: s.aggHooks}); err != nil {
+		return nil, err
+	}
+	if bs.dlq, err = deadletters.New(deadletters.Config{Conn: bs.conConn, Publisher: bs.pub, Names: s.names, Store: s.store, Logger: s.log}); err != nil {
+		return nil, err
+	}
+	return bs, nil
+}
+
+// run runs the relay and the aggregator until ctx is done (nil) or one of
+// them fails, which is a lost connection or channel.
+func (bs *brokerSet) run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return stopOthers(gctx, "relay", bs.relay.Run(gctx)) })
+	g.Go(func() error { return stopOthers(gctx, "aggregator", bs.agg.Run(gctx)) })
+	return g.Wait()
+}
+
+func (bs *brokerSet) close() {
+	if bs.pub != nil {
+		_ = bs.pub.Close()
+	}
+	for _, c := range []*amqp.Connection{bs.pubConn, bs.conConn} {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}
+
+// stopOthers turns a component that returned early, without error, while
+// the server is still meant to run, into an error so the group stops.
+func stopOthers(ctx context.Context, name string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if ctx.Err() == nil {
+		return fmt.Errorf("%s stopped unexpectedly", name)
+	}
+	return nil
+}
+
+func (s *Server) setBroker(bs *brokerSet) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.broker = bs
+}
+
+func (s *Server) current() *brokerSet {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.broker
+}
+
+// consumerConn is the current consumer connection, for the queue-depth
+// metric; nil while disconnected.
+func (s *Server) consumerConn() *amqp.Connection {
+	if bs := s.current(); bs != nil {
+		return bs.conConn
+	}
+	return nil
+}
+
+// reconnectPolicy is the backoff between attempts to reconnect to the
+// broker: jittered, so that servers that lost one broker do not return in
+// step.
+var reconnectPolicy = backoff.Policy{Min: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: true}
+
+// superviseBroker runs the broker side and rebuilds it, with backoff,
+// whenever a connection or channel is lost: the API keeps serving
+// meanwhile (/readyz answers 503), tasks not yet confirmed stay in the
+// outbox and results not yet acknowledged stay in their queue, so nothing
+// is lost. It returns nil once ctx is done.
+func (s *Server) superviseBroker(ctx context.Context) error {
+	retry := backoff.New(reconnectPolicy)
+	for {
+		if bs := s.current(); bs != nil {
+			err := bs.run(ctx)
+			s.setBroker(nil)
+			bs.close()
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Warn("broker connection lost; reconnecting", "error", err)
+		}
+		wait := retry.Next()
+		if !backoff.Sleep(ctx, wait) {
+			return nil
+		}
+		bs, err := s.connect(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Warn("reconnecting to the broker failed; retrying", "error", err, "backoff", wait)
+			continue
+		}
+		retry.Reset()
+		s.setBroker(bs)
+		s.log.Info("broker connection restored")
+	}
+}
+
+var errDisconnected = errors.New("not connected to the broker; reconnecting")
+
+// deadLetters serves the API's dead-letter operations on the current
+// broker connection.
+type deadLetters struct{ s *Server }
+
+func (d deadLetters) List(ctx context.Context, f deadletters.Filter) ([]deadletters.Message, error) {
+	if bs := d.s.current(); bs != nil {
+		return bs.dlq.List(ctx, f)
+	}
+	return nil, errDisconnected
+}
+
+func (d deadLetters) Replay(ctx context.Context, f deadletters.Filter) (deadletters.Report, error) {
+	if bs := d.s.current(); bs != nil {
+		return bs.dlq.Replay(ctx, f)
+	}
+	return deadletters.Report{}, errDisconnected
+}
+
+func (d deadLetters) Purge(ctx context.Context, f deadletters.Filter) (int, error) {
+	if bs := d.s.current(); bs != nil {
+		return bs.dlq.Purge(ctx, f)
+	}
+	return 0, errDisconnected
+}
+
+// broadcastCancel tells every worker, in the background, to skip the
+// job's remaining tasks. A missed broadcast costs only wasted work: the
+// aggregator ignores results of closed jobs.
+func (s *Server) broadcastCancel(jobID string) {
+	bs := s.current()
+	if bs == nil {
+		s.log.Warn("cancel not broadcast (broker disconnected); workers will run the job's queued tasks and their results will be ignored", "job_id", jobID)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := broker.PublishCancel(ctx, bs.pub, s.names, jobID); err != nil {
+			s.log.Warn("cancel broadcast failed; workers will run the job's queued tasks and their results will be ignored",
+				"job_id", jobID, "error", err)
+		}
+	}()
+}
+
+// brokerReady reports whether the broker side is connected, for /readyz.
+func (s *Server) brokerReady(context.Context) error {
+	bs := s.current()
+	if bs == nil {
+		return errDisconnected
+	}
+	if bs.pubConn.IsClosed() || bs.conConn.IsClosed() {
+		return errors.New("broker connection lost")
+	}
+	select {
+	case <-bs.pub.Done():
+		return errors.New("broker publisher channel closed")
+	default:
+	}
+	return nil
+}

@@ -1,0 +1,228 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/aggregator"
+	"github.com/warrenhq/warren/internal/api"
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/reconciler"
+	"github.com/warrenhq/warren/internal/relay"
+	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/open"
+)
+
+// Defaults for Config.
+const (
+	// DefaultListen is the API's address when Config.Listen is empty.
+	DefaultListen = "127.0.0.1:8080"
+	// DefaultShutdownTimeout bounds how long requests in progress may take
+	// to finish once the server stops.
+	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultAMQPURL is the broker when Config.AMQPURL is empty.
+	DefaultAMQPURL = broker.DefaultURL
+	// DefaultDatabaseURL is the job store when Config has neither Store nor
+	// DatabaseURL.
+	DefaultDatabaseURL = open.DefaultURL
+	// DefaultMaxBodyBytes is the largest request body the API accepts
+	// when Config.MaxBodyBytes is 0.
+	DefaultMaxBodyBytes = api.DefaultMaxBodyBytes
+	// DefaultRelayBatchSize is Config.RelayBatchSize's default.
+	DefaultRelayBatchSize = relay.DefaultBatchSize
+	// DefaultAggregatorBatchSize is Config.AggregatorBatchSize's default.
+	DefaultAggregatorBatchSize = aggregator.DefaultBatchSize
+	// DefaultAggregatorLinger is Config.AggregatorLinger's default.
+	DefaultAggregatorLinger = aggregator.DefaultLinger
+)
+
+// Config configures a Server. The zero value runs a server on the local
+// RabbitMQ, the SQLite file ./warren.db and 127.0.0.1:8080.
+type Config struct {
+	// AMQPURL is the RabbitMQ URL; "" means DefaultAMQPURL.
+	AMQPURL string
+	// Store is the job store to use. The server does not close a store it
+	// was given. nil means the store DatabaseURL names.
+	Store store.Store
+	// DatabaseURL names the job store the server opens (and closes):
+	// sqlite://PATH or postgres://...; "" means DefaultDatabaseURL. It is
+	// ignored when Store is set.
+	DatabaseURL string
+	// Prefix is prepended to every exchange and queue name, so that
+	// several installations share one broker.
+	Prefix string
+	// RetryTiers are the delays of the retry tiers; nil means
+	// protocol.DefaultRetryTiers. Servers and workers must agree.
+	RetryTiers []time.Duration
+	// DeliveryLimit is the quorum queues' x-delivery-limit: how many
+	// times a message is delivered without an ack before the broker
+	// dead-letters it; 0 means the default (20). Servers and workers must
+	// agree.
+	DeliveryLimit int
+
+	// Listen is the API's address; "" means DefaultListen. A port of 0
+	// picks a free port (see Server.URL).
+	Listen string
+	// Tokens are the API's bearer tokens (ParseTokens reads them from the
+	// WARREN_API_TOKENS form). Without tokens the API has no
+	// authentication, so the server refuses to listen on anything but a
+	// loopback address.
+	Tokens []Token
+	// MaxBodyBytes is the largest request body accepted; 0 means
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// ShutdownTimeout bounds how long requests in progress may take to
+	// finish when the server stops; 0 means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+
+	// RelayBatchSize is how many tasks the relay claims and publishes per
+	// store round trip; 0 means DefaultRelayBatchSize.
+	RelayBatchSize int
+	// RelayPollInterval is how long an idle relay waits before looking at
+	// the outbox again when nothing woke it; 0 means the relay's default.
+	RelayPollInterval time.Duration
+	// AggregatorBatchSize is how many result messages are recorded per
+	// store transaction; 0 means DefaultAggregatorBatchSize.
+	AggregatorBatchSize int
+	// AggregatorLinger is how long a result batch waits to fill once more
+	// than one result is waiting; 0 means DefaultAggregatorLinger.
+	AggregatorLinger time.Duration
+	// CloseScanInterval is how often the server looks for jobs ready to
+	// close that were not closed (after a crash); 0 means the
+	// aggregator's default.
+	CloseScanInterval time.Duration
+	// ReconcileInterval is the time between the reconciler's passes over
+	// tasks stuck past their task timeout; 0 means the reconciler's
+	// default.
+	ReconcileInterval time.Duration
+
+	// Logger receives the server's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Hooks observe the server (metrics, tests, benchmarks).
+	Hooks Hooks
+}
+
+// Hooks observe a running server. Every field is optional; each is called
+// on the goroutine of the component that reports, so it must not block.
+type Hooks struct {
+	// OnPublished is called after the relay marked n tasks queued (their
+	// publishing confirmed by the broker).
+	OnPublished func(n int)
+	// OnBatch is called after the aggregator committed and acknowledged a
+	// batch of size result and dead-letter messages.
+	OnBatch func(size int, report store.ApplyReport)
+	// OnJobClosed is called after this server closed a job.
+	OnJobClosed func(jobID string, state warren.JobState)
+	// OnInvalid is called for each message the aggregator dead-lettered
+	// because it can never be applied.
+	OnInvalid func(queue, reason string)
+}
+
+func (c Config) withDefaults() Config {
+	if c.AMQPURL == "" {
+		c.AMQPURL = DefaultAMQPURL
+	}
+	if c.DatabaseURL == "" {
+		c.DatabaseURL = DefaultDatabaseURL
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.RelayBatchSize == 0 {
+		c.RelayBatchSize = DefaultRelayBatchSize
+	}
+	if c.AggregatorBatchSize == 0 {
+		c.AggregatorBatchSize = DefaultAggregatorBatchSize
+	}
+	if c.AggregatorLinger == 0 {
+		c.AggregatorLinger = DefaultAggregatorLinger
+	}
+	if c.CloseScanInterval == 0 {
+		c.CloseScanInterval = aggregator.DefaultScanInterval
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = reconciler.DefaultInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// validate names the first field that is wrong and how to fix it.
+func (c Config) validate() error {
+	switch {
+	case c.MaxBodyBytes < 1:
+		return fmt.Errorf("server: Config.MaxBodyBytes must be >= 1, got %d", c.MaxBodyBytes)
+	case c.ShutdownTimeout < 0:
+		return fmt.Errorf("server: Config.ShutdownTimeout must be > 0, got %s", c.ShutdownTimeout)
+	case c.DeliveryLimit < 0:
+		return fmt.Errorf("server: Config.DeliveryLimit must be >= 0, got %d", c.DeliveryLimit)
+	case c.RelayBatchSize < 1:
+		return fmt.Errorf("server: Config.RelayBatchSize must be >= 1, got %d", c.RelayBatchSize)
+	case c.AggregatorBatchSize < 1:
+		return fmt.Errorf("server: Config.AggregatorBatchSize must be >= 1, got %d", c.AggregatorBatchSize)
+	case c.AggregatorLinger < 0:
+		return fmt.Errorf("server: Config.AggregatorLinger must be >= 0, got %s", c.AggregatorLinger)
+	case c.RelayPollInterval < 0 || c.CloseScanInterval < 0 || c.ReconcileInterval < 0:
+		return errors.New("server: Config.RelayPollInterval, CloseScanInterval and ReconcileInterval must be >= 0")
+	}
+	if len(c.RetryTiers) > 0 {
+		if err := broker.CheckRetryTiers(c.RetryTiers); err != nil {
+			return fmt.Errorf("server: Config.RetryTiers: %v", err)
+		}
+	}
+	if len(c.Tokens) == 0 {
+		return requireLoopback(c.Listen)
+	}
+	return nil
+}
+
+// requireLoopback refuses a listen address reachable from other hosts,
+// for a server without API tokens.
+func requireLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen address %q: %v", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("refusing to listen on %q without API tokens: set WARREN_API_TOKENS, or listen on a loopback address such as %s", addr, DefaultListen)
+}
+
+// Token is a bearer token the API accepts and the scopes it grants.
+type Token = api.Token
+
+// Scope is what a token may do: ScopeRead, ScopeWrite or ScopeAdmin, each
+// implying the ones before it.
+type Scope = api.Scope
+
+// The scopes of a Token.
+const (
+	// ScopeRead allows the GET routes (jobs, tasks, results, metrics).
+	ScopeRead = api.ScopeRead
+	// ScopeWrite allows submitting, cancelling and redriving jobs, and
+	// reading.
+	ScopeWrite = api.ScopeWrite
+	// ScopeAdmin allows everything, including replaying and purging dead
+	// letters.
+	ScopeAdmin = api.ScopeAdmin
+)
+
+// ParseTokens reads tokens in the WARREN_API_TOKENS form,
+// "token:scope[+scope],...". An empty string is no tokens.
+func ParseTokens(s string) ([]Token, error) { return api.ParseTokens(s) }

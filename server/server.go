@@ -1,0 +1,322 @@
+// Package server is warren's server as a library: the HTTP API, the outbox
+// relay that publishes submitted tasks, the aggregator that records
+// results and closes jobs, the reconciler that finds lost tasks, the
+// dead-letter operations and the Prometheus metrics, on one job store and
+// one RabbitMQ, started and stopped in order.
+//
+// The warren command's `server`, `demo` and `bench`, and warren's own
+// end-to-end tests, all run this package: there is one wiring.
+//
+//	srv, err := server.New(server.Config{DatabaseURL: "sqlite://./warren.db"})
+//	...
+//	err = srv.Run(ctx) // until ctx is done; then stops in order
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/warrenhq/warren/internal/aggregator"
+	"github.com/warrenhq/warren/internal/api"
+	"github.com/warrenhq/warren/internal/metrics"
+	"github.com/warrenhq/warren/internal/reconciler"
+	"github.com/warrenhq/warren/internal/relay"
+	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/open"
+)
+
+// ErrStarted is returned by Start and Run on a server that was already
+// started: a Server runs once.
+var ErrStarted = errors.New("server: already started")
+
+// Server is one warren server. Make one with New, then Run it (or Start
+// and Stop it).
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	names protocol.Names
+	tiers []time.Duration
+
+	startOnce sync.Once
+	stopOnce  sync.Once
+
+	// Set by Start.
+	store     store.Store
+	ownStore  bool
+	registry  *prometheus.Registry
+	published prometheus.Counter
+	aggHooks  aggregator.Hooks
+	recon     *reconciler.Reconciler
+	http      *http.Server
+	listener  net.Listener
+
+	// stop asks the running server to stop; done is closed once every
+	// component has; err is the first failure, read after done.
+	stop context.CancelFunc
+	done chan struct{}
+	err  error
+
+	mu     sync.Mutex
+	broker *brokerSet // nil while disconnected
+}
+
+// New checks cfg and returns a server; it connects to nothing until
+// Start or Run. Its errors name the Config field that is wrong.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, names: protocol.NamesFor(cfg.Prefix), tiers: cfg.RetryTiers}
+	if len(s.tiers) == 0 {
+		s.tiers = protocol.DefaultRetryTiers
+	}
+	return s, nil
+}
+
+// Run starts the server and serves until ctx is done or a component fails
+// for good, then stops it in order (Stop). It returns Start's error, or
+// the failure that stopped the server, or nil after ctx is done. A lost
+// broker connection is not a failure: the server reconnects by itself.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-s.done:
+	}
+	return s.Stop()
+}
+
+// Start opens the store, connects to the broker, declares the topology,
+// binds the API's address and starts every component in the background;
+// ctx bounds only the start-up. An unreachable broker or store, or an
+// address in use, is a one-line error here, and everything opened is
+// closed again. Stop stops what Start started.
+func (s *Server) Start(ctx context.Context) error {
+	err := ErrStarted
+	s.startOnce.Do(func() { err = s.start(ctx) })
+	return err
+}
+
+func (s *Server) start(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			s.closeResources()
+		}
+	}()
+	if s.store = s.cfg.Store; s.store == nil {
+		if s.store, err = open.Open(ctx, s.cfg.DatabaseURL); err != nil {
+			return err
+		}
+		s.ownStore = true
+	}
+	apiMetrics, err := s.registerMetrics()
+	if err != nil {
+		return err
+	}
+	// The first connection is made here so that a broker that does not
+	// answer is a one-line error at start; later losses are retried.
+	bs, err := s.connect(ctx)
+	if err != nil {
+		return err
+	}
+	s.setBroker(bs)
+	if s.recon, err = reconciler.New(reconciler.Config{Store: s.store, Logger: s.log, Interval: s.cfg.ReconcileInterval,
+		OnRequeued:     func(int) { s.WakeRelay() },
+		OnReadyToClose: s.requestClose,
+	}); err != nil {
+		return err
+	}
+	handler, err := api.New(api.Config{
+		Store: s.store, Tokens: s.cfg.Tokens, MaxBodyBytes: s.cfg.MaxBodyBytes, Gatherer: s.registry, Metrics: apiMetrics,
+		DeadLetters: deadLetters{s},
+		Ready:       s.brokerReady,
+		OnSubmit:    func(string) { s.WakeRelay() },
+		OnRedrive:   func(string) { s.WakeRelay() },
+		OnCancel:    s.broadcastCancel,
+		Logger:      s.log,
+	})
+	if err != nil {
+		return err
+	}
+	if s.listener, err = net.Listen("tcp", s.cfg.Listen); err != nil {
+		return fmt.Errorf("cannot listen on %s: %v", s.cfg.Listen, err)
+	}
+	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+
+	runCtx, stop := context.WithCancel(context.Background())
+	s.stop, s.done = stop, make(chan struct{})
+	go s.run(runCtx)
+	return nil
+}
+
+// registerMetrics builds the server's Prometheus registry, served at
+// /metrics: Go and process collectors, the relay's, the aggregator's and
+// the API's metrics, the outbox backlog and the queue depths.
+func (s *Server) registerMetrics() (*api.Metrics, error) {
+	s.registry = prometheus.NewRegistry()
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.published = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "warren_relay_published_total",
+		Help: "Task messages the relay published and the broker confirmed.",
+	})
+	queues := []string{s.names.TasksQueue, s.names.ResultsQueue, s.names.DeadQueue, s.names.TasksDLQ, s.names.ResultsDLQ}
+	for _, d := range s.tiers {
+		queues = append(queues, s.names.RetryQueue(protocol.RetryTierName(d)))
+	}
+	s.registry.MustRegister(s.published, relay.NewBacklogCollector(s.store), metrics.NewDepthCollector(s.consumerConn, queues...))
+	h := s.cfg.Hooks
+	s.aggHooks = aggregator.NewMetrics(s.registry).Hooks(aggregator.Hooks{
+		OnBatch: h.OnBatch, OnJobClosed: h.OnJobClosed, OnInvalid: h.OnInvalid,
+	})
+	return api.NewMetrics(s.registry, s.store)
+}
+
+// run runs the components until ctx is done or one fails, then stops them
+// in order: the API first (no new submissions; requests in progress get
+// Config.ShutdownTimeout), then the relay, aggregator and reconciler (the
+// aggregator records the batch it holds; unacknowledged results return
+// to their queue), then the broker connections and the store.
+func (s *Server) run(ctx context.Context) {
+	defer close(s.done)
+	engine, stopEngine := context.WithCancel(context.Background())
+	defer stopEngine()
+	var (
+		wg      sync.WaitGroup
+		errOnce sync.Once
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { s.err = err })
+		s.stop()
+	}
+	component := func(name string, run func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := run(engine)
+			if err == nil && engine.Err() == nil {
+				err = errors.New("stopped unexpectedly")
+			}
+			if err != nil {
+				fail(fmt.Errorf("%s: %w", name, err))
+			}
+		}()
+	}
+	component("broker supervisor", s.superviseBroker)
+	component("reconciler", s.recon.Run)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := s.http.Serve(s.listener); !errors.Is(err, http.ErrServerClosed) {
+			fail(fmt.Errorf("http: %w", err))
+		}
+	}()
+
+	<-ctx.Done()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	if err := s.http.Shutdown(shutdownCtx); err != nil {
+		fail(fmt.Errorf("http shutdown: %w", err))
+		_ = s.http.Close()
+	}
+	cancel()
+	<-served
+	stopEngine()
+	wg.Wait()
+}
+
+// Stop stops a started server in order (see Run) and waits for it. It
+// returns the failure that stopped the server on its own, if one did. It
+// is safe to call more than once and from several goroutines.
+func (s *Server) Stop() error {
+	s.stopOnce.Do(func() {
+		if s.stop != nil {
+			s.stop()
+			<-s.done
+		}
+		s.closeResources()
+	})
+	if s.done == nil {
+		return nil
+	}
+	<-s.done
+	return s.err
+}
+
+// Done is closed once a started server has stopped, on its own after a
+// failure or after Stop.
+func (s *Server) Done() <-chan struct{} {
+	if s.done == nil {
+		return nil
+	}
+	return s.done
+}
+
+// closeResources closes what start opened: the listener, the broker
+// connections and the store (only if the server opened it).
+func (s *Server) closeResources() {
+	if s.listener != nil {
+		_ = s.listener.Close()
+	}
+	if bs := s.current(); bs != nil {
+		s.setBroker(nil)
+		bs.close()
+	}
+	if s.ownStore && s.store != nil {
+		_ = s.store.Close()
+	}
+}
+
+// URL is the API's base URL, such as "http://127.0.0.1:8080", once
+// started; with Config.Listen port 0 it has the port chosen.
+func (s *Server) URL() string {
+	if s.listener == nil {
+		return ""
+	}
+	return "http://" + s.listener.Addr().String()
+}
+
+// Store is the server's job store once started.
+func (s *Server) Store() store.Store { return s.store }
+
+// WakeRelay makes the relay look at the outbox now. The API calls it
+// after each submission; call it after writing jobs to the Store
+// directly, or the relay finds them at its next poll.
+func (s *Server) WakeRelay() {
+	if bs := s.current(); bs != nil {
+		bs.relay.Wake()
+	}
+}
+
+// CloseJob closes a job that is ready to close (every task finished, or
+// failures over a fail-fast job's tolerance) now, as the aggregator does
+// on its own: completed with its reduced result, or failed. It is
+// idempotent and safe to call from several servers at once: exactly one
+// closes the job. It returns nil when the job was already closed or is
+// not ready, and an error while the broker is disconnected.
+func (s *Server) CloseJob(ctx context.Context, jobID string) error {
+	bs := s.current()
+	if bs == nil {
+		return errDisconnected
+	}
+	return bs.agg.CloseJob(ctx, jobID)
+}
+
+// requestClose asks the aggregator to close a job soon, without waiting.
+func (s *Server) requestClose(jobID string) {
+	if bs := s.current(); bs != nil {
+		bs.agg.RequestClose(jobID)
+	}
+	// Disconnected: the next aggregator's start-up scan closes the job.
+}

@@ -1,0 +1,111 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren/client"
+	"github.com/warrenhq/warren/internal/broker/amqptest"
+	"github.com/warrenhq/warren/server"
+	"github.com/warrenhq/warren/worker"
+)
+
+func TestNewNamesTheFieldThatIsWrong(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg  server.Config
+		want string
+	}{
+		{server.Config{MaxBodyBytes: -1}, "Config.MaxBodyBytes must be >= 1"},
+		{server.Config{RelayBatchSize: -1}, "Config.RelayBatchSize must be >= 1"},
+		{server.Config{AggregatorBatchSize: -2}, "Config.AggregatorBatchSize must be >= 1"},
+		{server.Config{AggregatorLinger: -time.Second}, "Config.AggregatorLinger must be >= 0"},
+		{server.Config{DeliveryLimit: -1}, "Config.DeliveryLimit must be >= 0"},
+		{server.Config{RetryTiers: []time.Duration{time.Microsecond}}, "Config.RetryTiers"},
+		{server.Config{Listen: "0.0.0.0:8080"}, "refusing to listen on \"0.0.0.0:8080\" without API tokens"},
+		{server.Config{Listen: "nonsense"}, "listen address \"nonsense\""},
+	} {
+		_, err := server.New(tc.cfg)
+		require.Error(t, err, "%+v", tc.cfg)
+		require.Contains(t, err.Error(), tc.want)
+	}
+	tokens, err := server.ParseTokens("s3cret:admin")
+	require.NoError(t, err)
+	_, err = server.New(server.Config{Listen: "0.0.0.0:0", Tokens: tokens})
+	require.NoError(t, err, "with tokens any address may be used")
+}
+
+// setup returns a server configuration on a fresh topology and SQLite
+// file, both removed when the test ends.
+func setup(t *testing.T) server.Config {
+	t.Helper()
+	names, _ := amqptest.Topology(t, nil)
+	return server.Config{AMQPURL: amqptest.URL(), Prefix: names.Prefix, Listen: "127.0.0.1:0",
+		DatabaseURL: "sqlite://" + filepath.Join(t.TempDir(), "warren.db")}
+}
+
+func TestRunServesAJobThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	srv, err := server.New(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	require.NoError(t, srv.Start(ctx))
+	require.ErrorIs(t, srv.Start(ctx), server.ErrStarted)
+	require.True(t, strings.HasPrefix(srv.URL(), "http://127.0.0.1:"), srv.URL())
+
+	w, err := worker.New(worker.Config{AMQPURL: cfg.AMQPURL, Prefix: cfg.Prefix, Concurrency: 4})
+	require.NoError(t, err)
+	w.Handle("len", func(_ context.Context, tk worker.Task) (any, error) {
+		var s string
+		if err := json.Unmarshal(tk.Payload, &s); err != nil {
+			return nil, worker.Permanent(err)
+		}
+		return len(s), nil
+	})
+	wctx, stopWorker := context.WithCancel(ctx)
+	werr := make(chan error, 1)
+	go func() { werr <- w.Run(wctx) }()
+
+	c := client.New(srv.URL())
+	sub, err := c.Submit(ctx, client.JobSpec{Type: "len", Reduce: "sum",
+		Tasks: []json.RawMessage{json.RawMessage(`"a"`), json.RawMessage(`"bb"`), json.RawMessage(`"ccc"`)}})
+	require.NoError(t, err)
+	wctx2, cancelWait := context.WithTimeout(ctx, time.Minute)
+	defer cancelWait()
+	job, err := c.Wait(wctx2, sub.ID, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, "completed", job.State)
+	res, err := c.Result(ctx, sub.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `6`, string(res))
+
+	stopWorker()
+	require.NoError(t, <-werr)
+	require.NoError(t, srv.Stop())
+	require.NoError(t, srv.Stop(), "Stop twice is fine")
+	select {
+	case <-srv.Done():
+	default:
+		t.Fatal("Done is not closed after Stop")
+	}
+}
+
+func TestStartFailsInOneLineWhenTheBrokerIsDown(t *testing.T) {
+	t.Parallel()
+	srv, err := server.New(server.Config{AMQPURL: "amqp://guest:secret@127.0.0.1:1/", Listen: "127.0.0.1:0",
+		DatabaseURL: "sqlite://" + filepath.Join(t.TempDir(), "warren.db")})
+	require.NoError(t, err)
+	err = srv.Start(context.Background())
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "\n")
+	require.NotContains(t, err.Error(), "secret", "the password is redacted")
+	require.NoError(t, srv.Stop(), "nothing ran, so nothing failed")
+}
