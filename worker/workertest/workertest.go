@@ -3,13 +3,14 @@
 // worker would do with what the handler returned: complete the task with
 // its result, retry it after a retry tier's delay, dead-letter it once its
 // retries are spent, or fail it at once on a permanent error. The decision
-// is the worker's own code (the outcome the worker settles every run
-// with, worker.IsPermanent telling permanent errors apart, the worker's
-// retry tiers), so a test cannot pass here and the task fare otherwise in
-// production. A panic in the handler is a transient error, as in the
-// worker; RunBatch does the same for a worker.BatchHandlerFunc, and
-// RunWorker runs the handler a *worker.Worker has registered for the
-// task's type, so a test covers the program's real wiring.
+// is the worker's own code: the outcome decision the worker settles every
+// run with, worker.IsPermanent to tell permanent errors apart, and the
+// worker's default retry tiers. A panic in the handler is a transient
+// error with the worker's text; this package's tests run the same tasks
+// through a real worker to hold it to the worker's behaviour. RunBatch
+// runs a worker.BatchHandlerFunc the same way, and RunWorker runs the
+// handler a *worker.Worker has registered for the task's type, so a test
+// covers the program's real wiring.
 //
 //	res := workertest.Run(ctx, worker.Typed(resize), worker.Task{Payload: payload}, nil)
 //	if res.Action != workertest.Completed {
@@ -115,9 +116,10 @@ type Result struct {
 	// Output is the task's result as the worker publishes it, as JSON
 	// (Completed only).
 	Output json.RawMessage
-	// Err is why the run did not complete: what the handler returned or
-	// the panic, or why the result does not marshal (Failed), or ctx's
-	// error (Requeued); nil when Completed.
+	// Err is why the task did not complete: the handler's error, or its
+	// panic as the worker reports it; why its result does not marshal;
+	// the worker's error for a type with no handler (RunWorker); or
+	// context.Cause(ctx) when Requeued. It is nil when Completed.
 	Err error
 	// Delay is how long the task waits before its retry: its retry tier's
 	// delay (Retried only).
@@ -125,7 +127,8 @@ type Result struct {
 	// Reason is the dead letter's reason, a protocol.Reason constant
 	// (Failed and DeadLettered only).
 	Reason string
-	// Task is the task the handler got, with the defaults filled in.
+	// Task is the task as run, its zero fields filled with the defaults:
+	// what the handler got.
 	Task worker.Task
 }
 
