@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/warrenhq/warren"
 )
 
 // Client talks to one warren server. It is safe for concurrent use.
@@ -89,11 +91,57 @@ type JobSpec struct {
 	IdempotencyKey string `json:"-"`
 }
 
+// JobState is a job's lifecycle state as the API reports it: the same
+// type as warren.JobState, so a value compares with the constants of
+// either package and with an untyped string constant ("completed").
+// Terminal reports whether the job is closed; Valid whether the state is
+// one of the five below. On the wire it is the plain JSON string.
+type JobState = warren.JobState
+
+// The job states the API reports. A job is open while pending or running
+// and closed once completed, failed or cancelled.
+const (
+	// JobPending: the job is stored but not all its tasks are published.
+	JobPending = warren.JobPending
+	// JobRunning: every task has been published at least once.
+	JobRunning = warren.JobRunning
+	// JobCompleted: every task finished within the job's failure
+	// tolerance; Client.Result returns the reduced result.
+	JobCompleted = warren.JobCompleted
+	// JobFailed: the failed tasks exceeded the job's tolerance.
+	JobFailed = warren.JobFailed
+	// JobCancelled: the job was cancelled before it closed.
+	JobCancelled = warren.JobCancelled
+)
+
+// TaskState is one task's lifecycle state as the API reports it: the
+// same type as warren.TaskState, with Terminal and Valid. On the wire it
+// is the plain JSON string.
+type TaskState = warren.TaskState
+
+// The task states the API reports. Completed, failed and cancelled are
+// terminal; a task leaves them only through a redrive.
+const (
+	// TaskPending: the task is stored and not yet published.
+	TaskPending = warren.TaskPending
+	// TaskQueued: the broker confirmed the task's message.
+	TaskQueued = warren.TaskQueued
+	// TaskCompleted: a handler returned the task's result.
+	TaskCompleted = warren.TaskCompleted
+	// TaskFailed: the task failed for good (a permanent error, retries
+	// exhausted, or dead-lettered by the broker).
+	TaskFailed = warren.TaskFailed
+	// TaskCancelled: the task's job closed before the task finished.
+	TaskCancelled = warren.TaskCancelled
+)
+
 // Submitted is the answer to a submission.
 type Submitted struct {
-	ID        string `json:"id"`
-	State     string `json:"state"`
-	StatusURL string `json:"status_url"`
+	ID string `json:"id"`
+	// State is the new job's state: JobPending, or the existing job's
+	// state when the idempotency key was seen before.
+	State     JobState `json:"state"`
+	StatusURL string   `json:"status_url"`
 }
 
 // TaskError is one failed task in a job's failure sample.
@@ -106,7 +154,7 @@ type TaskError struct {
 type Job struct {
 	ID                      string          `json:"id"`
 	Type                    string          `json:"type"`
-	State                   string          `json:"state"`
+	State                   JobState        `json:"state"`
 	ExpectedTasks           int64           `json:"expected_tasks"`
 	CompletedTasks          int64           `json:"completed_tasks"`
 	FailedTasks             int64           `json:"failed_tasks"`
@@ -126,10 +174,8 @@ type Job struct {
 	Errors                  []TaskError     `json:"errors"`
 }
 
-// Terminal reports whether the job is closed.
-func (j Job) Terminal() bool {
-	return j.State == "completed" || j.State == "failed" || j.State == "cancelled"
-}
+// Terminal reports whether the job is closed: j.State.Terminal().
+func (j Job) Terminal() bool { return j.State.Terminal() }
 
 // JobList is one page of jobs.
 type JobList struct {
@@ -140,7 +186,7 @@ type JobList struct {
 // Task is one task's row as the API lists it.
 type Task struct {
 	TaskID     int64           `json:"task_id"`
-	State      string          `json:"state"`
+	State      TaskState       `json:"state"`
 	Attempts   int             `json:"attempts"`
 	Worker     string          `json:"worker"`
 	Error      string          `json:"error"`

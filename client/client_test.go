@@ -68,7 +68,7 @@ func TestSubmitGetWaitResult(t *testing.T) {
 	sub, err := b.client.Submit(ctx, client.JobSpec{Type: "echo", Reduce: "collect", MaxRetries: &retries,
 		Tasks: []json.RawMessage{json.RawMessage(`{"a":1}`), json.RawMessage(`2`)}, Metadata: json.RawMessage(`{"k":"v"}`)})
 	require.NoError(t, err)
-	require.Equal(t, "pending", sub.State)
+	require.Equal(t, client.JobPending, sub.State)
 	require.Equal(t, "/v1/jobs/"+sub.ID, sub.StatusURL)
 
 	job, err := b.client.Get(ctx, sub.ID)
@@ -84,11 +84,11 @@ func TestSubmitGetWaitResult(t *testing.T) {
 	require.Equal(t, http.StatusConflict, apiErr.Status)
 
 	b.finish(t, sub.ID)
-	var seen []string
+	var seen []client.JobState
 	final, err := b.client.Wait(ctx, sub.ID, &client.WaitOpts{OnProgress: func(j client.Job) { seen = append(seen, j.State) }})
 	require.NoError(t, err)
-	require.Equal(t, "completed", final.State)
-	require.Equal(t, []string{"completed"}, seen)
+	require.Equal(t, client.JobCompleted, final.State)
+	require.Equal(t, []client.JobState{client.JobCompleted}, seen)
 	result, err := b.client.Result(ctx, sub.ID)
 	require.NoError(t, err)
 	require.JSONEq(t, `2`, string(result))
@@ -100,6 +100,7 @@ func TestSubmitGetWaitResult(t *testing.T) {
 	more, err := b.client.Tasks(ctx, sub.ID, &client.ListOpts{Limit: 1, Cursor: *tasks.NextCursor})
 	require.NoError(t, err)
 	require.Equal(t, int64(2), more.Tasks[0].TaskID)
+	require.Equal(t, client.TaskCompleted, more.Tasks[0].State)
 	require.JSONEq(t, `2`, string(more.Tasks[0].Result))
 }
 
@@ -134,7 +135,7 @@ func TestCancelAndErrors(t *testing.T) {
 	require.NoError(t, err)
 	job, err := b.client.Cancel(ctx, sub.ID)
 	require.NoError(t, err)
-	require.Equal(t, "cancelled", job.State)
+	require.Equal(t, client.JobCancelled, job.State)
 	_, err = b.client.Cancel(ctx, sub.ID)
 	var apiErr *client.Error
 	require.ErrorAs(t, err, &apiErr)
@@ -152,4 +153,44 @@ func TestCancelAndErrors(t *testing.T) {
 
 	_, err = client.New("http://127.0.0.1:1").Get(ctx, "x")
 	require.ErrorContains(t, err, "cannot reach the warren server")
+}
+
+func TestJobStateWireFormAndTerminal(t *testing.T) {
+	t.Parallel()
+	var job client.Job
+	require.NoError(t, json.Unmarshal([]byte(`{"id":"j","state":"failed"}`), &job))
+	require.Equal(t, client.JobFailed, job.State)
+	require.True(t, job.State == "failed", "a state compares with an untyped string constant")
+	out, err := json.Marshal(client.Submitted{ID: "j", State: client.JobPending})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"id":"j","state":"pending","status_url":""}`, string(out), "the wire form is the plain string")
+
+	terminal := map[client.JobState]bool{
+		client.JobPending: false, client.JobRunning: false,
+		client.JobCompleted: true, client.JobFailed: true, client.JobCancelled: true,
+		"paused": false, // a state this client does not know is open
+	}
+	for state, want := range terminal {
+		require.Equal(t, want, state.Terminal(), "JobState(%q).Terminal()", state)
+		require.Equal(t, want, client.Job{State: state}.Terminal(), "Job{State: %q}.Terminal()", state)
+	}
+}
+
+func TestTaskStateWireFormAndTerminal(t *testing.T) {
+	t.Parallel()
+	var list client.TaskList
+	require.NoError(t, json.Unmarshal([]byte(`{"tasks":[{"task_id":1,"state":"queued"},{"task_id":2,"state":"cancelled"}]}`), &list))
+	require.Equal(t, []client.TaskState{client.TaskQueued, client.TaskCancelled},
+		[]client.TaskState{list.Tasks[0].State, list.Tasks[1].State})
+	out, err := json.Marshal(client.Task{TaskID: 1, State: client.TaskFailed})
+	require.NoError(t, err)
+	require.Contains(t, string(out), `"state":"failed"`, "the wire form is the plain string")
+
+	terminal := map[client.TaskState]bool{
+		client.TaskPending: false, client.TaskQueued: false,
+		client.TaskCompleted: true, client.TaskFailed: true, client.TaskCancelled: true,
+	}
+	for state, want := range terminal {
+		require.Equal(t, want, state.Terminal(), "TaskState(%q).Terminal()", state)
+	}
 }

@@ -107,7 +107,7 @@ func TestRedrive(t *testing.T) {
 	job, err := b.client.Redrive(ctx, sub.ID)
 	require.NoError(t, err)
 	require.Equal(t, sub.ID, job.ID)
-	require.Equal(t, "running", job.State)
+	require.Equal(t, client.JobRunning, job.State)
 	require.Equal(t, int64(1), job.PendingTasks)
 	require.Zero(t, job.FailedTasks)
 	require.False(t, job.Terminal())

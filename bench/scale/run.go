@@ -197,7 +197,7 @@ func (r *runner) measure(ctx context.Context) (report, error) {
 	}
 	r.sampler.finish()
 	job := w.job
-	rep.State, rep.CompletedTasks, rep.FailedTasks = job.State, job.CompletedTasks, job.FailedTasks
+	rep.State, rep.CompletedTasks, rep.FailedTasks = string(job.State), job.CompletedTasks, job.FailedTasks
 	rep.WallS = round(w.closedSeen.Sub(start).Seconds(), 3)
 	if !w.firstResult.IsZero() {
 		rep.FirstResultS = round(w.firstResult.Sub(start).Seconds(), 3)

@@ -1,0 +1,314 @@
+// Package workertest runs warren task handlers in a program's own tests,
+// without a broker. Run calls a handler with a task and reports what a
+// worker would do with what the handler returned: complete the task with
+// its result, retry it after a retry tier's delay, dead-letter it once its
+// retries are spent, or fail it at once on a permanent error. The decision
+// is the worker's own code: the outcome decision the worker settles every
+// run with, worker.IsPermanent to tell permanent errors apart, and the
+// worker's default retry tiers. A panic in the handler is a transient
+// error with the worker's text; this package's tests run the same tasks
+// through a real worker to hold it to the worker's behaviour. RunBatch
+// runs a worker.BatchHandlerFunc the same way, and RunWorker runs the
+// handler a *worker.Worker has registered for the task's type, so a test
+// covers the program's real wiring.
+//
+//	res := workertest.Run(ctx, worker.Typed(resize), worker.Task{Payload: payload}, nil)
+//	if res.Action != workertest.Completed {
+//		t.Fatalf("resize: %v (%s)", res.Action, res.Err)
+//	}
+//
+// What it does not do: it connects to nothing, publishes nothing (no
+// result, retry or dead-letter message is built) and acks nothing; it does
+// not wait a retry's delay or run the retry (run again with
+// Task.Attempt+1 for that); it has no store, aggregator, reducer or job,
+// so a job's failure tolerance and closing are not exercised. What the
+// worker does around a run is not modelled either: skipping the tasks of
+// cancelled jobs, splitting redelivered batches, the broker's delivery
+// limit and malformed messages, retrying a publish that fails. It calls
+// no worker.Config.OnEvent and logs nothing. The handler runs on the
+// caller's goroutine with the caller's ctx.
+package workertest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/outcome"
+	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/worker"
+)
+
+// DefaultJobID is the JobID of a task run with an empty JobID.
+const DefaultJobID = "workertest-job"
+
+// NoRetries, as a task's MaxRetries, runs it with no retries: the handler
+// sees MaxRetries 0. A MaxRetries of 0 means warren.DefaultMaxRetries, as
+// for a job submitted without max_retries.
+const NoRetries = -1
+
+// Opts tunes a run; nil means the defaults.
+type Opts struct {
+	// RetryTiers are the delays a Retried result's Delay is chosen from:
+	// the nth retry waits the nth, every retry past the last waits the
+	// last. Default protocol.DefaultRetryTiers for Run and RunBatch, the
+	// worker's own (worker.Worker.RetryTiers) for RunWorker. Each must be
+	// a positive whole number of milliseconds, as for
+	// worker.Config.RetryTiers; Run panics otherwise.
+	RetryTiers []time.Duration
+}
+
+// Action is what the worker would do with a task after the run.
+type Action int
+
+// The actions. Failed and DeadLettered both end with the task
+// dead-lettered and, once the aggregator records it, failed; Reason says
+// which rule sent it there.
+const (
+	// Completed: the worker publishes Result.Output as the task's result.
+	Completed Action = iota + 1
+	// Retried: the run failed transiently and the task has retries left;
+	// the worker publishes it to the retry tier of Result.Delay, after
+	// which it runs again with Attempt+1.
+	Retried
+	// Failed: the task is dead-lettered at once, without retries, with
+	// Result.Reason protocol.ReasonPermanent (the handler returned an
+	// error marked with worker.Permanent, or a result that does not
+	// marshal to JSON) or protocol.ReasonUnknownType (RunWorker: the
+	// worker has no handler for the task's type).
+	Failed
+	// DeadLettered: the run failed transiently on the task's last
+	// attempt (Attempt > MaxRetries); the task is dead-lettered with
+	// Result.Reason protocol.ReasonRetriesExhausted.
+	DeadLettered
+	// Requeued: ctx was done when the handler returned. The worker
+	// cancels its handlers' context only when it gives up on them at
+	// shutdown, and then puts the task back on the queue whatever the
+	// handler returned: it runs again, with the same attempt.
+	Requeued
+)
+
+// String names the action: "completed", "retried", "failed",
+// "dead-lettered" or "requeued".
+func (a Action) String() string {
+	switch a {
+	case Completed:
+		return "completed"
+	case Retried:
+		return "retried"
+	case Failed:
+		return "failed"
+	case DeadLettered:
+		return "dead-lettered"
+	case Requeued:
+		return "requeued"
+	}
+	return fmt.Sprintf("Action(%d)", int(a))
+}
+
+// Result is what became of one task's run.
+type Result struct {
+	// Action is what the worker would do with the task.
+	Action Action
+	// Output is the task's result as the worker publishes it, as JSON
+	// (Completed only).
+	Output json.RawMessage
+	// Err is why the task did not complete: the handler's error, or its
+	// panic as the worker reports it; why its result does not marshal;
+	// the worker's error for a type with no handler (RunWorker); or
+	// context.Cause(ctx) when Requeued. It is nil when Completed.
+	Err error
+	// Delay is how long the task waits before its retry: its retry tier's
+	// delay (Retried only).
+	Delay time.Duration
+	// Reason is the dead letter's reason, a protocol.Reason constant
+	// (Failed and DeadLettered only).
+	Reason string
+	// Task is the task as run, its zero fields filled with the defaults:
+	// what the handler got.
+	Task worker.Task
+}
+
+// Run runs h with task, as the worker runs a HandlerFunc, and returns
+// what the worker would do with the outcome. Zero fields of task get
+// defaults, so a test may give only a Payload: JobID DefaultJobID, TaskID
+// 1, Attempt 1 (the first run), MaxRetries warren.DefaultMaxRetries (see
+// NoRetries), and an empty Payload is JSON null. Run panics if h is nil
+// or opts has invalid RetryTiers.
+func Run(ctx context.Context, h worker.HandlerFunc, task worker.Task, opts *Opts) Result {
+	if h == nil {
+		panic("workertest: Run with a nil handler")
+	}
+	return run(ctx, h, withDefaults(task, 0), opts.tiers(protocol.DefaultRetryTiers))
+}
+
+// RunBatch runs h once with tasks, as the worker runs a BatchHandlerFunc
+// for a task batch message, and returns one Result per task, in order:
+// each task's Outcome is decided as Run decides a HandlerFunc's return. A
+// panic in h, or a number of outcomes other than len(tasks), is a
+// transient error for every task, as in the worker. Zero task fields get
+// Run's defaults, except that a zero TaskID is the task's position in
+// tasks, from 1. RunBatch returns nil, without calling h, for no tasks;
+// it panics if h is nil or opts has invalid RetryTiers.
+func RunBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Task, opts *Opts) []Result {
+	if h == nil {
+		panic("workertest: RunBatch with a nil handler")
+	}
+	tiers := opts.tiers(protocol.DefaultRetryTiers)
+	if len(tasks) == 0 {
+		return nil
+	}
+	ts := make([]worker.Task, len(tasks))
+	for i, t := range tasks {
+		ts[i] = withDefaults(t, i)
+	}
+	return runBatch(ctx, h, ts, tiers)
+}
+
+// RunWorker runs the handler w has registered for task.Type, as w would
+// for a single task message, with Run's defaults for task's zero fields
+// and w's retry tiers unless opts has its own: a HandlerFunc as Run does,
+// a BatchHandlerFunc with a batch of one as RunBatch does. A type with no
+// handler is Failed with protocol.ReasonUnknownType, as w would
+// dead-letter it. RunWorker does not start w and needs no broker; w
+// need not be running. It panics if opts has invalid RetryTiers.
+func RunWorker(ctx context.Context, w *worker.Worker, task worker.Task, opts *Opts) Result {
+	tiers := opts.tiers(w.RetryTiers())
+	t := withDefaults(task, 0)
+	h, batch, ok := w.Handler(t.Type)
+	switch {
+	case !ok:
+		return Result{Action: Failed, Reason: protocol.ReasonUnknownType, Err: unknownType(t.Type), Task: t}
+	case batch != nil:
+		return runBatch(ctx, batch, []worker.Task{t}, tiers)[0]
+	default:
+		return run(ctx, h, t, tiers)
+	}
+}
+
+func run(ctx context.Context, h worker.HandlerFunc, t worker.Task, tiers []time.Duration) Result {
+	value, err := call(ctx, h, t)
+	if ctx.Err() != nil {
+		return requeued(ctx, t)
+	}
+	return decide(value, err, t, tiers)
+}
+
+func runBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Task, tiers []time.Duration) []Result {
+	outs := callBatch(ctx, h, tasks)
+	res := make([]Result, len(tasks))
+	for i, t := range tasks {
+		if ctx.Err() != nil {
+			res[i] = requeued(ctx, t)
+		} else {
+			res[i] = decide(outs[i].Value, outs[i].Err, t, tiers)
+		}
+	}
+	return res
+}
+
+// call runs h as the worker does: a panic is a transient error with the
+// worker's text.
+func call(ctx context.Context, h worker.HandlerFunc, t worker.Task) (v any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			v, err = nil, fmt.Errorf("worker: handler panicked: %v", p)
+		}
+	}()
+	return h(ctx, t)
+}
+
+// callBatch runs h as the worker does: a panic or an outcome count other
+// than len(tasks) is a transient error for every task, with the worker's
+// text.
+func callBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Task) (outs []worker.Outcome) {
+	fail := func(err error) []worker.Outcome {
+		all := make([]worker.Outcome, len(tasks))
+		for i := range all {
+			all[i].Err = err
+		}
+		return all
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			outs = fail(fmt.Errorf("worker: batch handler panicked: %v", p))
+		}
+	}()
+	outs = h(ctx, tasks)
+	if len(outs) != len(tasks) {
+		return fail(fmt.Errorf("worker: batch handler returned %d outcomes for %d tasks", len(outs), len(tasks)))
+	}
+	return outs
+}
+
+// decide maps the worker's decision on a run onto a Result.
+func decide(value any, err error, t worker.Task, tiers []time.Duration) Result {
+	d := outcome.Of(value, err, worker.IsPermanent, t.Attempt, t.MaxRetries, tiers)
+	r := Result{Err: d.Err, Reason: d.Reason, Task: t}
+	switch d.Action {
+	case outcome.Complete:
+		r.Action, r.Output = Completed, d.Result
+	case outcome.Retry:
+		r.Action, r.Delay = Retried, d.Delay
+	case outcome.Fail:
+		r.Action = Failed
+	case outcome.DeadLetter:
+		r.Action = DeadLettered
+	default:
+		// The worker learned an action this package does not know: a
+		// Result would misreport it.
+		panic(fmt.Sprintf("workertest: the worker's decision %v has no Action", d.Action))
+	}
+	return r
+}
+
+func requeued(ctx context.Context, t worker.Task) Result {
+	return Result{Action: Requeued, Err: context.Cause(ctx), Task: t}
+}
+
+// withDefaults fills the zero fields of the i-th task of a run.
+func withDefaults(t worker.Task, i int) worker.Task {
+	if t.JobID == "" {
+		t.JobID = DefaultJobID
+	}
+	if t.TaskID == 0 {
+		t.TaskID = int64(i) + 1
+	}
+	if t.Attempt == 0 {
+		t.Attempt = 1
+	}
+	switch t.MaxRetries {
+	case 0:
+		t.MaxRetries = warren.DefaultMaxRetries
+	case NoRetries:
+		t.MaxRetries = 0
+	}
+	if len(t.Payload) == 0 {
+		t.Payload = json.RawMessage("null")
+	}
+	return t
+}
+
+// tiers returns the retry tiers of a run: o's, or else def.
+func (o *Opts) tiers(def []time.Duration) []time.Duration {
+	tiers := def
+	if o != nil && len(o.RetryTiers) > 0 {
+		tiers = o.RetryTiers
+	}
+	if err := broker.CheckRetryTiers(tiers); err != nil {
+		panic(fmt.Sprintf("workertest: Opts.RetryTiers: %v", err))
+	}
+	return tiers
+}
+
+// unknownType is the worker's error for a task of a type it has no
+// handler for, word for word.
+func unknownType(taskType string) error {
+	if taskType == "" {
+		return fmt.Errorf("worker: the task message has no type property, and handlers are chosen by type")
+	}
+	return fmt.Errorf("worker: no handler for task type %q on this queue", taskType)
+}
