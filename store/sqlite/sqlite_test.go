@@ -339,6 +339,38 @@ func TestStaleQuerySeeksQueuedTasks(t *testing.T) {
 	}
 }
 
+// The reconciler's two updates read the set of tasks they are given and
+// seek each task by its key: they never scan a job's tasks.
+func TestLostUpdatesSeekEachTask(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, filepath.Join(t.TempDir(), "warren.db"))
+	set := `[["j",1]]`
+	for _, u := range []struct {
+		name, query string
+		args        []any
+	}{
+		{"requeue", requeueLostSQL, []any{set}},
+		{"fail", failLostSQL, []any{set, store.LostError, 0}},
+	} {
+		name := u.name
+		rows, err := s.w.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+u.query, u.args...)
+		require.NoError(t, err, name)
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+			plan = append(plan, detail)
+		}
+		require.NoError(t, rows.Err())
+		require.NoError(t, rows.Close())
+		require.Len(t, plan, 2, "%s: %q", name, plan)
+		require.Contains(t, plan[0], "SCAN json_each", name)
+		require.Contains(t, plan[1], "SEARCH tasks USING", name)
+		require.Contains(t, plan[1], "task_id=?", "%s: %q", name, plan)
+	}
+}
+
 // A file written before migration 0002 migrates forward: its jobs get the
 // default task timeout and the reconciler finds their stale tasks.
 func TestMigratesVersion1FileForward(t *testing.T) {
