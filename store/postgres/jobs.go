@@ -183,7 +183,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (warren.Job, error) {
 // ListJobs returns jobs newest first (by creation time, then id), and the
 // opaque cursor of the next page ("" when there is none).
 func (s *Store) ListJobs(ctx context.Context, opts store.ListJobsOpts) ([]warren.Job, string, error) {
-	limit := pageSize(opts.Limit)
+	limit := store.PageSize(opts.Limit)
 	var (
 		where []string
 		args  []any
@@ -358,7 +358,7 @@ func (s *Store) JobErrors(ctx context.Context, jobID string, limit int) ([]warre
 	rows, err := s.pool.Query(ctx, `
 		SELECT task_id, error FROM tasks
 		WHERE job_id = $1 AND state = 'failed'
-		ORDER BY task_id LIMIT $2`, jobID, pageSize(limit))
+		ORDER BY task_id LIMIT $2`, jobID, store.PageSize(limit))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: errors of job %q: %w", jobID, err)
 	}
@@ -380,12 +380,4 @@ func (s *Store) JobErrors(ctx context.Context, jobID string, limit int) ([]warre
 		}
 	}
 	return errs, nil
-}
-
-// pageSize is limit, or store.DefaultPageSize when limit is not positive.
-func pageSize(limit int) int {
-	if limit <= 0 {
-		return store.DefaultPageSize
-	}
-	return limit
 }
