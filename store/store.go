@@ -75,8 +75,9 @@ type Store interface {
 	// no-op the second time.
 	ApplyOutcomes(ctx context.Context, outcomes []Outcome) (ApplyReport, error)
 	// JobsToClose returns up to limit ids of open jobs that are ready to
-	// close: every task finished, or fail-fast with failures over the
-	// tolerance. It finds jobs left half-closed by a crash.
+	// close (ReadyToClose: every task finished, or fail-fast with failures
+	// over the tolerance), limit <= 0 meaning DefaultPageSize as for the
+	// list methods. It finds jobs left half-closed by a crash.
 	JobsToClose(ctx context.Context, limit int) ([]string, error)
 	// ScanResults calls fn for each task of a job in task id order, with
 	// its terminal state and result, streaming (results are never all in
@@ -168,8 +169,8 @@ type ListTasksOpts struct {
 	Cursor string
 }
 
-// DefaultPageSize is the page size of the list methods when the caller
-// gives none.
+// DefaultPageSize is the page size of the list methods, and of the other
+// methods whose doc says so, when the caller gives none (a limit <= 0).
 const DefaultPageSize = 100
 
 // TaskRef names one task.

@@ -208,11 +208,10 @@ func bumpCounters(ctx context.Context, tx *sql.Tx, deltas []jobCounts) ([]string
 }
 
 // JobsToClose returns up to limit ids of open jobs that are ready to close
-// (store.ReadyToClose), oldest first.
+// (store.ReadyToClose), oldest first. limit <= 0 means
+// store.DefaultPageSize.
 func (s *Store) JobsToClose(ctx context.Context, limit int) ([]string, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
+	limit = store.PageSize(limit)
 	// The SQL only narrows to candidates (finished, or failing fast with a
 	// failure); store.ReadyToClose decides, so the tolerance arithmetic is
 	// never written in SQL. The rows are read lazily, so the candidates

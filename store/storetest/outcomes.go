@@ -330,6 +330,51 @@ func testJobsToClose(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Contains(t, []string{allDone.ID, failFast.ID}, ids[0])
 	})
 
+	t.Run("NotReadyCandidatesDoNotHideReadyJobs", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		// Fail-fast jobs with a failure within their tolerance look like
+		// candidates but are not ready; the ready job stands between them,
+		// so a page of candidates cut before the filter would miss it.
+		tolerant := store.NewJob{Policy: warren.Policy{FailFast: true, ToleratedFailures: 1, ToleratedFailurePercent: 50}}
+		before := []warren.Job{createJob(t, s, tolerant, 2), createJob(t, s, tolerant, 2)}
+		ready := newJob(t, s, 1)
+		after := []warren.Job{createJob(t, s, tolerant, 2), createJob(t, s, tolerant, 2)}
+		relayAll(t, s)
+		outcomes := []store.Outcome{completed(ready.ID, 1, `1`)}
+		for _, j := range append(before, after...) {
+			outcomes = append(outcomes, failed(j.ID, 1, "boom"))
+		}
+		apply(t, s, outcomes...)
+
+		for _, limit := range []int{1, 2, 10} {
+			ids, err := s.JobsToClose(t.Context(), limit)
+			require.NoError(t, err)
+			require.Equal(t, []string{ready.ID}, ids, "limit %d", limit)
+		}
+	})
+
+	t.Run("NoLimitMeansDefaultPageSize", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		const jobs = store.DefaultPageSize + 1
+		var outcomes []store.Outcome
+		for range jobs {
+			outcomes = append(outcomes, completed(newJob(t, s, 1).ID, 1, `1`))
+		}
+		relayAll(t, s)
+		apply(t, s, outcomes...)
+
+		for _, limit := range []int{0, -1} {
+			ids, err := s.JobsToClose(t.Context(), limit)
+			require.NoError(t, err)
+			require.Len(t, ids, store.DefaultPageSize, "limit %d means store.DefaultPageSize", limit)
+		}
+		ids, err := s.JobsToClose(t.Context(), jobs)
+		require.NoError(t, err)
+		require.Len(t, ids, jobs, "every ready job, given room")
+	})
+
 	t.Run("NoneWhenNothingFinished", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
