@@ -72,7 +72,8 @@ type Store interface {
 	// Each outcome is a guarded transition: it changes its task only if the
 	// task is not terminal yet and its job is open; the job's counters move
 	// only when a task row changed. Applying the same outcome twice is a
-	// no-op the second time.
+	// no-op the second time. An outcome without Attempts records at least
+	// one (see Outcome.Attempts).
 	ApplyOutcomes(ctx context.Context, outcomes []Outcome) (ApplyReport, error)
 	// JobsToClose returns up to limit ids of open jobs that are ready to
 	// close (ReadyToClose: every task finished, or fail-fast with failures
@@ -209,7 +210,9 @@ type Outcome struct {
 	Result json.RawMessage
 	// Error is the failure's text (failed tasks).
 	Error string
-	// Attempts is the number of runs the task had, when known (> 0).
+	// Attempts is the number of runs the task had, when known (> 0). 0
+	// means unknown: the store keeps the task's recorded attempts, but
+	// records at least 1, since the task ran to produce this outcome.
 	Attempts   int
 	Worker     string
 	StartedAt  *time.Time

@@ -128,7 +128,8 @@ func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (st
 // finished); the third reads the job's and task's states of every outcome,
 // to classify those that changed nothing. Of several outcomes of one task
 // in a batch, the first counts: the others are duplicates (or closed or
-// unknown, as the first).
+// unknown, as the first). An outcome without attempts (0, unknown) keeps
+// the stored count, but at least 1: the task ran to produce it.
 func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outcome, order []int) ([]verdict, error) {
 	now := s.clock()
 	verdicts := make([]verdict, len(outcomes))
@@ -168,7 +169,7 @@ func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outc
 	b.Queue(`
 		UPDATE tasks t
 		SET state = i.state, result = i.result, error = i.error,
-		    attempts = CASE WHEN i.attempts > 0 THEN i.attempts ELSE t.attempts END,
+		    attempts = CASE WHEN i.attempts > 0 THEN i.attempts ELSE GREATEST(t.attempts, 1) END,
 		    worker = CASE WHEN i.worker <> '' THEN i.worker ELSE t.worker END,
 		    started_at = COALESCE(i.started_at, t.started_at),
 		    finished_at = i.finished_at

@@ -61,6 +61,29 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Nil(t, waiting.FinishedAt)
 	})
 
+	t.Run("UnknownAttemptsKeepTheCountButAtLeastOne", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 2)
+		relayAll(t, s)
+		// Task 2 fails after 4 runs; the redrive keeps that count and
+		// sends back task 1, which never ran.
+		apply(t, s, failed(job.ID, 2, "boom"))
+		ok, err := s.FinishJob(t.Context(), job.ID, warren.JobFailed, nil, "gave up")
+		require.NoError(t, err)
+		require.True(t, ok)
+		_, _, err = s.RedriveJob(t.Context(), job.ID)
+		require.NoError(t, err)
+		relayAll(t, s)
+
+		never, again := completed(job.ID, 1, `1`), completed(job.ID, 2, `2`)
+		never.Attempts, again.Attempts = 0, 0
+		require.Equal(t, 2, apply(t, s, never, again).Applied)
+		tasks := allTasks(t, s, job.ID, "")
+		require.Equal(t, 1, tasks[0].Attempts, "a task that produced an outcome ran at least once")
+		require.Equal(t, 4, tasks[1].Attempts, "an unknown count keeps the stored one")
+	})
+
 	t.Run("EmptyBatch", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
