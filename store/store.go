@@ -115,13 +115,13 @@ type Store interface {
 	ReopenTask(ctx context.Context, jobID string, taskID int64) (bool, error)
 	// ReconcileStale looks at up to limit tasks of open jobs that are
 	// queued (not terminal) and were last queued (queued_at) more than
-	// their job's task timeout before now. The lost run counts as an
-	// attempt: a task whose attempts+1 is at most its job's max_retries
-	// goes back to pending with attempts+1, for the relay to publish again
-	// (the relay's mark then sets a new queued_at); any other is failed
-	// with attempts+1 and the error "lost: no result within the task
-	// timeout", counted as failed as ApplyOutcomes would. Several servers
-	// may call it at once without handling a task twice.
+	// their job's task timeout before now (limit <= 0 means
+	// DefaultPageSize). The lost run counts as an attempt (SplitLost): a
+	// task whose attempts+1 is at most its job's max_retries goes back to
+	// pending with attempts+1, for the relay to publish again (the relay's
+	// mark then sets a new queued_at); any other is failed with attempts+1
+	// and the error LostError, counted as failed as ApplyOutcomes would.
+	// Several servers may call it at once without handling a task twice.
 	ReconcileStale(ctx context.Context, now time.Time, limit int) (ReconcileReport, error)
 }
 
@@ -131,7 +131,8 @@ type ReconcileReport struct {
 	Requeued int
 	// Failed counts tasks failed as lost.
 	Failed int
-	// ReadyToClose lists jobs that failing tasks made ready to close.
+	// ReadyToClose lists jobs that failing tasks made ready to close
+	// (BecameReady), each once.
 	ReadyToClose []string
 }
 
@@ -233,7 +234,7 @@ type ApplyReport struct {
 	// Unknown lists the indexes (in the outcomes slice) of outcomes whose
 	// job or task does not exist; nothing was recorded for them.
 	Unknown []int
-	// ReadyToClose lists the jobs this batch made ready to close (see
-	// Store.JobsToClose), each once.
+	// ReadyToClose lists the jobs this batch made ready to close
+	// (BecameReady), each once.
 	ReadyToClose []string
 }
