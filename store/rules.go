@@ -1,6 +1,10 @@
 package store
 
-import "github.com/warrenhq/warren"
+import (
+	"fmt"
+
+	"github.com/warrenhq/warren"
+)
 
 // The rules below are the business rules every driver must apply alike.
 // They live here, in Go, so that a driver's SQL only selects candidates and
@@ -65,4 +69,16 @@ func PageSize(limit int) int {
 		return DefaultPageSize
 	}
 	return limit
+}
+
+// ValidateOutcomes returns an error naming the first outcome whose State is
+// neither warren.TaskCompleted nor warren.TaskFailed: ApplyOutcomes fails
+// such a batch whole, before it writes anything.
+func ValidateOutcomes(outcomes []Outcome) error {
+	for i, o := range outcomes {
+		if o.State != warren.TaskCompleted && o.State != warren.TaskFailed {
+			return fmt.Errorf("outcome %d (job %q task %d): state must be completed or failed, got %q", i, o.JobID, o.TaskID, o.State)
+		}
+	}
+	return nil
 }

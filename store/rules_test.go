@@ -70,3 +70,19 @@ func TestPageSize(t *testing.T) {
 	require.Equal(t, store.DefaultPageSize, store.PageSize(-1))
 	require.Equal(t, 7, store.PageSize(7))
 }
+
+func TestValidateOutcomes(t *testing.T) {
+	t.Parallel()
+	ok := []store.Outcome{
+		{JobID: "j", TaskID: 1, State: warren.TaskCompleted},
+		{JobID: "j", TaskID: 2, State: warren.TaskFailed},
+	}
+	require.NoError(t, store.ValidateOutcomes(ok))
+	require.NoError(t, store.ValidateOutcomes(nil))
+	for _, state := range []warren.TaskState{warren.TaskPending, warren.TaskQueued, warren.TaskCancelled, ""} {
+		bad := append(ok, store.Outcome{JobID: "j", TaskID: 3, State: state})
+		err := store.ValidateOutcomes(bad)
+		require.Error(t, err, "state %q", state)
+		require.ErrorContains(t, err, "outcome 2 (job \"j\" task 3)", "the error names the outcome")
+	}
+}

@@ -73,7 +73,9 @@ type Store interface {
 	// task is not terminal yet and its job is open; the job's counters move
 	// only when a task row changed. Applying the same outcome twice is a
 	// no-op the second time. An outcome without Attempts records at least
-	// one (see Outcome.Attempts).
+	// one (see Outcome.Attempts). A batch with an outcome whose State is
+	// neither completed nor failed (ValidateOutcomes) is an error, and
+	// nothing of it is written.
 	ApplyOutcomes(ctx context.Context, outcomes []Outcome) (ApplyReport, error)
 	// JobsToClose returns up to limit ids of open jobs that are ready to
 	// close (ReadyToClose: every task finished, or fail-fast with failures

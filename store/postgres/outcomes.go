@@ -57,10 +57,8 @@ type counts struct{ completed, failed int64 }
 // (store.BecameReady).
 func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (store.ApplyReport, error) {
 	var report store.ApplyReport
-	for i, o := range outcomes {
-		if o.State != warren.TaskCompleted && o.State != warren.TaskFailed {
-			return report, fmt.Errorf("postgres: apply outcomes: outcome %d (job %q task %d): state must be completed or failed, got %q", i, o.JobID, o.TaskID, o.State)
-		}
+	if err := store.ValidateOutcomes(outcomes); err != nil {
+		return store.ApplyReport{}, fmt.Errorf("postgres: apply outcomes: %w", err)
 	}
 	if len(outcomes) == 0 {
 		return report, nil

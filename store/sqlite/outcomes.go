@@ -24,11 +24,8 @@ import (
 // An outcome whose State is neither completed nor failed fails the whole
 // batch before anything is written.
 func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (store.ApplyReport, error) {
-	for i, o := range outcomes {
-		if o.State != warren.TaskCompleted && o.State != warren.TaskFailed {
-			return store.ApplyReport{}, fmt.Errorf("sqlite: apply outcomes: outcome %d (job %s task %d) has state %q, want completed or failed",
-				i, o.JobID, o.TaskID, o.State)
-		}
+	if err := store.ValidateOutcomes(outcomes); err != nil {
+		return store.ApplyReport{}, fmt.Errorf("sqlite: apply outcomes: %w", err)
 	}
 	if len(outcomes) == 0 {
 		return store.ApplyReport{}, nil

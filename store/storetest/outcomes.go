@@ -84,6 +84,21 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, 4, tasks[1].Attempts, "an unknown count keeps the stored one")
 	})
 
+	t.Run("UnfinishedStateFailsTheBatch", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 2)
+		relayAll(t, s)
+
+		_, err := s.ApplyOutcomes(t.Context(), []store.Outcome{
+			completed(job.ID, 1, `1`),
+			{JobID: job.ID, TaskID: 2, State: warren.TaskQueued},
+		})
+		require.Error(t, err)
+		require.Equal(t, repeat(warren.TaskQueued, 2), taskStates(t, s, job.ID), "nothing of the batch is written")
+		require.Zero(t, getJob(t, s, job.ID).CompletedTasks)
+	})
+
 	t.Run("EmptyBatch", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
