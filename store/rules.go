@@ -71,6 +71,20 @@ func PageSize(limit int) int {
 	return limit
 }
 
+// Reopenable reports whether a job closed in state can be reopened by
+// RedriveJob or ReopenTask: failed, or completed (with tolerated
+// failures). A cancelled job stays cancelled, and an open job has nothing
+// to reopen.
+func Reopenable(state warren.JobState) bool {
+	return state == warren.JobFailed || state == warren.JobCompleted
+}
+
+// ResultLocation is the Job.ResultLocation that FinishJob records for job
+// jobID when it stores a reduced result: the server's path for fetching it.
+func ResultLocation(jobID string) string {
+	return "/v1/jobs/" + jobID + "/result"
+}
+
 // ValidateOutcomes returns an error naming the first outcome whose State is
 // neither warren.TaskCompleted nor warren.TaskFailed: ApplyOutcomes fails
 // such a batch whole, before it writes anything.

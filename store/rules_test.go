@@ -86,3 +86,21 @@ func TestValidateOutcomes(t *testing.T) {
 		require.ErrorContains(t, err, "outcome 2 (job \"j\" task 3)", "the error names the outcome")
 	}
 }
+
+func TestReopenable(t *testing.T) {
+	t.Parallel()
+	for state, want := range map[warren.JobState]bool{
+		warren.JobFailed:    true,
+		warren.JobCompleted: true,
+		warren.JobCancelled: false,
+		warren.JobPending:   false,
+		warren.JobRunning:   false,
+	} {
+		require.Equal(t, want, store.Reopenable(state), "state %s", state)
+	}
+}
+
+func TestResultLocationIsTheServersResultPath(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "/v1/jobs/01ABC/result", store.ResultLocation("01ABC"))
+}

@@ -65,7 +65,7 @@ func (s *Store) RedriveJob(ctx context.Context, id string) (warren.Job, int, err
 	if err != nil {
 		return warren.Job{}, 0, fmt.Errorf("postgres: redrive job %q: %w", id, err)
 	}
-	if !isReopenable(warren.JobState(state)) {
+	if !store.Reopenable(warren.JobState(state)) {
 		return warren.Job{}, 0, fmt.Errorf("postgres: redrive job %q: %w: the job is %s", id, warren.ErrConflict, state)
 	}
 	var failed, requeued int64
@@ -138,7 +138,7 @@ func (s *Store) reopenTask(ctx context.Context, jobID string, taskID int64) (reo
 	if err != nil {
 		return false, false, err
 	}
-	wasClosed := isReopenable(warren.JobState(seen))
+	wasClosed := store.Reopenable(warren.JobState(seen))
 	rows, err := tx.Query(ctx, `
 		SELECT task_id, state FROM tasks
 		WHERE job_id = $1 AND (task_id = $2 OR ($3 AND state = 'cancelled'))
@@ -171,7 +171,7 @@ func (s *Store) reopenTask(ctx context.Context, jobID string, taskID int64) (reo
 	if err := tx.QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1 FOR UPDATE`, jobID).Scan(&state); err != nil {
 		return false, false, err
 	}
-	isClosed := isReopenable(warren.JobState(state))
+	isClosed := store.Reopenable(warren.JobState(state))
 	switch {
 	case warren.JobState(state) == warren.JobCancelled:
 		return false, false, nil
@@ -202,12 +202,6 @@ func (s *Store) reopenTask(ctx context.Context, jobID string, taskID int64) (reo
 		return false, false, err
 	}
 	return true, false, nil
-}
-
-// isReopenable reports whether a job in state is closed in a way a failed
-// task can reopen: failed, or completed with tolerated failures.
-func isReopenable(state warren.JobState) bool {
-	return state == warren.JobFailed || state == warren.JobCompleted
 }
 
 // forEachRow calls fn with each (task_id, state) row of rows.

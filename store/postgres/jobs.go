@@ -283,7 +283,7 @@ func cancelUnfinishedTasks(ctx context.Context, tx pgx.Tx, id string, now time.T
 // FinishJob closes an open job in one transaction: the guarded transition
 // of the job row to state (with the current time and errMsg), its
 // unfinished tasks cancelled, and result, when not nil, stored with its
-// location recorded as /v1/jobs/<id>/result. It returns false, changing
+// location recorded (store.ResultLocation). It returns false, changing
 // nothing, when the job is already closed; of several concurrent callers
 // exactly one gets true. An unknown job: warren.ErrNotFound.
 func (s *Store) FinishJob(ctx context.Context, jobID string, state warren.JobState, result []byte, errMsg string) (bool, error) {
@@ -302,7 +302,7 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, state warren.JobSta
 	}
 	location := ""
 	if result != nil {
-		location = "/v1/jobs/" + jobID + "/result"
+		location = store.ResultLocation(jobID)
 	}
 	tag, err := tx.Exec(ctx, `
 		UPDATE jobs SET state = $2, finished_at = $3, error = $4, result_location = $5

@@ -35,7 +35,7 @@ func (s *Store) RedriveJob(ctx context.Context, id string) (warren.Job, int, err
 		if err != nil {
 			return err
 		}
-		if j.State != warren.JobFailed && j.State != warren.JobCompleted {
+		if !store.Reopenable(j.State) {
 			return fmt.Errorf("job is %s: %w", j.State, warren.ErrConflict)
 		}
 		failed, err := requeueTasks(ctx, tx, id, warren.TaskFailed)
@@ -95,7 +95,7 @@ func (s *Store) ReopenTask(ctx context.Context, jobID string, taskID int64) (boo
 			WHERE job_id = ? AND task_id = ? AND state = 'failed'`, now().UnixMicro(), jobID, taskID); err != nil {
 			return err
 		}
-		if j.State.Terminal() {
+		if store.Reopenable(j.State) {
 			if _, err := requeueTasks(ctx, tx, jobID, warren.TaskCancelled); err != nil {
 				return err
 			}
