@@ -72,11 +72,15 @@ type Store interface {
 	// Each outcome is a guarded transition: it changes its task only if the
 	// task is not terminal yet and its job is open; the job's counters move
 	// only when a task row changed. Applying the same outcome twice is a
-	// no-op the second time.
+	// no-op the second time. An outcome without Attempts records at least
+	// one (see Outcome.Attempts). A batch with an outcome whose State is
+	// neither completed nor failed (ValidateOutcomes) is an error, and
+	// nothing of it is written.
 	ApplyOutcomes(ctx context.Context, outcomes []Outcome) (ApplyReport, error)
 	// JobsToClose returns up to limit ids of open jobs that are ready to
-	// close: every task finished, or fail-fast with failures over the
-	// tolerance. It finds jobs left half-closed by a crash.
+	// close (ReadyToClose: every task finished, or fail-fast with failures
+	// over the tolerance), limit <= 0 meaning DefaultPageSize as for the
+	// list methods. It finds jobs left half-closed by a crash.
 	JobsToClose(ctx context.Context, limit int) ([]string, error)
 	// ScanResults calls fn for each task of a job in task id order, with
 	// its terminal state and result, streaming (results are never all in
@@ -113,13 +117,13 @@ type Store interface {
 	ReopenTask(ctx context.Context, jobID string, taskID int64) (bool, error)
 	// ReconcileStale looks at up to limit tasks of open jobs that are
 	// queued (not terminal) and were last queued (queued_at) more than
-	// their job's task timeout before now. The lost run counts as an
-	// attempt: a task whose attempts+1 is at most its job's max_retries
-	// goes back to pending with attempts+1, for the relay to publish again
-	// (the relay's mark then sets a new queued_at); any other is failed
-	// with attempts+1 and the error "lost: no result within the task
-	// timeout", counted as failed as ApplyOutcomes would. Several servers
-	// may call it at once without handling a task twice.
+	// their job's task timeout before now (limit <= 0 means
+	// DefaultPageSize). The lost run counts as an attempt (SplitLost): a
+	// task whose attempts+1 is at most its job's max_retries goes back to
+	// pending with attempts+1, for the relay to publish again (the relay's
+	// mark then sets a new queued_at); any other is failed with attempts+1
+	// and the error LostError, counted as failed as ApplyOutcomes would.
+	// Several servers may call it at once without handling a task twice.
 	ReconcileStale(ctx context.Context, now time.Time, limit int) (ReconcileReport, error)
 }
 
@@ -129,7 +133,8 @@ type ReconcileReport struct {
 	Requeued int
 	// Failed counts tasks failed as lost.
 	Failed int
-	// ReadyToClose lists jobs that failing tasks made ready to close.
+	// ReadyToClose lists jobs that failing tasks made ready to close
+	// (BecameReady), each once.
 	ReadyToClose []string
 }
 
@@ -168,8 +173,8 @@ type ListTasksOpts struct {
 	Cursor string
 }
 
-// DefaultPageSize is the page size of the list methods when the caller
-// gives none.
+// DefaultPageSize is the page size of the list methods, and of the other
+// methods whose doc says so, when the caller gives none (a limit <= 0).
 const DefaultPageSize = 100
 
 // TaskRef names one task.
@@ -208,7 +213,9 @@ type Outcome struct {
 	Result json.RawMessage
 	// Error is the failure's text (failed tasks).
 	Error string
-	// Attempts is the number of runs the task had, when known (> 0).
+	// Attempts is the number of runs the task had, when known (> 0). 0
+	// means unknown: the store keeps the task's recorded attempts, but
+	// records at least 1, since the task ran to produce this outcome.
 	Attempts   int
 	Worker     string
 	StartedAt  *time.Time
@@ -229,7 +236,7 @@ type ApplyReport struct {
 	// Unknown lists the indexes (in the outcomes slice) of outcomes whose
 	// job or task does not exist; nothing was recorded for them.
 	Unknown []int
-	// ReadyToClose lists the jobs this batch made ready to close (see
-	// Store.JobsToClose), each once.
+	// ReadyToClose lists the jobs this batch made ready to close
+	// (BecameReady), each once.
 	ReadyToClose []string
 }

@@ -12,9 +12,6 @@ import (
 	"github.com/warrenhq/warren/store"
 )
 
-// lostError is the error of a task the reconciler fails as lost.
-const lostError = "lost: no result within the task timeout"
-
 // requeueSQL locks job $1's tasks in the states $2, in task id order, moves
 // them back to pending with their attempts kept and the rest of their last
 // run cleared (queued_at stays: the relay's mark replaces it), and counts
@@ -68,7 +65,7 @@ func (s *Store) RedriveJob(ctx context.Context, id string) (warren.Job, int, err
 	if err != nil {
 		return warren.Job{}, 0, fmt.Errorf("postgres: redrive job %q: %w", id, err)
 	}
-	if !isReopenable(warren.JobState(state)) {
+	if !store.Reopenable(warren.JobState(state)) {
 		return warren.Job{}, 0, fmt.Errorf("postgres: redrive job %q: %w: the job is %s", id, warren.ErrConflict, state)
 	}
 	var failed, requeued int64
@@ -141,7 +138,7 @@ func (s *Store) reopenTask(ctx context.Context, jobID string, taskID int64) (reo
 	if err != nil {
 		return false, false, err
 	}
-	wasClosed := isReopenable(warren.JobState(seen))
+	wasClosed := store.Reopenable(warren.JobState(seen))
 	rows, err := tx.Query(ctx, `
 		SELECT task_id, state FROM tasks
 		WHERE job_id = $1 AND (task_id = $2 OR ($3 AND state = 'cancelled'))
@@ -174,7 +171,7 @@ func (s *Store) reopenTask(ctx context.Context, jobID string, taskID int64) (reo
 	if err := tx.QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1 FOR UPDATE`, jobID).Scan(&state); err != nil {
 		return false, false, err
 	}
-	isClosed := isReopenable(warren.JobState(state))
+	isClosed := store.Reopenable(warren.JobState(state))
 	switch {
 	case warren.JobState(state) == warren.JobCancelled:
 		return false, false, nil
@@ -207,12 +204,6 @@ func (s *Store) reopenTask(ctx context.Context, jobID string, taskID int64) (reo
 	return true, false, nil
 }
 
-// isReopenable reports whether a job in state is closed in a way a failed
-// task can reopen: failed, or completed with tolerated failures.
-func isReopenable(state warren.JobState) bool {
-	return state == warren.JobFailed || state == warren.JobCompleted
-}
-
 // forEachRow calls fn with each (task_id, state) row of rows.
 func forEachRow(rows pgx.Rows, fn func(id int64, state string)) error {
 	defer rows.Close()
@@ -229,11 +220,10 @@ func forEachRow(rows pgx.Rows, fn func(id int64, state string)) error {
 	return rows.Err()
 }
 
-// reconcileSQL claims up to $3 queued tasks of open jobs whose last publish
-// (queued_at) is more than their job's task timeout before $1 ($2 is the
-// default timeout in milliseconds), oldest publish first, skipping rows
-// another transaction holds, and in the same statement sends each back to
-// pending or fails it as lost ($4) at $1, with attempts+1.
+// claimStaleSQL claims up to $3 queued tasks of open jobs whose last
+// publish (queued_at) is more than their job's task timeout before $1 ($2
+// is the default timeout in milliseconds), oldest publish first, skipping
+// rows another transaction holds, and returns what store.SplitLost needs.
 //
 // The first queued_at bound, with the shortest timeout of any open job,
 // lets tasks_queued_idx yield only the tasks queued before it, in order;
@@ -242,80 +232,74 @@ func forEachRow(rows pgx.Rows, fn func(id int64, state string)) error {
 // re-checked once locked and left out. The job rows are read, not locked:
 // closing a job locks its unfinished tasks first, which this claim either
 // holds (the close waits) or skips.
-const reconcileSQL = `
-	WITH stale AS (
-		SELECT t.job_id, t.task_id, t.attempts + 1 <= j.max_retries AS retry
-		FROM tasks t JOIN jobs j ON j.id = t.job_id
-		WHERE t.state = 'queued'
-		  AND t.queued_at < $1::timestamptz - interval '1 millisecond' * (
-		      SELECT min(CASE WHEN task_timeout_ms > 0 THEN task_timeout_ms ELSE $2::bigint END)
-		      FROM jobs WHERE state IN ('pending', 'running'))
-		  AND j.state IN ('pending', 'running')
-		  AND t.queued_at < $1::timestamptz - interval '1 millisecond' *
-		      CASE WHEN j.task_timeout_ms > 0 THEN j.task_timeout_ms ELSE $2::bigint END
-		ORDER BY t.queued_at
-		LIMIT $3
-		FOR UPDATE OF t SKIP LOCKED
-	)
-	UPDATE tasks SET
-		state = CASE WHEN stale.retry THEN 'pending' ELSE 'failed' END,
-		attempts = tasks.attempts + 1,
-		error = CASE WHEN stale.retry THEN tasks.error ELSE $4 END,
-		finished_at = CASE WHEN stale.retry THEN tasks.finished_at ELSE $1::timestamptz END
-	FROM stale
-	WHERE tasks.job_id = stale.job_id AND tasks.task_id = stale.task_id
-	RETURNING tasks.job_id, stale.retry`
+const claimStaleSQL = `
+	SELECT t.job_id, t.task_id, t.attempts, j.max_retries
+	FROM tasks t JOIN jobs j ON j.id = t.job_id
+	WHERE t.state = 'queued'
+	  AND t.queued_at < $1::timestamptz - interval '1 millisecond' * (
+	      SELECT min(CASE WHEN task_timeout_ms > 0 THEN task_timeout_ms ELSE $2::bigint END)
+	      FROM jobs WHERE state IN ('pending', 'running'))
+	  AND j.state IN ('pending', 'running')
+	  AND t.queued_at < $1::timestamptz - interval '1 millisecond' *
+	      CASE WHEN j.task_timeout_ms > 0 THEN j.task_timeout_ms ELSE $2::bigint END
+	ORDER BY t.queued_at
+	LIMIT $3
+	FOR UPDATE OF t SKIP LOCKED`
+
+// requeueLostSQL sends the tasks named by ($1, $2) that are still queued
+// back to pending with attempts+1.
+const requeueLostSQL = `
+	UPDATE tasks SET state = 'pending', attempts = tasks.attempts + 1
+	FROM unnest($1::text[], $2::bigint[]) AS r(job_id, task_id)
+	WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id AND tasks.state = 'queued'`
+
+// failLostSQL fails the tasks named by ($1, $2) that are still queued with
+// the error $3, finished_at $4 and attempts+1, and returns their job ids.
+const failLostSQL = `
+	UPDATE tasks SET state = 'failed', attempts = tasks.attempts + 1, error = $3, finished_at = $4
+	FROM unnest($1::text[], $2::bigint[]) AS r(job_id, task_id)
+	WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id AND tasks.state = 'queued'
+	RETURNING tasks.job_id`
 
 // ReconcileStale handles, in one transaction, up to limit queued tasks of
 // open jobs last queued more than their job's task timeout (see
 // warren.Policy.EffectiveTaskTimeout) before now, oldest publish first.
-// The lost run counts as an attempt: a task with attempts+1 <= max_retries
-// goes back to pending with attempts+1, for the relay to publish again;
-// any other fails with attempts+1, finished_at now and the error
-// "lost: no result within the task timeout", and its job's failed counter
-// moves as ApplyOutcomes would move it, job rows in id order after the
-// task rows. ReadyToClose lists, once each and in id order, the jobs that
-// were not ready to close before and are after.
+// claimStaleSQL claims them; store.SplitLost decides which go back to
+// pending and which fail as lost; one pipelined round trip applies the
+// two sets by guarded updates, each with attempts+1 (the failed ones with
+// finished_at now and store.LostError); and the failed ones move their
+// jobs' failed counters as ApplyOutcomes would, job rows in id order after
+// the task rows. ReadyToClose lists, once each and in id order, the jobs
+// this made ready to close (store.BecameReady).
 //
 // Several servers may call it at once: the tasks are claimed with
-// FOR UPDATE SKIP LOCKED, so each is handled by one call. Such a claim
-// never waits for a task lock, so the order it takes them in (oldest
-// publish first) cannot close a cycle with the package's lock order.
-// limit <= 0 means store.DefaultPageSize.
+// FOR UPDATE SKIP LOCKED and stay locked until the commit, so each is
+// handled by one call. Such a claim never waits for a task lock, so the
+// order it takes them in (oldest publish first) cannot close a cycle with
+// the package's lock order. limit <= 0 means store.DefaultPageSize.
 func (s *Store) ReconcileStale(ctx context.Context, now time.Time, limit int) (store.ReconcileReport, error) {
-	var report store.ReconcileReport
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return report, fmt.Errorf("postgres: reconcile stale tasks: %w", err)
+		return store.ReconcileReport{}, fmt.Errorf("postgres: reconcile stale tasks: %w", err)
 	}
 	defer rollback(ctx, tx)
 
-	rows, err := tx.Query(ctx, reconcileSQL, now.UTC().Truncate(time.Microsecond),
-		warren.DefaultTaskTimeout.Milliseconds(), pageSize(limit), lostError)
+	now = now.UTC().Truncate(time.Microsecond)
+	rows, err := tx.Query(ctx, claimStaleSQL, now, warren.DefaultTaskTimeout.Milliseconds(), store.PageSize(limit))
 	if err != nil {
-		return report, fmt.Errorf("postgres: reconcile stale tasks: %w", err)
+		return store.ReconcileReport{}, fmt.Errorf("postgres: reconcile stale tasks: %w", err)
 	}
-	deltas := make(map[string]*counts)
-	for rows.Next() {
-		var (
-			jobID string
-			retry bool
-		)
-		if err := rows.Scan(&jobID, &retry); err != nil {
-			rows.Close()
-			return store.ReconcileReport{}, fmt.Errorf("postgres: reconcile stale tasks: %w", err)
-		}
-		if retry {
-			report.Requeued++
-			continue
-		}
-		report.Failed++
-		if deltas[jobID] == nil {
-			deltas[jobID] = &counts{}
-		}
-		deltas[jobID].failed++
+	stale, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.StaleTask, error) {
+		var t store.StaleTask
+		err := row.Scan(&t.JobID, &t.TaskID, &t.Attempts, &t.MaxRetries)
+		return t, err
+	})
+	if err != nil {
+		return store.ReconcileReport{}, fmt.Errorf("postgres: reconcile stale tasks: %w", err)
 	}
-	if err := rows.Err(); err != nil {
+	requeue, fail := store.SplitLost(stale)
+	report, deltas, err := applyLost(ctx, tx, requeue, fail, now)
+	if err != nil {
 		return store.ReconcileReport{}, fmt.Errorf("postgres: reconcile stale tasks: %w", err)
 	}
 	if report.ReadyToClose, err = bumpCounters(ctx, tx, deltas); err != nil {
@@ -325,4 +309,53 @@ func (s *Store) ReconcileStale(ctx context.Context, now time.Time, limit int) (s
 		return store.ReconcileReport{}, fmt.Errorf("postgres: reconcile stale tasks: commit: %w", err)
 	}
 	return report, nil
+}
+
+// applyLost applies requeueLostSQL to requeue and failLostSQL to fail, as
+// lost at now, in one pipelined round trip, and returns how many tasks
+// each moved and the failed counts by job.
+func applyLost(ctx context.Context, tx pgx.Tx, requeue, fail []store.TaskRef, now time.Time) (store.ReconcileReport, map[string]*counts, error) {
+	var report store.ReconcileReport
+	deltas := make(map[string]*counts)
+	if len(requeue) == 0 && len(fail) == 0 {
+		return report, deltas, nil
+	}
+	requeueJobs, requeueTasks := splitRefs(requeue)
+	failJobs, failTasks := splitRefs(fail)
+	b := &pgx.Batch{}
+	b.Queue(requeueLostSQL, requeueJobs, requeueTasks)
+	b.Queue(failLostSQL, failJobs, failTasks, store.LostError, now)
+	br := tx.SendBatch(ctx, b)
+	tag, err := br.Exec()
+	if err != nil {
+		_ = br.Close()
+		return report, nil, err
+	}
+	report.Requeued = int(tag.RowsAffected())
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return report, nil, err
+	}
+	for rows.Next() {
+		var jobID string
+		if err := rows.Scan(&jobID); err != nil {
+			rows.Close()
+			_ = br.Close()
+			return report, nil, err
+		}
+		report.Failed++
+		if deltas[jobID] == nil {
+			deltas[jobID] = &counts{}
+		}
+		deltas[jobID].failed++
+	}
+	if err := rows.Err(); err != nil {
+		_ = br.Close()
+		return report, nil, err
+	}
+	if err := br.Close(); err != nil {
+		return report, nil, err
+	}
+	return report, deltas, nil
 }

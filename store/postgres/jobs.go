@@ -183,7 +183,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (warren.Job, error) {
 // ListJobs returns jobs newest first (by creation time, then id), and the
 // opaque cursor of the next page ("" when there is none).
 func (s *Store) ListJobs(ctx context.Context, opts store.ListJobsOpts) ([]warren.Job, string, error) {
-	limit := pageSize(opts.Limit)
+	limit := store.PageSize(opts.Limit)
 	var (
 		where []string
 		args  []any
@@ -283,7 +283,7 @@ func cancelUnfinishedTasks(ctx context.Context, tx pgx.Tx, id string, now time.T
 // FinishJob closes an open job in one transaction: the guarded transition
 // of the job row to state (with the current time and errMsg), its
 // unfinished tasks cancelled, and result, when not nil, stored with its
-// location recorded as /v1/jobs/<id>/result. It returns false, changing
+// location recorded (store.ResultLocation). It returns false, changing
 // nothing, when the job is already closed; of several concurrent callers
 // exactly one gets true. An unknown job: warren.ErrNotFound.
 func (s *Store) FinishJob(ctx context.Context, jobID string, state warren.JobState, result []byte, errMsg string) (bool, error) {
@@ -302,7 +302,7 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, state warren.JobSta
 	}
 	location := ""
 	if result != nil {
-		location = "/v1/jobs/" + jobID + "/result"
+		location = store.ResultLocation(jobID)
 	}
 	tag, err := tx.Exec(ctx, `
 		UPDATE jobs SET state = $2, finished_at = $3, error = $4, result_location = $5
@@ -358,7 +358,7 @@ func (s *Store) JobErrors(ctx context.Context, jobID string, limit int) ([]warre
 	rows, err := s.pool.Query(ctx, `
 		SELECT task_id, error FROM tasks
 		WHERE job_id = $1 AND state = 'failed'
-		ORDER BY task_id LIMIT $2`, jobID, pageSize(limit))
+		ORDER BY task_id LIMIT $2`, jobID, store.PageSize(limit))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: errors of job %q: %w", jobID, err)
 	}
@@ -380,12 +380,4 @@ func (s *Store) JobErrors(ctx context.Context, jobID string, limit int) ([]warre
 		}
 	}
 	return errs, nil
-}
-
-// pageSize is limit, or store.DefaultPageSize when limit is not positive.
-func pageSize(limit int) int {
-	if limit <= 0 {
-		return store.DefaultPageSize
-	}
-	return limit
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -52,13 +53,12 @@ type counts struct{ completed, failed int64 }
 // lock them in one order, then updated by one set-wise guarded update
 // (applyTasks), all in one round trip. Each job's counters then move by
 // the number of its task rows that changed, job by job in id order, and the
-// updated counters decide which jobs this batch made ready to close.
+// updated counters decide which jobs this batch made ready to close
+// (store.BecameReady).
 func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (store.ApplyReport, error) {
 	var report store.ApplyReport
-	for i, o := range outcomes {
-		if o.State != warren.TaskCompleted && o.State != warren.TaskFailed {
-			return report, fmt.Errorf("postgres: apply outcomes: outcome %d (job %q task %d): state must be completed or failed, got %q", i, o.JobID, o.TaskID, o.State)
-		}
+	if err := store.ValidateOutcomes(outcomes); err != nil {
+		return store.ApplyReport{}, fmt.Errorf("postgres: apply outcomes: %w", err)
 	}
 	if len(outcomes) == 0 {
 		return report, nil
@@ -126,7 +126,8 @@ func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (st
 // finished); the third reads the job's and task's states of every outcome,
 // to classify those that changed nothing. Of several outcomes of one task
 // in a batch, the first counts: the others are duplicates (or closed or
-// unknown, as the first).
+// unknown, as the first). An outcome without attempts (0, unknown) keeps
+// the stored count, but at least 1: the task ran to produce it.
 func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outcome, order []int) ([]verdict, error) {
 	now := s.clock()
 	verdicts := make([]verdict, len(outcomes))
@@ -166,7 +167,7 @@ func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outc
 	b.Queue(`
 		UPDATE tasks t
 		SET state = i.state, result = i.result, error = i.error,
-		    attempts = CASE WHEN i.attempts > 0 THEN i.attempts ELSE t.attempts END,
+		    attempts = CASE WHEN i.attempts > 0 THEN i.attempts ELSE GREATEST(t.attempts, 1) END,
 		    worker = CASE WHEN i.worker <> '' THEN i.worker ELSE t.worker END,
 		    started_at = COALESCE(i.started_at, t.started_at),
 		    finished_at = i.finished_at
@@ -251,42 +252,29 @@ func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outc
 
 // bumpCounters adds each job's deltas to its counters, in job id order, in
 // one pipelined batch, and returns the jobs the new counts made ready to
-// close (they were not ready before this batch).
+// close (store.BecameReady).
 func bumpCounters(ctx context.Context, tx pgx.Tx, deltas map[string]*counts) ([]string, error) {
 	if len(deltas) == 0 {
 		return nil, nil
 	}
-	ids := make([]string, 0, len(deltas))
-	for id := range deltas {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(deltas))
 	b := &pgx.Batch{}
 	for _, id := range ids {
 		b.Queue(`
 			UPDATE jobs SET completed_tasks = completed_tasks + $2, failed_tasks = failed_tasks + $3
 			WHERE id = $1
-			RETURNING state, expected_tasks, completed_tasks, failed_tasks,
-				tolerated_failures, tolerated_failure_percent, fail_fast`,
+			RETURNING `+jobColumns,
 			id, deltas[id].completed, deltas[id].failed)
 	}
 	var ready []string
 	br := tx.SendBatch(ctx, b)
 	for _, id := range ids {
-		var (
-			state                       string
-			expected, completed, failed int64
-			p                           warren.Policy
-		)
-		err := br.QueryRow().Scan(&state, &expected, &completed, &failed,
-			&p.ToleratedFailures, &p.ToleratedFailurePercent, &p.FailFast)
+		job, err := scanJob(br.QueryRow())
 		if err != nil {
 			_ = br.Close()
 			return nil, fmt.Errorf("count results of job %q: %w", id, err)
 		}
-		d := deltas[id]
-		before := readyToClose(p, expected, completed-d.completed, failed-d.failed)
-		if !warren.JobState(state).Terminal() && !before && readyToClose(p, expected, completed, failed) {
+		if d := deltas[id]; store.BecameReady(job, d.completed, d.failed) {
 			ready = append(ready, id)
 		}
 	}
@@ -296,33 +284,43 @@ func bumpCounters(ctx context.Context, tx pgx.Tx, deltas map[string]*counts) ([]
 	return ready, nil
 }
 
-// readyToClose reports whether a job with these counters can close: every
-// task finished, or it fails fast and its failures exceed the tolerance.
-// JobsToClose states the same rule in SQL.
-func readyToClose(p warren.Policy, expected, completed, failed int64) bool {
-	return completed+failed >= expected || (p.FailFast && !p.Tolerates(failed, expected))
-}
-
 // JobsToClose returns up to limit ids of open jobs that are ready to close
-// (see readyToClose), oldest first. limit <= 0 means store.DefaultPageSize.
+// (store.ReadyToClose), oldest first. limit <= 0 means
+// store.DefaultPageSize.
+//
+// The SQL only narrows to candidates (finished, or failing fast with a
+// failure) and store.ReadyToClose decides, so the tolerance arithmetic is
+// never written in SQL. Candidates are read in pages of limit, in id order
+// through jobs_open_idx, until limit of them are ready or none is left: a
+// fail-fast job within its tolerance is a candidate that is not ready, and
+// must not take the place of one that is.
 func (s *Store) JobsToClose(ctx context.Context, limit int) ([]string, error) {
-	// The fail-fast clause is warren.Policy.Tolerates negated, term by term.
-	rows, err := s.pool.Query(ctx, `
-		SELECT id FROM jobs
-		WHERE state IN ('pending', 'running')
-		  AND (completed_tasks + failed_tasks >= expected_tasks
-		       OR (fail_fast AND failed_tasks > 0 AND (
-		           failed_tasks > tolerated_failures
-		           OR expected_tasks <= 0
-		           OR failed_tasks::float8 * 100 > tolerated_failure_percent * expected_tasks::float8 + 1e-9)))
-		ORDER BY id
-		LIMIT $1`, pageSize(limit))
-	if err != nil {
-		return nil, fmt.Errorf("postgres: jobs to close: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("postgres: jobs to close: %w", err)
+	limit = store.PageSize(limit)
+	var ids []string
+	after := ""
+	for len(ids) < limit {
+		rows, err := s.pool.Query(ctx, `
+			SELECT `+jobColumns+` FROM jobs
+			WHERE state IN ('pending', 'running') AND id > $1
+			  AND (completed_tasks + failed_tasks >= expected_tasks OR (fail_fast AND failed_tasks > 0))
+			ORDER BY id
+			LIMIT $2`, after, limit)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: jobs to close: %w", err)
+		}
+		candidates, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (warren.Job, error) { return scanJob(row) })
+		if err != nil {
+			return nil, fmt.Errorf("postgres: jobs to close: %w", err)
+		}
+		for _, j := range candidates {
+			if len(ids) < limit && store.ReadyToClose(j) {
+				ids = append(ids, j.ID)
+			}
+		}
+		if len(candidates) < limit {
+			break
+		}
+		after = candidates[len(candidates)-1].ID
 	}
 	return ids, nil
 }

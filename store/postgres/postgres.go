@@ -154,3 +154,13 @@ func utc(t *time.Time) *time.Time {
 	u := t.UTC()
 	return &u
 }
+
+// splitRefs returns the job ids and task ids of refs, as unnest reads
+// them.
+func splitRefs(refs []store.TaskRef) (jobIDs []string, taskIDs []int64) {
+	jobIDs, taskIDs = make([]string, len(refs)), make([]int64, len(refs))
+	for i, r := range refs {
+		jobIDs[i], taskIDs[i] = r.JobID, r.TaskID
+	}
+	return jobIDs, taskIDs
+}

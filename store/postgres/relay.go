@@ -33,7 +33,7 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx cont
 	}
 	defer rollback(ctx, tx)
 
-	tasks, err := claimPending(ctx, tx, pageSize(limit))
+	tasks, err := claimPending(ctx, tx, store.PageSize(limit))
 	if err != nil || len(tasks) == 0 {
 		return 0, err
 	}
@@ -116,11 +116,9 @@ func confirmedRefs(claimed []store.OutboxTask, refs []store.TaskRef) []store.Tas
 // tasks of one job concurrently, the second to get the lock sees the first
 // one's commit, so the job cannot stay pending.
 func markQueued(ctx context.Context, tx pgx.Tx, refs []store.TaskRef, now time.Time) (int, error) {
-	jobIDs := make([]string, len(refs))
-	taskIDs := make([]int64, len(refs))
+	jobIDs, taskIDs := splitRefs(refs)
 	var jobs []string
-	for i, r := range refs {
-		jobIDs[i], taskIDs[i] = r.JobID, r.TaskID
+	for _, r := range refs {
 		if len(jobs) == 0 || jobs[len(jobs)-1] != r.JobID {
 			jobs = append(jobs, r.JobID)
 		}

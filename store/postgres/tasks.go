@@ -15,7 +15,7 @@ import (
 // ListTasks returns a job's tasks in task id order, and the opaque cursor of
 // the next page ("" when there is none). An unknown job: warren.ErrNotFound.
 func (s *Store) ListTasks(ctx context.Context, jobID string, opts store.ListTasksOpts) ([]warren.TaskRecord, string, error) {
-	limit := pageSize(opts.Limit)
+	limit := store.PageSize(opts.Limit)
 	after := int64(0)
 	if opts.Cursor != "" {
 		id, err := decodeTaskCursor(opts.Cursor)

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -12,9 +13,6 @@ import (
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
 )
-
-// lostError is the error of a task the reconciler fails as lost.
-const lostError = "lost: no result within the task timeout"
 
 // RedriveJob reopens job id, closed as failed or completed, in one write
 // transaction: its failed tasks, and the tasks that closing it cancelled
@@ -37,7 +35,7 @@ func (s *Store) RedriveJob(ctx context.Context, id string) (warren.Job, int, err
 		if err != nil {
 			return err
 		}
-		if j.State != warren.JobFailed && j.State != warren.JobCompleted {
+		if !store.Reopenable(j.State) {
 			return fmt.Errorf("job is %s: %w", j.State, warren.ErrConflict)
 		}
 		failed, err := requeueTasks(ctx, tx, id, warren.TaskFailed)
@@ -97,7 +95,7 @@ func (s *Store) ReopenTask(ctx context.Context, jobID string, taskID int64) (boo
 			WHERE job_id = ? AND task_id = ? AND state = 'failed'`, now().UnixMicro(), jobID, taskID); err != nil {
 			return err
 		}
-		if j.State.Terminal() {
+		if store.Reopenable(j.State) {
 			if _, err := requeueTasks(ctx, tx, jobID, warren.TaskCancelled); err != nil {
 				return err
 			}
@@ -159,52 +157,39 @@ const staleSQL = `SELECT t.job_id, t.task_id, t.attempts, j.max_retries
 	ORDER BY t.queued_at
 	LIMIT ?3`
 
-// staleTask is a task ReconcileStale found.
-type staleTask struct {
-	jobID      string
-	taskID     int64
-	attempts   int
-	maxRetries int
-}
-
 // ReconcileStale handles, in one write transaction, up to limit queued
 // tasks of open jobs last queued more than their job's task timeout (see
 // warren.Policy.EffectiveTaskTimeout) before now, oldest publish first.
-// The lost run counts as an attempt: a task with attempts+1 <= max_retries
-// goes back to pending with attempts+1, for the relay to publish again;
-// any other fails with attempts+1, finished_at now and the error
-// "lost: no result within the task timeout", and its job's failed counter
-// moves as ApplyOutcomes would move it. ReadyToClose lists, once each and
-// in id order, the jobs that were not ready to close before and are after.
-// Write transactions are serialised, so concurrent calls never handle a
-// task twice. limit <= 0 means store.DefaultPageSize.
+// staleSQL selects them; store.SplitLost decides which go back to pending
+// and which fail as lost; two guarded updates apply the two sets, each
+// with attempts+1 (the failed ones with finished_at now and
+// store.LostError), and the failed ones move their jobs' failed counters
+// as ApplyOutcomes would. ReadyToClose lists, once each and in id order,
+// the jobs this made ready to close (store.BecameReady). Write
+// transactions are serialised, so concurrent calls never handle a task
+// twice. limit <= 0 means store.DefaultPageSize.
 func (s *Store) ReconcileStale(ctx context.Context, now time.Time, limit int) (store.ReconcileReport, error) {
 	var report store.ReconcileReport
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		report = store.ReconcileReport{}
-		tasks, err := staleTasks(ctx, tx, now, pageSize(limit))
+		tasks, err := staleTasks(ctx, tx, now, store.PageSize(limit))
 		if err != nil {
 			return err
 		}
-		failed := make(map[string]int64)
-		at := now.UnixMicro()
-		for _, t := range tasks {
-			if t.attempts+1 <= t.maxRetries {
-				_, err = tx.ExecContext(ctx, `UPDATE tasks SET state = 'pending', attempts = attempts + 1
-					WHERE job_id = ? AND task_id = ? AND state = 'queued'`, t.jobID, t.taskID)
-				report.Requeued++
-			} else {
-				_, err = tx.ExecContext(ctx, `UPDATE tasks SET state = 'failed', attempts = attempts + 1,
-					error = ?, finished_at = ?
-					WHERE job_id = ? AND task_id = ? AND state = 'queued'`, lostError, at, t.jobID, t.taskID)
-				report.Failed++
-				failed[t.jobID]++
-			}
-			if err != nil {
-				return err
-			}
+		requeue, fail := store.SplitLost(tasks)
+		requeued, err := requeueLost(ctx, tx, requeue)
+		if err != nil {
+			return err
 		}
-		report.ReadyToClose, err = countLost(ctx, tx, failed)
+		failed, err := failLost(ctx, tx, fail, now)
+		if err != nil {
+			return err
+		}
+		report.Requeued = requeued
+		for _, d := range failed {
+			report.Failed += int(d.failed)
+		}
+		report.ReadyToClose, err = bumpCounters(ctx, tx, failed)
 		return err
 	})
 	if err != nil {
@@ -214,16 +199,16 @@ func (s *Store) ReconcileStale(ctx context.Context, now time.Time, limit int) (s
 }
 
 // staleTasks reads the stale tasks staleSQL selects.
-func staleTasks(ctx context.Context, tx *sql.Tx, now time.Time, limit int) ([]staleTask, error) {
+func staleTasks(ctx context.Context, tx *sql.Tx, now time.Time, limit int) ([]store.StaleTask, error) {
 	rows, err := tx.QueryContext(ctx, staleSQL, now.UnixMicro(), warren.DefaultTaskTimeout.Milliseconds(), limit)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var tasks []staleTask
+	var tasks []store.StaleTask
 	for rows.Next() {
-		var t staleTask
-		if err := rows.Scan(&t.jobID, &t.taskID, &t.attempts, &t.maxRetries); err != nil {
+		var t store.StaleTask
+		if err := rows.Scan(&t.JobID, &t.TaskID, &t.Attempts, &t.MaxRetries); err != nil {
 			return nil, err
 		}
 		tasks = append(tasks, t)
@@ -231,23 +216,82 @@ func staleTasks(ctx context.Context, tx *sql.Tx, now time.Time, limit int) ([]st
 	return tasks, rows.Err()
 }
 
-// countLost adds each job's lost tasks to its failed counter, in id
-// order, and returns the jobs that became ready to close.
-func countLost(ctx context.Context, tx *sql.Tx, failed map[string]int64) ([]string, error) {
-	var ready []string
-	for _, id := range slices.Sorted(maps.Keys(failed)) {
-		j, err := getJob(ctx, tx, "id = ?", id)
-		if err != nil {
-			return nil, err
-		}
-		before := readyToClose(j)
-		j.FailedTasks += failed[id]
-		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET failed_tasks = ? WHERE id = ?`, j.FailedTasks, id); err != nil {
-			return nil, err
-		}
-		if !before && readyToClose(j) {
-			ready = append(ready, id)
-		}
+// refsSQL is the set of tasks named by the JSON array of [job_id, task_id]
+// pairs in parameter ?1, so that one statement of one parameter updates a
+// set of any size.
+const refsSQL = `(SELECT value ->> 0 AS job_id, value ->> 1 AS task_id FROM json_each(?1))`
+
+// requeueLostSQL sends the tasks of the set ?1 (refsSQL) that are still
+// queued back to pending with attempts+1.
+const requeueLostSQL = `UPDATE tasks SET state = 'pending', attempts = attempts + 1
+	FROM ` + refsSQL + ` AS r
+	WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id AND tasks.state = 'queued'`
+
+// failLostSQL fails the tasks of the set ?1 (refsSQL) that are still
+// queued with the error ?2, finished_at ?3 and attempts+1, and returns
+// their job ids.
+const failLostSQL = `UPDATE tasks SET state = 'failed', attempts = attempts + 1, error = ?2, finished_at = ?3
+	FROM ` + refsSQL + ` AS r
+	WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id AND tasks.state = 'queued'
+	RETURNING tasks.job_id`
+
+// refsJSON is refs as refsSQL reads them.
+func refsJSON(refs []store.TaskRef) (string, error) {
+	pairs := make([][2]any, len(refs))
+	for i, r := range refs {
+		pairs[i] = [2]any{r.JobID, r.TaskID}
 	}
-	return ready, nil
+	b, err := json.Marshal(pairs)
+	return string(b), err
+}
+
+// requeueLost applies requeueLostSQL to refs and returns how many tasks it
+// moved.
+func requeueLost(ctx context.Context, tx *sql.Tx, refs []store.TaskRef) (int, error) {
+	if len(refs) == 0 {
+		return 0, nil
+	}
+	set, err := refsJSON(refs)
+	if err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, requeueLostSQL, set)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+// failLost applies failLostSQL to refs, failing them as lost at at, and
+// returns how many tasks it failed of each job, in job id order.
+func failLost(ctx context.Context, tx *sql.Tx, refs []store.TaskRef, at time.Time) ([]jobCounts, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	set, err := refsJSON(refs)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, failLostSQL, set, store.LostError, at.UnixMicro())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	failed := make(map[string]int64)
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		failed[id]++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	deltas := make([]jobCounts, 0, len(failed))
+	for _, id := range slices.Sorted(maps.Keys(failed)) {
+		deltas = append(deltas, jobCounts{id: id, counts: counts{failed: failed[id]}})
+	}
+	return deltas, nil
 }

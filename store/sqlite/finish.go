@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
 )
 
 // ScanResults calls fn for each task of job jobID in task id order with
@@ -51,7 +52,7 @@ func (s *Store) ScanResults(ctx context.Context, jobID string, fn func(taskID in
 // FinishJob closes open job jobID as completed or failed in one
 // transaction: it stamps finished_at, records errMsg, cancels the tasks
 // still pending or queued, and, when result is not nil, stores it and sets
-// the job's ResultLocation to /v1/jobs/<id>/result. It returns false,
+// the job's ResultLocation (store.ResultLocation). It returns false,
 // changing nothing, when the job is already closed. Writes are serialised,
 // so of several concurrent callers exactly one gets true. An unknown job
 // returns false and an error wrapping warren.ErrNotFound; any other state
@@ -65,7 +66,7 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, state warren.JobSta
 		at := now()
 		var location string
 		if result != nil {
-			location = "/v1/jobs/" + jobID + "/result"
+			location = store.ResultLocation(jobID)
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, finished_at = ?, error = ?, result_location = ?
 			WHERE id = ? AND state IN ('pending', 'running')`,

@@ -216,7 +216,7 @@ func scanJob(row interface{ Scan(...any) error }) (warren.Job, int64, error) {
 // optionally of one state. The cursor is opaque; a malformed one is an
 // error.
 func (s *Store) ListJobs(ctx context.Context, opts store.ListJobsOpts) ([]warren.Job, string, error) {
-	limit := pageSize(opts.Limit)
+	limit := store.PageSize(opts.Limit)
 	before, err := parseCursor(opts.Cursor, math.MaxInt64)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlite: list jobs: %w", err)
@@ -296,14 +296,6 @@ func (s *Store) jobExists(ctx context.Context, id string) error {
 		return warren.ErrNotFound
 	}
 	return nil
-}
-
-// pageSize is the page size for a requested limit.
-func pageSize(limit int) int {
-	if limit <= 0 {
-		return store.DefaultPageSize
-	}
-	return limit
 }
 
 // parseCursor decodes a list cursor: the job seq or task id where the

@@ -16,19 +16,16 @@ import (
 // job's 1..N, is Unknown. An outcome for a closed job is Closed, whatever
 // its task. Otherwise the task row changes only if it is pending or queued
 // (Applied), else the outcome is a Duplicate; an outcome with Attempts 0
-// leaves at least one attempt recorded, and one without FinishedAt is
-// stamped with the store's clock. Each job's counters move once, by the
-// number of its rows that changed, and a job is listed in ReadyToClose when
-// it was not ready before the batch and is after it.
+// keeps the stored attempts but records at least 1, and one without
+// FinishedAt is stamped with the store's clock. Each job's counters move
+// once, by the number of its rows that changed, and a job is listed in
+// ReadyToClose when the batch made it ready (store.BecameReady).
 //
 // An outcome whose State is neither completed nor failed fails the whole
 // batch before anything is written.
 func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (store.ApplyReport, error) {
-	for i, o := range outcomes {
-		if o.State != warren.TaskCompleted && o.State != warren.TaskFailed {
-			return store.ApplyReport{}, fmt.Errorf("sqlite: apply outcomes: outcome %d (job %s task %d) has state %q, want completed or failed",
-				i, o.JobID, o.TaskID, o.State)
-		}
+	if err := store.ValidateOutcomes(outcomes); err != nil {
+		return store.ApplyReport{}, fmt.Errorf("sqlite: apply outcomes: %w", err)
 	}
 	if len(outcomes) == 0 {
 		return store.ApplyReport{}, nil
@@ -55,7 +52,7 @@ func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (st
 }
 
 // applier applies the outcomes of one batch inside its transaction,
-// keeping each job it touched in memory until flush writes the counters.
+// keeping each job it touched in memory until flush moves the counters.
 type applier struct {
 	tx      *sql.Tx
 	getJob  *sql.Stmt
@@ -64,15 +61,16 @@ type applier struct {
 	order   []*batchJob          // the existing jobs in first-seen order
 }
 
-// batchJob is a job as the batch found it, with its counters as the batch
-// leaves them.
+// batchJob is a job as the batch found it, with how many of its tasks the
+// batch moved to each terminal state.
 type batchJob struct {
-	job          warren.Job
-	readyAtStart bool
-	changed      bool
+	job warren.Job
+	counts
 }
 
-// newApplier prepares the batch's statements in tx.
+// newApplier prepares the batch's statements in tx. An outcome without
+// attempts (0, unknown) keeps the stored count, but at least 1: the task
+// ran to produce it.
 func newApplier(ctx context.Context, tx *sql.Tx) (*applier, error) {
 	getJob, err := tx.PrepareContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`)
 	if err != nil {
@@ -133,12 +131,11 @@ func (a *applier) apply(ctx context.Context, i int, o store.Outcome, report *sto
 		return nil
 	}
 	report.Applied++
-	j.changed = true
 	if o.State == warren.TaskCompleted {
-		j.job.CompletedTasks++
+		j.completed++
 	} else {
 		report.AppliedFailed++
-		j.job.FailedTasks++
+		j.failed++
 	}
 	return nil
 }
@@ -157,44 +154,65 @@ func (a *applier) job(ctx context.Context, id string) (*batchJob, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &batchJob{job: job, readyAtStart: readyToClose(job)}
+	j := &batchJob{job: job}
 	a.jobs[id] = j
 	a.order = append(a.order, j)
 	return j, nil
 }
 
-// flush writes the counters of every job the batch changed and lists the
-// jobs it made ready to close.
+// flush moves the counters of every job the batch changed, in first-seen
+// order, and lists the jobs it made ready to close.
 func (a *applier) flush(ctx context.Context, report *store.ApplyReport) error {
+	var deltas []jobCounts
 	for _, j := range a.order {
-		if !j.changed {
-			continue
-		}
-		if _, err := a.tx.ExecContext(ctx, `UPDATE jobs SET completed_tasks = ?, failed_tasks = ? WHERE id = ?`,
-			j.job.CompletedTasks, j.job.FailedTasks, j.job.ID); err != nil {
-			return err
-		}
-		if !j.readyAtStart && readyToClose(j.job) {
-			report.ReadyToClose = append(report.ReadyToClose, j.job.ID)
-		}
+		deltas = append(deltas, jobCounts{id: j.job.ID, counts: j.counts})
 	}
-	return nil
+	ready, err := bumpCounters(ctx, a.tx, deltas)
+	report.ReadyToClose = ready
+	return err
 }
 
-// readyToClose reports whether an open job can close: every task finished,
-// or it fails fast and its failures are over the tolerance.
-func readyToClose(j warren.Job) bool {
-	return j.Finished() || (j.Policy.FailFast && !j.Policy.Tolerates(j.FailedTasks, j.ExpectedTasks))
+// counts is how many tasks of one job a transaction moved to each
+// terminal state.
+type counts struct{ completed, failed int64 }
+
+// jobCounts is one job's counts.
+type jobCounts struct {
+	id string
+	counts
+}
+
+// bumpCounters adds each job's counts to its counters, in the order
+// given, skipping jobs without any, and returns the jobs the new counters
+// made ready to close (store.BecameReady).
+func bumpCounters(ctx context.Context, tx *sql.Tx, deltas []jobCounts) ([]string, error) {
+	var ready []string
+	for _, d := range deltas {
+		if d.completed == 0 && d.failed == 0 {
+			continue
+		}
+		j, _, err := scanJob(tx.QueryRowContext(ctx, `UPDATE jobs
+			SET completed_tasks = completed_tasks + ?, failed_tasks = failed_tasks + ?
+			WHERE id = ? RETURNING `+jobColumns, d.completed, d.failed, d.id))
+		if err != nil {
+			return nil, fmt.Errorf("count results of job %s: %w", d.id, err)
+		}
+		if store.BecameReady(j, d.completed, d.failed) {
+			ready = append(ready, d.id)
+		}
+	}
+	return ready, nil
 }
 
 // JobsToClose returns up to limit ids of open jobs that are ready to close
-// (see readyToClose), oldest first.
+// (store.ReadyToClose), oldest first. limit <= 0 means
+// store.DefaultPageSize.
 func (s *Store) JobsToClose(ctx context.Context, limit int) ([]string, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
-	// The SQL narrows to candidates; readyToClose decides, so the
-	// tolerance arithmetic lives in one place (warren.Policy).
+	limit = store.PageSize(limit)
+	// The SQL only narrows to candidates (finished, or failing fast with a
+	// failure); store.ReadyToClose decides, so the tolerance arithmetic is
+	// never written in SQL. The rows are read lazily, so the candidates
+	// past the limit are never read.
 	rows, err := s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs INDEXED BY jobs_open
 		WHERE state IN ('pending', 'running')
 		AND (completed_tasks + failed_tasks >= expected_tasks OR (fail_fast = 1 AND failed_tasks > 0))
@@ -209,7 +227,7 @@ func (s *Store) JobsToClose(ctx context.Context, limit int) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: jobs to close: %w", err)
 		}
-		if readyToClose(j) {
+		if store.ReadyToClose(j) {
 			ids = append(ids, j.ID)
 		}
 	}

@@ -61,17 +61,7 @@ func TestOpenRejectsNonFilePaths(t *testing.T) {
 func TestOutboxQueryReadsOnlyWhatItReturns(t *testing.T) {
 	t.Parallel()
 	s := openTest(t, filepath.Join(t.TempDir(), "warren.db"))
-	rows, err := s.r.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+outboxSQL, 10)
-	require.NoError(t, err)
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var id, parent, unused int
-		var detail string
-		require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
-		plan = append(plan, detail)
-	}
-	require.NoError(t, rows.Err())
+	plan := queryPlan(t, s.r, outboxSQL, 10)
 	for _, step := range plan {
 		require.NotContains(t, step, "TEMP B-TREE", "the outbox query sorts: %q", plan)
 	}
@@ -322,7 +312,39 @@ func TestSlowSubmissionDoesNotBlockWriters(t *testing.T) {
 func TestStaleQuerySeeksQueuedTasks(t *testing.T) {
 	t.Parallel()
 	s := openTest(t, filepath.Join(t.TempDir(), "warren.db"))
-	rows, err := s.r.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+staleSQL, 0, 3600000, 10)
+	plan := queryPlan(t, s.r, staleSQL, 0, 3600000, 10)
+	require.Contains(t, plan, "SEARCH t USING INDEX tasks_queued (queued_at<?)")
+	for _, step := range plan {
+		require.NotContains(t, step, "TEMP B-TREE", "the stale query sorts: %q", plan)
+	}
+}
+
+// The reconciler's two updates read the set of tasks they are given and
+// seek each task by its key: they never scan a job's tasks.
+func TestLostUpdatesSeekEachTask(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, filepath.Join(t.TempDir(), "warren.db"))
+	set := `[["j",1]]`
+	for _, u := range []struct {
+		name, query string
+		args        []any
+	}{
+		{"requeue", requeueLostSQL, []any{set}},
+		{"fail", failLostSQL, []any{set, store.LostError, 0}},
+	} {
+		name, plan := u.name, queryPlan(t, s.w, u.query, u.args...)
+		require.Len(t, plan, 2, "%s: %q", name, plan)
+		require.Contains(t, plan[0], "SCAN json_each", name)
+		require.Contains(t, plan[1], "SEARCH tasks USING", name)
+		require.Contains(t, plan[1], "task_id=?", "%s: %q", name, plan)
+	}
+}
+
+// queryPlan returns the steps of SQLite's plan for query, as EXPLAIN QUERY
+// PLAN details.
+func queryPlan(t *testing.T, db *sql.DB, query string, args ...any) []string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+query, args...)
 	require.NoError(t, err)
 	defer rows.Close()
 	var plan []string
@@ -333,10 +355,7 @@ func TestStaleQuerySeeksQueuedTasks(t *testing.T) {
 		plan = append(plan, detail)
 	}
 	require.NoError(t, rows.Err())
-	require.Contains(t, plan, "SEARCH t USING INDEX tasks_queued (queued_at<?)")
-	for _, step := range plan {
-		require.NotContains(t, step, "TEMP B-TREE", "the stale query sorts: %q", plan)
-	}
+	return plan
 }
 
 // A file written before migration 0002 migrates forward: its jobs get the

@@ -14,7 +14,7 @@ import (
 // ListTasks returns up to opts.Limit tasks of job jobID in task id order,
 // optionally of one state; an unknown job wraps warren.ErrNotFound.
 func (s *Store) ListTasks(ctx context.Context, jobID string, opts store.ListTasksOpts) ([]warren.TaskRecord, string, error) {
-	limit := pageSize(opts.Limit)
+	limit := store.PageSize(opts.Limit)
 	after, err := parseCursor(opts.Cursor, 0)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlite: list tasks: %w", err)

@@ -12,9 +12,6 @@ import (
 	"github.com/warrenhq/warren/store"
 )
 
-// lostError is the error ReconcileStale gives a task it fails.
-const lostError = "lost: no result within the task timeout"
-
 func testTaskTimeout(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("RoundTrips", func(t *testing.T) {
 		t.Parallel()
@@ -408,7 +405,7 @@ func testReconcileStale(t *testing.T, newStore func(t *testing.T) store.Store) {
 		requireReconciled(t, report, 0, 2, []string{job.ID})
 		for _, tk := range allTasks(t, s, job.ID, warren.TaskFailed) {
 			require.Equal(t, 3, tk.Attempts)
-			require.Equal(t, lostError, tk.Error)
+			require.Equal(t, store.LostError, tk.Error)
 			requireSameTime(t, &now, tk.FinishedAt, "FinishedAt")
 		}
 		require.Equal(t, done, task(t, s, job.ID, 1), "a finished task is never touched")
@@ -421,7 +418,7 @@ func testReconcileStale(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, []string{job.ID}, toClose)
 		errs, err := s.JobErrors(t.Context(), job.ID, 10)
 		require.NoError(t, err)
-		require.Equal(t, []warren.TaskError{{TaskID: 2, Error: lostError}, {TaskID: 3, Error: lostError}}, errs)
+		require.Equal(t, []warren.TaskError{{TaskID: 2, Error: store.LostError}, {TaskID: 3, Error: store.LostError}}, errs)
 
 		requireReconciled(t, reconcile(t, s, time.Now().Add(2*time.Hour), 100), 0, 0, nil, "failed tasks are terminal")
 	})

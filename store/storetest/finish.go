@@ -30,6 +30,7 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, warren.JobCompleted, got.State)
 		requireRecent(t, got.FinishedAt, "FinishedAt")
 		require.NotEmpty(t, got.ResultLocation)
+		require.Equal(t, store.ResultLocation(job.ID), got.ResultLocation)
 		require.Empty(t, got.Error)
 		require.Equal(t, int64(2), got.CompletedTasks)
 		result, err := s.JobResult(t.Context(), job.ID)

@@ -61,6 +61,44 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Nil(t, waiting.FinishedAt)
 	})
 
+	t.Run("UnknownAttemptsKeepTheCountButAtLeastOne", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 2)
+		relayAll(t, s)
+		// Task 2 fails after 4 runs; the redrive keeps that count and
+		// sends back task 1, which never ran.
+		apply(t, s, failed(job.ID, 2, "boom"))
+		ok, err := s.FinishJob(t.Context(), job.ID, warren.JobFailed, nil, "gave up")
+		require.NoError(t, err)
+		require.True(t, ok)
+		_, _, err = s.RedriveJob(t.Context(), job.ID)
+		require.NoError(t, err)
+		relayAll(t, s)
+
+		never, again := completed(job.ID, 1, `1`), completed(job.ID, 2, `2`)
+		never.Attempts, again.Attempts = 0, 0
+		require.Equal(t, 2, apply(t, s, never, again).Applied)
+		tasks := allTasks(t, s, job.ID, "")
+		require.Equal(t, 1, tasks[0].Attempts, "a task that produced an outcome ran at least once")
+		require.Equal(t, 4, tasks[1].Attempts, "an unknown count keeps the stored one")
+	})
+
+	t.Run("UnfinishedStateFailsTheBatch", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 2)
+		relayAll(t, s)
+
+		_, err := s.ApplyOutcomes(t.Context(), []store.Outcome{
+			completed(job.ID, 1, `1`),
+			{JobID: job.ID, TaskID: 2, State: warren.TaskQueued},
+		})
+		require.Error(t, err)
+		require.Equal(t, repeat(warren.TaskQueued, 2), taskStates(t, s, job.ID), "nothing of the batch is written")
+		require.Zero(t, getJob(t, s, job.ID).CompletedTasks)
+	})
+
 	t.Run("EmptyBatch", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
@@ -328,6 +366,51 @@ func testJobsToClose(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		require.Len(t, ids, 1, "limit")
 		require.Contains(t, []string{allDone.ID, failFast.ID}, ids[0])
+	})
+
+	t.Run("NotReadyCandidatesDoNotHideReadyJobs", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		// Fail-fast jobs with a failure within their tolerance look like
+		// candidates but are not ready; the ready job stands between them,
+		// so a page of candidates cut before the filter would miss it.
+		tolerant := store.NewJob{Policy: warren.Policy{FailFast: true, ToleratedFailures: 1, ToleratedFailurePercent: 50}}
+		before := []warren.Job{createJob(t, s, tolerant, 2), createJob(t, s, tolerant, 2)}
+		ready := newJob(t, s, 1)
+		after := []warren.Job{createJob(t, s, tolerant, 2), createJob(t, s, tolerant, 2)}
+		relayAll(t, s)
+		outcomes := []store.Outcome{completed(ready.ID, 1, `1`)}
+		for _, j := range append(before, after...) {
+			outcomes = append(outcomes, failed(j.ID, 1, "boom"))
+		}
+		apply(t, s, outcomes...)
+
+		for _, limit := range []int{1, 2, 10} {
+			ids, err := s.JobsToClose(t.Context(), limit)
+			require.NoError(t, err)
+			require.Equal(t, []string{ready.ID}, ids, "limit %d", limit)
+		}
+	})
+
+	t.Run("NoLimitMeansDefaultPageSize", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		const jobs = store.DefaultPageSize + 1
+		var outcomes []store.Outcome
+		for range jobs {
+			outcomes = append(outcomes, completed(newJob(t, s, 1).ID, 1, `1`))
+		}
+		relayAll(t, s)
+		apply(t, s, outcomes...)
+
+		for _, limit := range []int{0, -1} {
+			ids, err := s.JobsToClose(t.Context(), limit)
+			require.NoError(t, err)
+			require.Len(t, ids, store.DefaultPageSize, "limit %d means store.DefaultPageSize", limit)
+		}
+		ids, err := s.JobsToClose(t.Context(), jobs)
+		require.NoError(t, err)
+		require.Len(t, ids, jobs, "every ready job, given room")
 	})
 
 	t.Run("NoneWhenNothingFinished", func(t *testing.T) {

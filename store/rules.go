@@ -1,0 +1,98 @@
+package store
+
+import (
+	"fmt"
+
+	"github.com/warrenhq/warren"
+)
+
+// The rules below are the business rules every driver must apply alike.
+// They live here, in Go, so that a driver's SQL only selects candidates and
+// applies guarded updates: a rule written in two SQL dialects drifts.
+
+// ReadyToClose reports whether open job j can close: every task finished,
+// or the job fails fast and its failures are over its tolerance
+// (warren.Policy.Tolerates). JobsToClose lists exactly the open jobs for
+// which it holds.
+func ReadyToClose(j warren.Job) bool {
+	return j.Finished() || (j.Policy.FailFast && !j.Policy.Tolerates(j.FailedTasks, j.ExpectedTasks))
+}
+
+// BecameReady reports whether job j, whose counters were just moved by
+// completed and failed tasks, is open and ready to close and was not ready
+// before the move. ApplyOutcomes and ReconcileStale list exactly these jobs
+// in ReadyToClose, so a job is reported ready once, by the batch that made
+// it so, however many batches touch it afterwards.
+func BecameReady(j warren.Job, completed, failed int64) bool {
+	if j.State.Terminal() || !ReadyToClose(j) {
+		return false
+	}
+	before := j
+	before.CompletedTasks -= completed
+	before.FailedTasks -= failed
+	return !ReadyToClose(before)
+}
+
+// LostError is the error of a task that ReconcileStale fails as lost.
+const LostError = "lost: no result within the task timeout"
+
+// StaleTask is a queued task that ReconcileStale found past its job's task
+// timeout, with what the retry-or-fail decision needs.
+type StaleTask struct {
+	TaskRef
+	// Attempts is the task's recorded runs, not counting the lost one.
+	Attempts int
+	// MaxRetries is the job's retry budget (warren.Policy.MaxRetries).
+	MaxRetries int
+}
+
+// SplitLost decides what becomes of stale tasks whose run was lost. The
+// lost run counts as an attempt: a task whose Attempts+1 is at most its
+// MaxRetries goes back to pending (requeue), any other fails as lost with
+// LostError (fail). Both keep the order of tasks.
+func SplitLost(tasks []StaleTask) (requeue, fail []TaskRef) {
+	for _, t := range tasks {
+		if t.Attempts+1 <= t.MaxRetries {
+			requeue = append(requeue, t.TaskRef)
+		} else {
+			fail = append(fail, t.TaskRef)
+		}
+	}
+	return requeue, fail
+}
+
+// PageSize returns the page size for a requested limit: limit, or
+// DefaultPageSize when limit is not positive, as the Store methods whose
+// doc says so take it.
+func PageSize(limit int) int {
+	if limit <= 0 {
+		return DefaultPageSize
+	}
+	return limit
+}
+
+// Reopenable reports whether a job closed in state can be reopened by
+// RedriveJob or ReopenTask: failed, or completed (with tolerated
+// failures). A cancelled job stays cancelled, and an open job has nothing
+// to reopen.
+func Reopenable(state warren.JobState) bool {
+	return state == warren.JobFailed || state == warren.JobCompleted
+}
+
+// ResultLocation is the Job.ResultLocation that FinishJob records for job
+// jobID when it stores a reduced result: the server's path for fetching it.
+func ResultLocation(jobID string) string {
+	return "/v1/jobs/" + jobID + "/result"
+}
+
+// ValidateOutcomes returns an error naming the first outcome whose State is
+// neither warren.TaskCompleted nor warren.TaskFailed: ApplyOutcomes fails
+// such a batch whole, before it writes anything.
+func ValidateOutcomes(outcomes []Outcome) error {
+	for i, o := range outcomes {
+		if o.State != warren.TaskCompleted && o.State != warren.TaskFailed {
+			return fmt.Errorf("outcome %d (job %q task %d): state must be completed or failed, got %q", i, o.JobID, o.TaskID, o.State)
+		}
+	}
+	return nil
+}
