@@ -3,15 +3,12 @@ package worker
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/protocol"
 )
@@ -40,15 +37,6 @@ func TestConfigDefaults(t *testing.T) {
 	require.NoError(t, err)
 	tiers[0] = time.Hour
 	require.Equal(t, []time.Duration{time.Second}, w.cfg.RetryTiers, "New keeps its own copy")
-}
-
-func TestRetryHeaders(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, 0, retriesSoFar(nil))
-	require.Equal(t, warren.DefaultMaxRetries, maxRetries(nil))
-	h := amqp.Table{protocol.HeaderRetry: int32(4), protocol.HeaderMaxRetries: int8(0)}
-	require.Equal(t, 4, retriesSoFar(h))
-	require.Equal(t, 0, maxRetries(h))
 }
 
 // fakeClock is a clock a test moves by hand.
@@ -107,46 +95,6 @@ func TestPublishBackoffIsBounded(t *testing.T) {
 		require.GreaterOrEqual(t, d, 200*time.Millisecond)
 		require.LessOrEqual(t, d, time.Second)
 	}
-}
-
-func TestTruncateKeepsUTF8(t *testing.T) {
-	t.Parallel()
-	s := strings.Repeat("é", 10) // 2 bytes each
-	require.Equal(t, s, truncate(s, 20))
-	got := truncate(s, 5)
-	require.Equal(t, "éé", got)
-	require.True(t, utf8.ValidString(got))
-}
-
-func TestCopyOfKeepsTheMessageButNotTheUser(t *testing.T) {
-	t.Parallel()
-	s := &session{tag: "tag"}
-	d := &delivery{Delivery: amqp.Delivery{
-		Headers:       amqp.Table{"x-retry": int64(1), "traceparent": "00-abc"},
-		ContentType:   protocol.ContentType,
-		CorrelationId: "job",
-		MessageId:     "job:1",
-		Type:          "t",
-		UserId:        "someone-else",
-		Expiration:    "60000",
-		Body:          []byte(`{"job_id": "job", "task_id": 1}`),
-	}}
-	msg := s.copyOf(d, Task{JobID: "job", TaskID: 1})
-	msg.Headers["x-retry"] = int64(2)
-	require.Equal(t, int64(1), d.Headers["x-retry"], "the delivery's headers must not change")
-	require.Equal(t, "00-abc", msg.Headers["traceparent"])
-	require.Equal(t, "job:1", msg.MessageId)
-	require.Equal(t, "job", msg.CorrelationId)
-	require.Equal(t, "t", msg.Type)
-	require.Equal(t, "60000", msg.Expiration)
-	require.Empty(t, msg.UserId)
-	require.Equal(t, amqp.Persistent, msg.DeliveryMode)
-	require.Equal(t, d.Body, msg.Body)
-
-	d.MessageId = ""
-	require.Equal(t, "job:1", s.copyOf(d, Task{JobID: "job", TaskID: 1}).MessageId)
-	d.DeliveryTag = 7
-	require.Equal(t, "malformed:tag:7", s.copyOf(d, Task{}).MessageId)
 }
 
 // The reconnect backoff doubles from 100 ms up to its bound, each wait

@@ -11,7 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren/internal/broker"
-	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/internal/wire"
 )
 
 // abandonAfter is how long Run waits, after cancelling the handlers'
@@ -75,45 +75,7 @@ func newSession(ctx context.Context, w *Worker, pub *broker.Publisher, tag strin
 	return s
 }
 
-// runPool processes deliveries from the work channel until stopPool.
-func (s *session) runPool() {
-	for d := range s.work {
-		s.process(d)
-		s.mu.Lock()
-		delete(s.inflight, d)
-		s.mu.Unlock()
-		<-s.slots
-		s.wg.Done()
-	}
-}
-
-// stopPool ends the pool's goroutines once they finish what they run.
-func (s *session) stopPool() { close(s.work) }
-
 var errControlLost = errors.New("the control consumer's channel closed or the broker cancelled it")
-
-// delivery is a task delivery that is acked or nacked at most once, by
-// whichever of its handler's goroutine and the shutdown gets there first,
-// and never once its session lost the connection. It is only ever acked
-// on the channel that delivered it (its Acknowledger).
-type delivery struct {
-	amqp.Delivery
-	settled atomic.Bool
-	lost    *atomic.Bool // its session's
-}
-
-func (s *session) delivery(d amqp.Delivery) *delivery {
-	return &delivery{Delivery: d, lost: &s.lost}
-}
-
-// settle runs ack or nack f unless d was already settled or its session
-// lost the connection; it reports whether f ran.
-func (d *delivery) settle(f func() error) (bool, error) {
-	if d.lost.Load() || !d.settled.CompareAndSwap(false, true) {
-		return false, nil
-	}
-	return true, f()
-}
 
 // consume starts a handler for each delivery, at most Concurrency at
 // once, until the stop context is done (nil) or a channel or connection
@@ -133,15 +95,16 @@ func (s *session) consume(deliveries <-chan amqp.Delivery, publisherDone, contro
 				// the consumer, for example because the queue was deleted.
 				return errors.New("the consumer's channel closed or the broker cancelled the consumer")
 			}
+			td := s.receive(d)
 			if s.stop.Err() != nil {
-				s.requeueUnstarted(d)
+				s.requeue(td)
 				return nil
 			}
 			select {
 			case s.slots <- struct{}{}:
-				s.start(s.delivery(d))
+				s.start(td)
 			case <-s.stop.Done():
-				s.requeueUnstarted(d)
+				s.requeue(td)
 				return nil
 			case <-publisherDone:
 				// d stays unacked: closing the channel returns it.
@@ -153,6 +116,57 @@ func (s *session) consume(deliveries <-chan amqp.Delivery, publisherDone, contro
 	}
 }
 
+// delivery is a task delivery as the session received it: read once,
+// there, into msg and its tasks, which is all the rest of the worker
+// looks at. It is acked or nacked at most once, by whichever of its
+// handler's goroutine and the shutdown gets there first, and never once
+// its session lost the connection. It is only ever acked on the channel
+// that delivered it (raw's Acknowledger).
+type delivery struct {
+	raw amqp.Delivery // only to settle it
+	msg wire.TaskDelivery
+	// tasks are msg's tasks as handlers see them. A message that is not a
+	// task has one with only its type and attempt, for logs and events.
+	tasks []Task
+
+	settled atomic.Bool
+	lost    *atomic.Bool // its session's
+}
+
+// receive reads d, the one time a task delivery is decoded.
+func (s *session) receive(d amqp.Delivery) *delivery {
+	msg := wire.ReadTask(d)
+	tasks := []Task{{Type: msg.Type, Attempt: msg.Attempt()}}
+	if msg.Malformed == nil {
+		tasks = make([]Task, len(msg.Tasks))
+		for i, t := range msg.Tasks {
+			tasks[i] = Task{JobID: t.JobID, TaskID: t.TaskID, Type: msg.Type, Attempt: msg.Attempt(),
+				MaxRetries: msg.MaxRetries, Payload: t.Payload}
+		}
+	}
+	return &delivery{raw: d, msg: msg, tasks: tasks, lost: &s.lost}
+}
+
+// ack acks d unless it was already settled or its session lost the
+// connection; ran says whether it tried.
+func (d *delivery) ack() (ran bool, err error) {
+	return d.settle(func() error { return d.raw.Ack(false) })
+}
+
+// nack returns d to the queue, on the same conditions as ack.
+func (d *delivery) nack() (ran bool, err error) {
+	return d.settle(func() error { return d.raw.Nack(false, true) })
+}
+
+// settle runs f, an ack or a nack, unless d was already settled or its
+// session lost the connection; it reports whether f ran.
+func (d *delivery) settle(f func() error) (bool, error) {
+	if d.lost.Load() || !d.settled.CompareAndSwap(false, true) {
+		return false, nil
+	}
+	return true, f()
+}
+
 // start hands d to the pool; the caller holds a slot for it, so a pool
 // goroutine is free (or about to be) and the send does not block.
 func (s *session) start(d *delivery) {
@@ -162,6 +176,21 @@ func (s *session) start(d *delivery) {
 	s.wg.Add(1)
 	s.work <- d
 }
+
+// runPool processes deliveries from the work channel until stopPool.
+func (s *session) runPool() {
+	for d := range s.work {
+		s.process(d)
+		s.mu.Lock()
+		delete(s.inflight, d)
+		s.mu.Unlock()
+		<-s.slots
+		s.wg.Done()
+	}
+}
+
+// stopPool ends the pool's goroutines once they finish what they run.
+func (s *session) stopPool() { close(s.work) }
 
 // drain is the graceful shutdown: stop the consumer, requeue what was
 // received but not started, and give the running handlers
@@ -175,7 +204,7 @@ func (s *session) drain(ch *amqp.Channel, deliveries <-chan amqp.Delivery) {
 		// After basic.cancel-ok the library hands over what it had
 		// buffered and closes deliveries.
 		for d := range deliveries {
-			s.requeueUnstarted(d)
+			s.requeue(s.receive(d))
 		}
 	}
 	s.w.emit(Event{Kind: EventDraining})
@@ -218,7 +247,7 @@ func (s *session) abandon() {
 	}
 	s.mu.Unlock()
 	for _, d := range stuck {
-		s.requeue(d, describe(d.Delivery), s.log)
+		s.requeue(d)
 	}
 }
 
@@ -228,34 +257,21 @@ func (s *session) inflightCount() int {
 	return len(s.inflight)
 }
 
-// requeueUnstarted returns a delivery that never reached a handler.
-func (s *session) requeueUnstarted(d amqp.Delivery) {
-	s.requeue(s.delivery(d), describe(d), s.log)
-}
-
 // requeue nacks d back to the queue, unfinished, for another run.
-func (s *session) requeue(d *delivery, ev Event, log *slog.Logger) {
-	ran, err := d.settle(func() error { return d.Nack(false, true) })
+func (s *session) requeue(d *delivery) {
+	ran, err := d.nack()
 	if !ran {
 		return
 	}
 	if err != nil {
 		// The channel is gone, and the broker requeued d with it.
-		log.Debug("worker: nack", "error", err)
+		s.log.Debug("worker: nack", "error", err)
 		return
 	}
-	log.Debug("worker: task requeued by shutdown")
+	s.taskLog(d.tasks[0]).Debug("worker: task requeued by shutdown")
+	ev := s.event(d.tasks[0])
 	ev.Kind = EventRequeued
 	s.w.emit(ev)
-}
-
-// describe identifies d's task for an event, as far as its body allows.
-func describe(d amqp.Delivery) Event {
-	ev := Event{Type: d.Type, Attempt: retriesSoFar(d.Headers) + 1}
-	if ts, _, err := protocol.DecodeTasks(d.Body); err == nil {
-		ev.JobID, ev.TaskID = ts[0].JobID, ts[0].TaskID
-	}
-	return ev
 }
 
 // waitGroup waits for wg up to timeout and reports whether it finished.

@@ -65,3 +65,8 @@ type Task struct {
 // the task, for deduplication in external systems. It equals the task
 // message's message_id (protocol.MessageID).
 func (t Task) IdempotencyKey() string { return protocol.MessageID(t.JobID, t.TaskID) }
+
+// message is t as a task message carries it.
+func (t Task) message() protocol.Task {
+	return protocol.Task{JobID: t.JobID, TaskID: t.TaskID, Payload: t.Payload}
+}

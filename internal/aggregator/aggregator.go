@@ -17,6 +17,7 @@ import (
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/wire"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store"
 )
@@ -391,9 +392,9 @@ func (a *Aggregator) acknowledge(batch []item) error {
 // task. On an error, outcomes is returned as it was.
 func decode(outcomes []store.Outcome, it item) ([]store.Outcome, string, error) {
 	if it.src.dead {
-		return decodeDead(outcomes, it.d)
+		return decodeDead(outcomes, wire.ReadDeadLetter(it.d))
 	}
-	rs, err := protocol.DecodeResults(it.d.Body)
+	rs, err := wire.ReadResults(it.d)
 	if err != nil {
 		return outcomes, "", err
 	}
@@ -431,86 +432,35 @@ func resultOutcome(r protocol.Result) store.Outcome {
 }
 
 // decodeDead appends the failed outcomes of a dead-lettered task message
-// (single, or every task of a batch the broker dead-lettered) to outcomes:
-// dead-lettered by a worker (x-failure-reason, x-error) or by the broker
-// (x-death). On an error, outcomes is returned as it was.
-func decodeDead(outcomes []store.Outcome, d amqp.Delivery) ([]store.Outcome, string, error) {
-	tasks, _, err := protocol.DecodeTasks(d.Body)
-	if err != nil {
-		return outcomes, "", err
+// (single, or every task of a batch the broker dead-lettered) to outcomes,
+// with its reason. On an error, outcomes is returned as it was.
+func decodeDead(outcomes []store.Outcome, dl wire.DeadLetter) ([]store.Outcome, string, error) {
+	if dl.Malformed != nil {
+		return outcomes, "", dl.Malformed
 	}
-	o, reason := deadOutcome(d)
-	for _, t := range tasks {
+	o := deadOutcome(dl)
+	for _, t := range dl.Tasks {
 		o.JobID, o.TaskID = t.JobID, t.TaskID
 		outcomes = append(outcomes, o)
 	}
-	return outcomes, reason, nil
+	return outcomes, dl.Reason, nil
 }
 
 // deadOutcome is the failed outcome, without job and task, that dead
-// letter d records, and its reason.
-func deadOutcome(d amqp.Delivery) (store.Outcome, string) {
-	now := time.Now().UTC()
-	o := store.Outcome{State: warren.TaskFailed, FinishedAt: &now}
-	retries, _ := protocol.HeaderInt(d.Headers, protocol.HeaderRetry)
-	o.Attempts = retries + 1
-	if n, _ := protocol.HeaderInt(d.Headers, "x-delivery-count"); n+1 > o.Attempts {
-		o.Attempts = n + 1
+// letter dl records. A dead letter that does not say when it failed
+// failed now, as far as the store can tell.
+func deadOutcome(dl wire.DeadLetter) store.Outcome {
+	finished := dl.FailedAt
+	if finished.IsZero() {
+		finished = time.Now().UTC()
 	}
-	reason, _ := d.Headers[protocol.HeaderReason].(string)
-	msg, _ := d.Headers[protocol.HeaderError].(string)
-	o.Worker, _ = d.Headers[protocol.HeaderWorker].(string)
-	o.StartedAt = headerTime(d.Headers, protocol.HeaderStartedAt)
-	if at := headerTime(d.Headers, protocol.HeaderFailedAt); at != nil {
-		o.FinishedAt = at
+	o := store.Outcome{State: warren.TaskFailed, Error: dl.TaskError(), Attempts: dl.Attempts(),
+		Worker: dl.Worker, FinishedAt: &finished}
+	if !dl.StartedAt.IsZero() {
+		started := dl.StartedAt
+		o.StartedAt = &started
 	}
-	if reason == "" {
-		reason, queue := deathReason(d.Headers)
-		o.Error = fmt.Sprintf("dead-lettered by the broker from %q: %s", queue, reason)
-		if reason == protocol.ReasonDeliveryLimit {
-			o.Error += " (the task was delivered too many times without an ack; it may crash its worker)"
-		}
-		return o, reason
-	}
-	if msg == "" {
-		msg = reason
-	}
-	o.Error = fmt.Sprintf("%s: %s", reason, msg)
-	return o, reason
-}
-
-// deathReason returns the reason and queue of the latest dead-lettering:
-// x-death lists the most recent first. x-first-death-* is only a fallback:
-// a task that waited in a retry tier carries "expired" there for good.
-func deathReason(h amqp.Table) (string, string) {
-	if deaths, ok := h["x-death"].([]any); ok && len(deaths) > 0 {
-		if t, ok := deaths[0].(amqp.Table); ok {
-			r, _ := t["reason"].(string)
-			q, _ := t["queue"].(string)
-			if r != "" {
-				return r, q
-			}
-		}
-	}
-	if r, ok := h["x-first-death-reason"].(string); ok {
-		q, _ := h["x-first-death-queue"].(string)
-		return r, q
-	}
-	return "unknown", "unknown"
-}
-
-// headerTime reads an RFC 3339 time header; nil if absent or invalid.
-func headerTime(h amqp.Table, key string) *time.Time {
-	v, ok := h[key].(string)
-	if !ok {
-		return nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		return nil
-	}
-	t = t.UTC()
-	return &t
+	return o
 }
 
 // RequestClose asks the aggregator to close a job that is ready to close

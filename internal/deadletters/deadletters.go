@@ -29,6 +29,7 @@ import (
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/wire"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store"
 )
@@ -193,12 +194,12 @@ func (q *Queue) Replay(ctx context.Context, f Filter) (Report, error) {
 // those of its tasks the store reopened.
 func (q *Queue) replay(ctx context.Context, e entry) (bool, error) {
 	log := q.log.With("job_id", e.msg.JobID, "task_id", e.msg.TaskID, "message_id", e.msg.MessageID)
-	if e.err != nil {
-		log.Info("dlq: not replaying a message that is not a task", "error", e.err)
+	if e.dead.Malformed != nil {
+		log.Info("dlq: not replaying a message that is not a task", "error", e.dead.Malformed)
 		return false, nil
 	}
 	var reopened []protocol.Task
-	for _, t := range e.tasks {
+	for _, t := range e.dead.Tasks {
 		ok, err := q.cfg.Store.ReopenTask(ctx, t.JobID, t.TaskID)
 		switch {
 		case errors.Is(err, warren.ErrNotFound):
@@ -234,12 +235,12 @@ func (q *Queue) republish(ctx context.Context, e entry, tasks []protocol.Task) e
 	confs := make([]*broker.Confirmation, 0, len(tasks))
 	var err error
 	for _, t := range tasks {
-		var msg amqp.Publishing
-		if msg, err = replayMessage(e.d, t, e.batch); err != nil {
+		var out wire.Outbound
+		if out, err = e.dead.Replay(q.cfg.Names, t); err != nil {
 			break
 		}
 		var c *broker.Confirmation
-		if c, err = q.cfg.Publisher.Publish(ctx, q.cfg.Names.JobsExchange, protocol.RoutingKeyTask, msg); err != nil {
+		if c, err = q.cfg.Publisher.Publish(ctx, out.Exchange, out.Key, out.Msg); err != nil {
 			break
 		}
 		confs = append(confs, c)
@@ -284,7 +285,7 @@ func (q *Queue) refail(e entry, tasks []protocol.Task) {
 	outcomes := make([]store.Outcome, len(tasks))
 	for i, t := range tasks {
 		outcomes[i] = store.Outcome{JobID: t.JobID, TaskID: t.TaskID, State: warren.TaskFailed,
-			Error: e.msg.Reason + ": " + e.msg.Error, Attempts: e.msg.Attempts, FinishedAt: &now}
+			Error: e.dead.TaskError(), Attempts: e.dead.Attempts(), FinishedAt: &now}
 	}
 	if _, err := q.cfg.Store.ApplyOutcomes(ctx, outcomes); err != nil {
 		q.log.Error("dlq: replayed tasks were not published and could not be failed again; the reconciler will republish them",
@@ -349,11 +350,9 @@ func limit(entries []entry, n int) []entry {
 
 // entry is a message an operation took, unacknowledged on its channel.
 type entry struct {
-	d     amqp.Delivery
-	msg   Message
-	tasks []protocol.Task // one, or a batch's
-	batch bool
-	err   error // why the body is not a task
+	d    amqp.Delivery // to ack it
+	dead wire.DeadLetter
+	msg  Message
 }
 
 // op is one operation's hold on the queue: a channel on which it takes
@@ -404,17 +403,16 @@ func (o *op) fetch(ctx context.Context, f Filter, bodies bool) ([]entry, error) 
 			break
 		}
 		o.taken++
-		msg, tasks, batch, derr := decode(d)
+		dead := wire.ReadDeadLetter(d)
+		msg := message(dead)
 		if !f.match(msg) {
 			continue
 		}
 		if !bodies {
 			d.Body = nil
-			for i := range tasks {
-				tasks[i].Payload = nil
-			}
+			dead = dead.WithoutBodies()
 		}
-		out = append(out, entry{d: d, msg: msg, tasks: tasks, batch: batch, err: derr})
+		out = append(out, entry{d: d, dead: dead, msg: msg})
 	}
 	slices.SortStableFunc(out, func(a, b entry) int { return compare(a.msg, b.msg) })
 	return out, nil

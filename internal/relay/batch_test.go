@@ -16,37 +16,6 @@ import (
 	"github.com/warrenhq/warren/store"
 )
 
-func outboxTask(job string, id int64, attempts, batch int) store.OutboxTask {
-	return store.OutboxTask{JobID: job, TaskID: id, Type: "echo", Attempts: attempts, BatchSize: batch}
-}
-
-func groupIDs(groups [][]store.OutboxTask) [][]string {
-	var out [][]string
-	for _, g := range groups {
-		var ids []string
-		for _, t := range g {
-			ids = append(ids, protocol.MessageID(t.JobID, t.TaskID))
-		}
-		out = append(out, ids)
-	}
-	return out
-}
-
-func TestGroupPacksConsecutiveTasksOfOneJob(t *testing.T) {
-	t.Parallel()
-	tasks := []store.OutboxTask{
-		outboxTask("a", 1, 0, 3), outboxTask("a", 2, 0, 3), outboxTask("a", 3, 0, 3), outboxTask("a", 4, 0, 3),
-		outboxTask("a", 7, 0, 3),                           // a gap in ids still packs
-		outboxTask("a", 8, 2, 3), outboxTask("a", 9, 2, 3), // other attempts: a new group
-		outboxTask("b", 1, 0, 1), outboxTask("b", 2, 0, 1), // batch size 1: one each
-		outboxTask("c", 5, 0, 0), // 0 means 1
-	}
-	require.Equal(t, [][]string{
-		{"a:1", "a:2", "a:3"}, {"a:4", "a:7"}, {"a:8", "a:9"}, {"b:1"}, {"b:2"}, {"c:5"},
-	}, groupIDs(relay.Group(tasks)))
-	require.Empty(t, relay.Group(nil))
-}
-
 // A job with a batch size goes out as batch messages of that many tasks
 // (the last one shorter), each confirmed and marked like single tasks.
 func TestRelaySendsABatchJobAsBatchMessages(t *testing.T) {

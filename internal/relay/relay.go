@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/wire"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store"
 )
@@ -200,7 +200,7 @@ func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, err error) 
 }
 
 func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
-	groups := Group(tasks)
+	groups := group(tasks)
 	if last := groups[len(groups)-1]; len(tasks) == r.cfg.BatchSize && len(groups) > 1 && len(last) < last[0].BatchSize {
 		// The claim cut the last batch short and more tasks are
 		// waiting: leave it pending, to go out whole with the next claim.
@@ -209,7 +209,7 @@ func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask) ([]store.
 	confs := make([]*broker.Confirmation, 0, len(groups))
 	var firstErr error
 	for _, g := range groups {
-		msg, err := BatchMessage(g)
+		out, err := r.message(g)
 		if err != nil {
 			// A row that cannot be encoded is a bug in the store, not a
 			// broker problem; skip it loudly rather than block the outbox.
@@ -217,7 +217,7 @@ func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask) ([]store.
 			confs = append(confs, nil)
 			continue
 		}
-		c, err := r.cfg.Publisher.Publish(ctx, r.cfg.Names.JobsExchange, protocol.RoutingKeyTask, msg)
+		c, err := r.cfg.Publisher.Publish(ctx, out.Exchange, out.Key, out.Msg)
 		if err != nil {
 			firstErr = err
 			break // the channel is gone or ctx is done: wait for what is out
@@ -249,11 +249,11 @@ func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask) ([]store.
 	return confirmed, nil
 }
 
-// Group splits outbox tasks, in the order the store returns them, into
+// group splits outbox tasks, in the order the store returns them, into
 // the groups that go out as one message each: runs of consecutive tasks
 // of one job, with the same attempts, of at most the job's batch size. A
 // job with batch size 1 gets one group per task.
-func Group(tasks []store.OutboxTask) [][]store.OutboxTask {
+func group(tasks []store.OutboxTask) [][]store.OutboxTask {
 	groups := make([][]store.OutboxTask, 0, len(tasks))
 	for i := 0; i < len(tasks); {
 		size := min(max(tasks[i].BatchSize, 1), protocol.MaxBatchSize)
@@ -268,53 +268,16 @@ func Group(tasks []store.OutboxTask) [][]store.OutboxTask {
 	return groups
 }
 
-// BatchMessage returns the AMQP message of a group of tasks from Group:
-// the single task message of Message for one task, else a task batch
-// message (docs/protocol.md) with the same properties and headers,
-// identified by protocol.BatchMessageID.
-func BatchMessage(g []store.OutboxTask) (amqp.Publishing, error) {
-	if len(g) == 1 {
-		return Message(g[0])
-	}
-	b := protocol.Batch{JobID: g[0].JobID, Tasks: make([]protocol.BatchTask, len(g))}
+// message returns the task message of a group from group: a single task
+// message for one task, else a task batch message. The group's tasks
+// share their job, type, attempts and retry budget.
+func (r *Relay) message(g []store.OutboxTask) (wire.Outbound, error) {
+	m := wire.TaskMessage{JobID: g[0].JobID, Type: g[0].Type, Retries: g[0].Attempts, MaxRetries: g[0].MaxRetries,
+		Tasks: make([]protocol.BatchTask, len(g))}
 	for i, t := range g {
-		b.Tasks[i] = protocol.BatchTask{TaskID: t.TaskID, Payload: t.Payload}
+		m.Tasks[i] = protocol.BatchTask{TaskID: t.TaskID, Payload: t.Payload}
 	}
-	body, err := protocol.EncodeBatch(b)
-	if err != nil {
-		return amqp.Publishing{}, err
-	}
-	msg := publishing(g[0], body)
-	msg.MessageId = protocol.BatchMessageID(b.JobID, g[0].TaskID, len(g))
-	return msg, nil
-}
-
-// Message returns the AMQP message of a task: persistent, JSON, with the
-// wire protocol's ids and headers (docs/protocol.md).
-func Message(t store.OutboxTask) (amqp.Publishing, error) {
-	body, err := protocol.EncodeTask(protocol.Task{JobID: t.JobID, TaskID: t.TaskID, Payload: t.Payload})
-	if err != nil {
-		return amqp.Publishing{}, err
-	}
-	return publishing(t, body), nil
-}
-
-// publishing returns the message of t with body: persistent, JSON, with
-// the wire protocol's properties and headers.
-func publishing(t store.OutboxTask, body []byte) amqp.Publishing {
-	return amqp.Publishing{
-		ContentType:   protocol.ContentType,
-		DeliveryMode:  amqp.Persistent,
-		MessageId:     protocol.MessageID(t.JobID, t.TaskID),
-		CorrelationId: t.JobID,
-		Type:          t.Type,
-		Timestamp:     time.Now().UTC(),
-		Headers: amqp.Table{
-			protocol.HeaderRetry:      int64(t.Attempts),
-			protocol.HeaderMaxRetries: int64(t.MaxRetries),
-		},
-		Body: body,
-	}
+	return wire.Tasks(r.cfg.Names, m)
 }
 
 // sleep waits d or until ctx is done; it reports whether d elapsed.

@@ -1,0 +1,239 @@
+package wire
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenhq/warren/protocol"
+)
+
+// ReasonUnknown is DeadLetter.Reason when neither a worker nor the broker
+// said why the message was dead-lettered.
+const ReasonUnknown = "unknown"
+
+// DeadLetter is a delivery of a dead-letter queue (the aggregator's
+// dead.q or the people's tasks.dlq) as its consumer reads it, once: its
+// tasks, and why, when and after how many runs they failed. The aggregator
+// and the dead-letter operations read every dead letter the same way.
+type DeadLetter struct {
+	// Tasks are the message's tasks: one, or every task of a batch the
+	// broker dead-lettered whole. Empty when Malformed is set.
+	Tasks []protocol.Task
+	// Batch says the body was a task batch.
+	Batch bool
+	// Malformed is why the body is not a task message (it wraps
+	// protocol.ErrMalformed); nil for a task message.
+	Malformed error
+	// JobID and TaskID name the message's (first) task; for a malformed
+	// body, what could be read of them from the body or the message id,
+	// possibly nothing.
+	JobID  string
+	TaskID int64
+	// MessageID is the message_id property.
+	MessageID string
+	// RoutingKey is the key the message was dead-lettered with.
+	RoutingKey string
+
+	// Reason is why the task was dead-lettered: the worker's
+	// x-failure-reason, else the reason of the broker's most recent
+	// dead-lettering (Death), else ReasonUnknown. A body that is not a
+	// task makes it protocol.ReasonMalformed whatever the headers say.
+	Reason string
+	// Error is the failure's text: the worker's x-error, else a sentence
+	// naming the queue the broker dead-lettered the message from, else
+	// (for a malformed body) why it is not a task; "" when nothing says.
+	Error string
+	// ByBroker says the broker dead-lettered the message (Reason is then
+	// Death.Reason), not a worker.
+	ByBroker bool
+	// Worker is x-worker: the worker that dead-lettered the task.
+	Worker string
+	// StartedAt is x-started-at, when the failed run started; zero when it
+	// did not run or no header says.
+	StartedAt time.Time
+	// FailedAt is when the task was dead-lettered: x-failed-at, else the
+	// time of the broker's most recent dead-lettering; zero when nothing
+	// says.
+	FailedAt time.Time
+	// Retries is x-retry, the task's retries before it was dead-lettered.
+	// The queue's own x-delivery-count is not counted: it counts the
+	// deliveries of the dead letter, not runs of the task.
+	Retries int
+	// Death is the broker's most recent dead-lettering of the message;
+	// zero when it has none.
+	Death Death
+
+	d amqp.Delivery // the source of a replay
+}
+
+// Death is one dead-lettering by the broker, as its x-death header (or
+// x-last-death-* and x-first-death-*) records it.
+type Death struct {
+	// Reason is the broker's reason: protocol.ReasonDeliveryLimit,
+	// ReasonRejected or ReasonExpired.
+	Reason string
+	// Queue is the queue the message was dead-lettered from.
+	Queue string
+	// Time is when; zero when only the x-*-death-* headers say.
+	Time time.Time
+}
+
+// ReadDeadLetter reads a delivery of a dead-letter queue. It never fails:
+// a body that is not a task message is reported in Malformed, with what
+// could be read.
+func ReadDeadLetter(d amqp.Delivery) DeadLetter {
+	h := d.Headers
+	dl := DeadLetter{
+		MessageID:  d.MessageId,
+		RoutingKey: d.RoutingKey,
+		Reason:     headerString(h, protocol.HeaderReason),
+		Worker:     headerString(h, protocol.HeaderWorker),
+		StartedAt:  headerTime(h, protocol.HeaderStartedAt),
+		FailedAt:   headerTime(h, protocol.HeaderFailedAt),
+		Retries:    headerInt(h, protocol.HeaderRetry),
+		Death:      lastDeath(h),
+		d:          d,
+	}
+	switch {
+	case dl.Reason != "":
+		dl.Error = headerString(h, protocol.HeaderError)
+	case dl.Death.Reason != "":
+		dl.Reason, dl.ByBroker = dl.Death.Reason, true
+		dl.Error = fmt.Sprintf("dead-lettered by the broker from %q: %s", dl.Death.Queue, dl.Death.Reason)
+	default:
+		dl.Reason = ReasonUnknown
+	}
+	if dl.FailedAt.IsZero() {
+		dl.FailedAt = dl.Death.Time
+	}
+	dl.Tasks, dl.Batch, dl.Malformed = protocol.DecodeTasks(d.Body)
+	if dl.Malformed != nil {
+		dl.Batch = false
+		dl.JobID, dl.TaskID = readIDs(d)
+		dl.Reason = protocol.ReasonMalformed
+		dl.Error = cmp.Or(dl.Error, dl.Malformed.Error())
+		return dl
+	}
+	dl.JobID, dl.TaskID = dl.Tasks[0].JobID, dl.Tasks[0].TaskID
+	return dl
+}
+
+// Attempts is the number of runs the task had: Retries + 1.
+func (dl DeadLetter) Attempts() int { return dl.Retries + 1 }
+
+// TaskError is the error a task failed by this dead letter records: the
+// reason and the worker's text, or the broker's sentence (with a hint
+// when the task kept being delivered without an ack).
+func (dl DeadLetter) TaskError() string {
+	if !dl.ByBroker {
+		return dl.Reason + ": " + cmp.Or(dl.Error, dl.Reason)
+	}
+	if dl.Reason == protocol.ReasonDeliveryLimit {
+		return dl.Error + " (the task was delivered too many times without an ack; it may crash its worker)"
+	}
+	return dl.Error
+}
+
+// WithoutBodies returns dl without its message body and task payloads,
+// for callers that hold many dead letters only to show them. Replay needs
+// them.
+func (dl DeadLetter) WithoutBodies() DeadLetter {
+	dl.d.Body = nil
+	tasks := make([]protocol.Task, len(dl.Tasks))
+	for i, t := range dl.Tasks {
+		t.Payload = nil
+		tasks[i] = t
+	}
+	dl.Tasks = tasks
+	return dl
+}
+
+// failureHeaders are dropped from a replayed task: they describe the
+// failure that the replay undoes, and the broker's would make a later
+// dead-lettering of the replayed task look like an older one.
+var failureHeaders = []string{
+	protocol.HeaderReason, protocol.HeaderError, protocol.HeaderWorker, protocol.HeaderFailedAt,
+	"x-death",
+	"x-first-death-reason", "x-first-death-queue", "x-first-death-exchange",
+	"x-last-death-reason", "x-last-death-queue", "x-last-death-exchange",
+	headerDeliveryCount,
+}
+
+// Replay returns the task message that runs task t of dl again, for the
+// work queue: the dead letter's body (for a task of a batch, the task's
+// own single task message) and properties, x-retry 0 and the failure
+// headers dropped. It fails only when t cannot be encoded.
+func (dl DeadLetter) Replay(names protocol.Names, t protocol.Task) (Outbound, error) {
+	if t.JobID == "" {
+		return Outbound{}, fmt.Errorf("%w: a replay needs a task", protocol.ErrMalformed)
+	}
+	msg := copyOf(dl.d, t)
+	if dl.Batch {
+		body, err := protocol.EncodeTask(t)
+		if err != nil {
+			return Outbound{}, err
+		}
+		msg.Body, msg.MessageId = body, protocol.MessageID(t.JobID, t.TaskID)
+	}
+	for _, k := range failureHeaders {
+		delete(msg.Headers, k)
+	}
+	msg.Headers[protocol.HeaderRetry] = int64(0)
+	msg.ContentType = cmp.Or(msg.ContentType, protocol.ContentType)
+	return Outbound{Exchange: names.JobsExchange, Key: protocol.RoutingKeyTask, Msg: msg}, nil
+}
+
+// lastDeath returns the broker's most recent dead-lettering: the first
+// x-death entry (RabbitMQ keeps them most recent first), else the
+// x-last-death or x-first-death headers. A task that waited in a retry
+// tier carries an "expired" entry for it, so the first death is not
+// necessarily the one that brought it here.
+func lastDeath(h amqp.Table) Death {
+	if deaths, ok := h["x-death"].([]any); ok && len(deaths) > 0 {
+		if t, ok := deaths[0].(amqp.Table); ok {
+			d := Death{Reason: headerString(t, "reason"), Queue: headerString(t, "queue")}
+			if at, ok := t["time"].(time.Time); ok {
+				d.Time = at.UTC()
+			}
+			if d.Reason != "" {
+				return d
+			}
+		}
+	}
+	for _, prefix := range []string{"x-last-death-", "x-first-death-"} {
+		if reason := headerString(h, prefix+"reason"); reason != "" {
+			return Death{Reason: reason, Queue: headerString(h, prefix+"queue")}
+		}
+	}
+	return Death{}
+}
+
+// readIDs reads what it can of a malformed task's ids: from the body when
+// it is an object with usable fields, else from the message id.
+func readIDs(d amqp.Delivery) (string, int64) {
+	var v struct {
+		JobID  any `json:"job_id"`
+		TaskID any `json:"task_id"`
+	}
+	var (
+		jobID  string
+		taskID int64
+	)
+	if json.Unmarshal(d.Body, &v) == nil {
+		jobID, _ = v.JobID.(string)
+		if f, ok := v.TaskID.(float64); ok && f >= 1 && f <= math.MaxInt64 && f == math.Trunc(f) {
+			taskID = int64(f)
+		}
+	}
+	if jobID == "" {
+		if j, t, err := protocol.ParseMessageID(d.MessageId); err == nil {
+			return j, t
+		}
+	}
+	return jobID, taskID
+}

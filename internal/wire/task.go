@@ -1,0 +1,247 @@
+package wire
+
+import (
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/protocol"
+)
+
+// TaskMessage is what one task message carries: one task, or consecutive
+// tasks of one job sent as a task batch, with the properties and headers
+// they share.
+type TaskMessage struct {
+	// JobID is the job of every task.
+	JobID string
+	// Type is the job's type: which handler runs the tasks.
+	Type string
+	// Tasks are the tasks in increasing id order: one makes a single task
+	// message, more a task batch message.
+	Tasks []protocol.BatchTask
+	// Retries is the tasks' retries so far (x-retry), the same for all.
+	Retries int
+	// MaxRetries is the job's retry budget (x-max-retries).
+	MaxRetries int
+}
+
+// Tasks returns the publishing of m for the work queue: persistent,
+// JSON, with the ids, properties and headers of docs/protocol.md. The
+// error says why the tasks cannot be encoded (it wraps
+// protocol.ErrMalformed).
+func Tasks(names protocol.Names, m TaskMessage) (Outbound, error) {
+	if len(m.Tasks) == 0 {
+		return Outbound{}, fmt.Errorf("%w: a task message needs a task", protocol.ErrMalformed)
+	}
+	first := m.Tasks[0]
+	var (
+		body []byte
+		err  error
+		id   string
+	)
+	if len(m.Tasks) == 1 {
+		body, err = protocol.EncodeTask(protocol.Task{JobID: m.JobID, TaskID: first.TaskID, Payload: first.Payload})
+		id = protocol.MessageID(m.JobID, first.TaskID)
+	} else {
+		body, err = protocol.EncodeBatch(protocol.Batch{JobID: m.JobID, Tasks: m.Tasks})
+		id = protocol.BatchMessageID(m.JobID, first.TaskID, len(m.Tasks))
+	}
+	if err != nil {
+		return Outbound{}, err
+	}
+	return Outbound{Exchange: names.JobsExchange, Key: protocol.RoutingKeyTask, Msg: amqp.Publishing{
+		ContentType:   protocol.ContentType,
+		DeliveryMode:  amqp.Persistent,
+		MessageId:     id,
+		CorrelationId: m.JobID,
+		Type:          m.Type,
+		Timestamp:     time.Now().UTC(),
+		Headers: amqp.Table{
+			protocol.HeaderRetry:      int64(m.Retries),
+			protocol.HeaderMaxRetries: int64(m.MaxRetries),
+		},
+		Body: body,
+	}}, nil
+}
+
+// TaskDelivery is a delivery of the work queue as a worker reads it,
+// once, where it receives it: its tasks and what its properties and
+// headers say about them. It also builds the copies that settle its
+// tasks (Retry, DeadLetter, Split), from the delivery as it came.
+type TaskDelivery struct {
+	// Tasks are the message's tasks: one for a single task message, each
+	// task of a batch in order. Empty when Malformed is set.
+	Tasks []protocol.Task
+	// Batch says the body was a task batch: each task is settled with a
+	// single task message of its own, and a redelivered batch is split.
+	Batch bool
+	// Malformed is why the body is not a task message (it wraps
+	// protocol.ErrMalformed); nil for a task message.
+	Malformed error
+	// Type is the type property: which handler runs the tasks.
+	Type string
+	// Retries is x-retry, the tasks' retries so far; 0 when absent or not
+	// a non-negative integer.
+	Retries int
+	// MaxRetries is x-max-retries, the job's retry budget;
+	// warren.DefaultMaxRetries when absent or not a non-negative integer.
+	MaxRetries int
+	// Redelivered is the broker's redelivered flag: an earlier delivery
+	// of this message was not settled (its worker died, lost its
+	// connection, or shut down mid-way).
+	Redelivered bool
+
+	d amqp.Delivery // the source of every copy
+}
+
+// ReadTask reads a delivery of the work queue. It never fails: a body
+// that is not a task message is reported in Malformed, for the worker to
+// dead-letter.
+func ReadTask(d amqp.Delivery) TaskDelivery {
+	m := TaskDelivery{
+		Type:        d.Type,
+		Retries:     headerInt(d.Headers, protocol.HeaderRetry),
+		MaxRetries:  warren.DefaultMaxRetries,
+		Redelivered: d.Redelivered,
+		d:           d,
+	}
+	if n, ok := protocol.HeaderInt(d.Headers, protocol.HeaderMaxRetries); ok {
+		m.MaxRetries = n
+	}
+	m.Tasks, m.Batch, m.Malformed = protocol.DecodeTasks(d.Body)
+	if m.Malformed != nil {
+		m.Batch = false // it is dead-lettered whole, as it came
+	}
+	return m
+}
+
+// Attempt is the number of the run the delivery is for: Retries + 1.
+func (m TaskDelivery) Attempt() int { return m.Retries + 1 }
+
+// Retry returns the copy of task t of m that schedules its next run after
+// delay: x-retry incremented, the other headers kept, no expiration (a
+// per-message TTL would cut the tier's delay short), for the retry
+// exchange with the routing key of delay's tier. The tier's queue holds
+// it for delay and the broker dead-letters it back to the work queue.
+func (m TaskDelivery) Retry(names protocol.Names, t protocol.Task, delay time.Duration) Outbound {
+	msg := m.copyOf(t)
+	msg.Headers[protocol.HeaderRetry] = int64(m.Retries + 1)
+	msg.Expiration = ""
+	return Outbound{Exchange: names.RetryExchange, Key: protocol.RetryTierName(delay), Msg: msg}
+}
+
+// Failure is why and where a worker dead-letters a task.
+type Failure struct {
+	// Reason is one of the protocol Reason constants.
+	Reason string
+	// Error is the failure's text; the header keeps its first 4096 bytes.
+	Error string
+	// Worker names the worker.
+	Worker string
+	// StartedAt is when the failed run started; zero when it did not run.
+	StartedAt time.Time
+	// FailedAt is when the task was dead-lettered.
+	FailedAt time.Time
+}
+
+// DeadLetter returns the copy of task t of m for the dead-letter exchange,
+// with f in its failure headers and x-retry the retries so far. For a
+// message that is not a task (m.Malformed), t is the zero Task and the
+// copy is the whole message. Like the broker's own dead-lettering, it
+// drops the expiration, so that the dead letter does not expire from the
+// dead-letter queues.
+func (m TaskDelivery) DeadLetter(names protocol.Names, t protocol.Task, f Failure) Outbound {
+	msg := m.copyOf(t)
+	msg.Expiration = ""
+	msg.Headers[protocol.HeaderError] = truncate(f.Error, maxHeaderError)
+	msg.Headers[protocol.HeaderReason] = f.Reason
+	msg.Headers[protocol.HeaderWorker] = f.Worker
+	msg.Headers[protocol.HeaderFailedAt] = formatTime(f.FailedAt)
+	if f.StartedAt.IsZero() {
+		delete(msg.Headers, protocol.HeaderStartedAt)
+	} else {
+		msg.Headers[protocol.HeaderStartedAt] = formatTime(f.StartedAt)
+	}
+	msg.Headers[protocol.HeaderRetry] = int64(m.Retries)
+	return Outbound{Exchange: names.DeadLetterExchange, Key: protocol.RoutingKeyTaskFailed, Msg: msg}
+}
+
+// Split returns task t of a batch m as a single task message, with the
+// batch's properties and headers but x-delivery-count (the copy is a new
+// message; the broker counts its own deliveries), for the exchange and
+// routing key the batch was delivered with.
+func (m TaskDelivery) Split(t protocol.Task) Outbound {
+	msg := m.copyOf(t)
+	delete(msg.Headers, headerDeliveryCount)
+	return Outbound{Exchange: m.d.Exchange, Key: m.d.RoutingKey, Msg: msg}
+}
+
+// copyOf returns a persistent copy of task t of m, with a copy of its
+// headers that the caller may change: the message itself for a single
+// task message (or one that is not a task), else a single task message of
+// t with the batch's properties and headers.
+func (m TaskDelivery) copyOf(t protocol.Task) amqp.Publishing {
+	msg := copyOf(m.d, t)
+	if !m.Batch {
+		return msg
+	}
+	body, err := protocol.EncodeTask(t)
+	if err != nil {
+		// Only a bug can get here: t was decoded from a valid batch.
+		panic(fmt.Sprintf("wire: encode task %s of a batch: %v", protocol.MessageID(t.JobID, t.TaskID), err))
+	}
+	msg.Body = body
+	msg.MessageId = protocol.MessageID(t.JobID, t.TaskID)
+	return msg
+}
+
+// copyOf returns a persistent copy of the task message d, with its body,
+// properties and a copy of its headers. Its message id is d's, else
+// task t's, else (a malformed message without one) an id unique on d's
+// channel: the publisher needs an id to match a return to its message.
+func copyOf(d amqp.Delivery, t protocol.Task) amqp.Publishing {
+	headers := make(amqp.Table, len(d.Headers)+5)
+	for k, v := range d.Headers {
+		headers[k] = v
+	}
+	id := d.MessageId
+	switch {
+	case id != "":
+	case t.JobID != "":
+		id = protocol.MessageID(t.JobID, t.TaskID)
+	default:
+		id = fmt.Sprintf("malformed:%s:%d", d.ConsumerTag, d.DeliveryTag)
+	}
+	// UserId is left out: the broker closes the channel of a publish whose
+	// user_id is not the publishing connection's user.
+	return amqp.Publishing{
+		Headers:         headers,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    amqp.Persistent,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		Expiration:      d.Expiration,
+		MessageId:       id,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}
+
+// truncate cuts s to at most n bytes on a UTF-8 boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}

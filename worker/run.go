@@ -1,0 +1,96 @@
+package worker
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// taskRun is one task's run: what its handler returned, and when.
+type taskRun struct {
+	task              Task
+	value             any
+	err               error
+	started, finished time.Time
+}
+
+// run runs the tasks through h, one after another for a HandlerFunc, in
+// one call for a BatchHandlerFunc. ok is false when shutdown cancelled
+// the handlers' context meanwhile.
+func (s *session) run(h handlerSet, tasks []Task) ([]taskRun, bool) {
+	runs := make([]taskRun, len(tasks))
+	if h.batch != nil {
+		started := time.Now().UTC()
+		outcomes := s.callBatch(h.batch, tasks)
+		finished := time.Now().UTC()
+		for i, t := range tasks {
+			runs[i] = taskRun{task: t, value: outcomes[i].Value, err: outcomes[i].Err, started: started, finished: finished}
+		}
+		return runs, s.handlers.Err() == nil
+	}
+	for i, t := range tasks {
+		started := time.Now().UTC()
+		value, err := s.call(h.one, t)
+		runs[i] = taskRun{task: t, value: value, err: err, started: started, finished: time.Now().UTC()}
+		if s.handlers.Err() != nil {
+			return nil, false
+		}
+	}
+	return runs, true
+}
+
+// call runs h, turning a panic into a transient error.
+func (s *session) call(h HandlerFunc, t Task) (v any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("worker: handler panicked: %v", p)
+			s.taskLog(t).Error("worker: handler panicked", "panic", fmt.Sprint(p), "stack", shortStack())
+		}
+	}()
+	return h(s.handlers, t)
+}
+
+// callBatch runs h over tasks; a panic or an outcome count other than
+// len(tasks) becomes a transient error for every task.
+func (s *session) callBatch(h BatchHandlerFunc, tasks []Task) (outcomes []Outcome) {
+	fail := func(err error) []Outcome {
+		out := make([]Outcome, len(tasks))
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			s.taskLog(tasks[0]).Error("worker: batch handler panicked", "tasks", len(tasks), "panic", fmt.Sprint(p), "stack", shortStack())
+			outcomes = fail(fmt.Errorf("worker: batch handler panicked: %v", p))
+		}
+	}()
+	outcomes = h(s.handlers, tasks)
+	if len(outcomes) != len(tasks) {
+		return fail(fmt.Errorf("worker: batch handler returned %d outcomes for %d tasks", len(outcomes), len(tasks)))
+	}
+	return outcomes
+}
+
+// shortStack formats the panicking goroutine's innermost frames, without
+// the runtime's and this package's recovery frames.
+func shortStack() string {
+	var pcs [32]uintptr
+	n := runtime.Callers(3, pcs[:])
+	frames := runtime.CallersFrames(pcs[:n])
+	var b strings.Builder
+	kept := 0
+	for kept < 8 {
+		f, more := frames.Next()
+		if !strings.HasPrefix(f.Function, "runtime.") {
+			fmt.Fprintf(&b, "%s\n\t%s:%d\n", f.Function, f.File, f.Line)
+			kept++
+		}
+		if !more {
+			break
+		}
+	}
+	return b.String()
+}
