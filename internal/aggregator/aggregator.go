@@ -18,6 +18,7 @@ import (
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -26,7 +27,6 @@ const (
 	DefaultBatchSize     = 256
 	DefaultLinger        = 5 * time.Millisecond
 	DefaultScanInterval  = 5 * time.Second
-	DefaultReducer       = "collect"
 	maxStoreRetryBackoff = 5 * time.Second
 )
 
@@ -606,9 +606,9 @@ func (a *Aggregator) CloseJob(ctx context.Context, id string) error {
 func (a *Aggregator) reduce(ctx context.Context, job warren.Job) ([]byte, error) {
 	name := job.Policy.Reduce
 	if name == "" {
-		name = DefaultReducer
+		name = reduce.Default
 	}
-	return Reduce(name, func(fn func(taskID int64, failed bool, result json.RawMessage) error) error {
+	return reduce.Reduce(name, func(fn func(taskID int64, failed bool, result json.RawMessage) error) error {
 		return a.cfg.Store.ScanResults(ctx, job.ID, func(taskID int64, state warren.TaskState, result json.RawMessage) error {
 			return fn(taskID, state != warren.TaskCompleted, result)
 		})

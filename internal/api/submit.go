@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/warrenhq/warren"
-	"github.com/warrenhq/warren/internal/aggregator"
+	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -137,11 +137,11 @@ func (sp jobSpec) newJob() (store.NewJob, *apiError) {
 	}
 	p := warren.Policy{Reduce: sp.Reduce, MaxRetries: warren.DefaultMaxRetries, FailFast: sp.FailFast}
 	if p.Reduce == "" {
-		p.Reduce = "collect"
+		p.Reduce = reduce.Default
 	}
-	if _, ok := aggregator.LookupReducer(p.Reduce); !ok {
+	if _, ok := reduce.Lookup(p.Reduce); !ok {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "unknown reducer %q (known: %s)",
-			p.Reduce, strings.Join(aggregator.ReducerNames(), ", "))
+			p.Reduce, strings.Join(reduce.Names(), ", "))
 	}
 	if sp.MaxRetries != nil {
 		p.MaxRetries = *sp.MaxRetries

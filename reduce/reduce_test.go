@@ -1,4 +1,4 @@
-package aggregator_test
+package reduce_test
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenhq/warren/internal/aggregator"
+	"github.com/warrenhq/warren/reduce"
 )
 
 // reduceScanFunc is the shape of the scan Reduce takes.
@@ -59,7 +59,7 @@ func runReduceCases(t *testing.T, reducer string, cases []reduceCase) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			out, err := aggregator.Reduce(reducer, reduceScanOf(tc.results...))
+			out, err := reduce.Reduce(reducer, reduceScanOf(tc.results...))
 			if tc.wantErr == "" {
 				require.NoError(t, err)
 				require.Equal(t, tc.want, string(out))
@@ -67,8 +67,8 @@ func runReduceCases(t *testing.T, reducer string, cases []reduceCase) {
 			}
 			require.ErrorContains(t, err, tc.wantErr)
 			require.ErrorContains(t, err, fmt.Sprintf("task %d:", tc.errTask))
-			re, ok := errors.AsType[*aggregator.ReduceError](err)
-			require.True(t, ok, "want a *ReduceError, got %T: %v", err, err)
+			re, ok := errors.AsType[*reduce.Error](err)
+			require.True(t, ok, "want a *reduce.Error, got %T: %v", err, err)
 			require.Equal(t, tc.errTask, re.TaskID)
 			require.Nil(t, out)
 		})
@@ -184,11 +184,11 @@ func TestReducerAddNamesTheTask(t *testing.T) {
 	for _, name := range []string{"collect", "sum", "concat", "merge"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			newReducer, ok := aggregator.LookupReducer(name)
+			newReducer, ok := reduce.Lookup(name)
 			require.True(t, ok)
 			err := newReducer().Add(42, json.RawMessage(`{"a":`), false)
 			require.EqualError(t, err, `task 42: `+errors.Unwrap(err).Error())
-			re, ok := errors.AsType[*aggregator.ReduceError](err)
+			re, ok := errors.AsType[*reduce.Error](err)
 			require.True(t, ok)
 			require.Equal(t, int64(42), re.TaskID)
 		})
@@ -263,7 +263,7 @@ func TestReduceSumExactNearInt64Limits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			scan, want := reduceIntScan(n, tc.lit)
-			out, err := aggregator.Reduce("sum", scan)
+			out, err := reduce.Reduce("sum", scan)
 			require.NoError(t, err)
 			require.Equal(t, want.String(), string(out))
 		})
@@ -293,7 +293,7 @@ func TestReduceMergeExactNearInt64Limits(t *testing.T) {
 		}
 		return nil
 	}
-	out, err := aggregator.Reduce("merge", scan)
+	out, err := reduce.Reduce("merge", scan)
 	require.NoError(t, err)
 	require.True(t, wantSwing.IsInt64(), "the swing key must come back into int64 range")
 	want := fmt.Sprintf(`{"max":%s,"min":%s,"one":%d,"swing":%s}`, &wantMax, &wantMin, objects, &wantSwing)
@@ -330,7 +330,7 @@ func TestReduceCollectMillionResults(t *testing.T) {
 		}
 		return nil
 	}
-	out, err := aggregator.Reduce("collect", scan)
+	out, err := reduce.Reduce("collect", scan)
 	require.NoError(t, err)
 
 	// Inputs add up to ~55 MB and the output to ~12 MB: holding more than
@@ -393,57 +393,57 @@ func (c *reduceCounter) Result() ([]byte, error) {
 	return fmt.Appendf(nil, `{"completed":%d,"failed":%d}`, c.completed, c.failed), nil
 }
 
-func TestRegisterReducer(t *testing.T) {
+func TestRegister(t *testing.T) {
 	t.Parallel()
 	name := reduceUniqueName("count")
-	aggregator.RegisterReducer(name, func() aggregator.Reducer { return &reduceCounter{} })
+	reduce.Register(name, func() reduce.Reducer { return &reduceCounter{} })
 
-	_, ok := aggregator.LookupReducer(name)
+	_, ok := reduce.Lookup(name)
 	require.True(t, ok)
-	names := aggregator.ReducerNames()
+	names := reduce.Names()
 	require.Contains(t, names, name)
 	require.True(t, slices.IsSorted(names), "names not sorted: %v", names)
 
-	out, err := aggregator.Reduce(name, reduceScanOf(`1`, reduceFailed, `3`))
+	out, err := reduce.Reduce(name, reduceScanOf(`1`, reduceFailed, `3`))
 	require.NoError(t, err)
 	require.JSONEq(t, `{"completed":2,"failed":1}`, string(out))
 
 	// Each job gets a fresh reducer.
-	out, err = aggregator.Reduce(name, reduceScanOf(`1`))
+	out, err = reduce.Reduce(name, reduceScanOf(`1`))
 	require.NoError(t, err)
 	require.JSONEq(t, `{"completed":1,"failed":0}`, string(out))
 }
 
-func TestRegisterReducerPanics(t *testing.T) {
+func TestRegisterPanics(t *testing.T) {
 	t.Parallel()
-	newCounter := func() aggregator.Reducer { return &reduceCounter{} }
+	newCounter := func() reduce.Reducer { return &reduceCounter{} }
 	name := reduceUniqueName("dup")
-	aggregator.RegisterReducer(name, newCounter)
+	reduce.Register(name, newCounter)
 
-	require.Panics(t, func() { aggregator.RegisterReducer(name, newCounter) }, "duplicate")
-	require.Panics(t, func() { aggregator.RegisterReducer("collect", newCounter) }, "duplicate of a built-in")
-	require.Panics(t, func() { aggregator.RegisterReducer("", newCounter) }, "empty name")
-	require.Panics(t, func() { aggregator.RegisterReducer(reduceUniqueName("nil"), nil) }, "nil func")
+	require.Panics(t, func() { reduce.Register(name, newCounter) }, "duplicate")
+	require.Panics(t, func() { reduce.Register("collect", newCounter) }, "duplicate of a built-in")
+	require.Panics(t, func() { reduce.Register("", newCounter) }, "empty name")
+	require.Panics(t, func() { reduce.Register(reduceUniqueName("nil"), nil) }, "nil func")
 }
 
-func TestRegisterReducerConcurrently(t *testing.T) {
+func TestRegisterConcurrently(t *testing.T) {
 	t.Parallel()
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
 			name := reduceUniqueName("concurrent")
-			aggregator.RegisterReducer(name, func() aggregator.Reducer { return &reduceCounter{} })
-			_, ok := aggregator.LookupReducer(name)
+			reduce.Register(name, func() reduce.Reducer { return &reduceCounter{} })
+			_, ok := reduce.Lookup(name)
 			require.True(t, ok)
-			require.Contains(t, aggregator.ReducerNames(), name)
+			require.Contains(t, reduce.Names(), name)
 		})
 	}
 	wg.Wait()
 }
 
-func TestReducerNamesHasBuiltins(t *testing.T) {
+func TestNamesHasBuiltins(t *testing.T) {
 	t.Parallel()
-	names := aggregator.ReducerNames()
+	names := reduce.Names()
 	for _, name := range []string{"collect", "concat", "merge", "none", "sum"} {
 		require.Contains(t, names, name)
 	}
@@ -452,23 +452,23 @@ func TestReducerNamesHasBuiltins(t *testing.T) {
 func TestReduceUnknownReducer(t *testing.T) {
 	t.Parallel()
 	scanned := false
-	out, err := aggregator.Reduce("no-such-reducer", func(func(int64, bool, json.RawMessage) error) error {
+	out, err := reduce.Reduce("no-such-reducer", func(func(int64, bool, json.RawMessage) error) error {
 		scanned = true
 		return nil
 	})
-	require.ErrorIs(t, err, aggregator.ErrUnknownReducer)
+	require.ErrorIs(t, err, reduce.ErrUnknownReducer)
 	require.ErrorContains(t, err, `"no-such-reducer"`)
 	require.Nil(t, out)
 	require.False(t, scanned, "scanned results for an unknown reducer")
 
-	_, ok := aggregator.LookupReducer("no-such-reducer")
+	_, ok := reduce.Lookup("no-such-reducer")
 	require.False(t, ok)
 }
 
 func TestReduceRejectsTasksOutOfOrder(t *testing.T) {
 	t.Parallel()
 	for _, ids := range [][]int64{{1, 3, 2}, {1, 1}} {
-		_, err := aggregator.Reduce("collect", func(fn func(int64, bool, json.RawMessage) error) error {
+		_, err := reduce.Reduce("collect", func(fn func(int64, bool, json.RawMessage) error) error {
 			for _, id := range ids {
 				if err := fn(id, false, json.RawMessage(`1`)); err != nil {
 					return err
@@ -483,7 +483,7 @@ func TestReduceRejectsTasksOutOfOrder(t *testing.T) {
 func TestReduceStopsAScanThatIgnoresErrors(t *testing.T) {
 	t.Parallel()
 	var errs []error
-	_, err := aggregator.Reduce("sum", func(fn func(int64, bool, json.RawMessage) error) error {
+	_, err := reduce.Reduce("sum", func(fn func(int64, bool, json.RawMessage) error) error {
 		for id, result := range []string{`1`, `"x"`, `"y"`} {
 			errs = append(errs, fn(int64(id+1), false, json.RawMessage(result)))
 		}
@@ -497,7 +497,7 @@ func TestReduceStopsAScanThatIgnoresErrors(t *testing.T) {
 func TestReduceWrapsScanErrors(t *testing.T) {
 	t.Parallel()
 	errStore := errors.New("store is down")
-	_, err := aggregator.Reduce("sum", func(fn func(int64, bool, json.RawMessage) error) error {
+	_, err := reduce.Reduce("sum", func(fn func(int64, bool, json.RawMessage) error) error {
 		if err := fn(1, false, json.RawMessage(`1`)); err != nil {
 			return err
 		}
@@ -511,7 +511,7 @@ func TestReduceHidesFailedTasksResults(t *testing.T) {
 	t.Parallel()
 	// A failed task's stored bytes (an error payload, say) never reach
 	// the reducer.
-	out, err := aggregator.Reduce("collect", func(fn func(int64, bool, json.RawMessage) error) error {
+	out, err := reduce.Reduce("collect", func(fn func(int64, bool, json.RawMessage) error) error {
 		return fn(1, true, json.RawMessage(`{"error":"boom"}`))
 	})
 	require.NoError(t, err)
@@ -532,9 +532,9 @@ func TestReduceCustomReducerErrors(t *testing.T) {
 	errBad := errors.New("bad result")
 	ok := func(int64) error { return nil }
 	okResult := func() ([]byte, error) { return []byte(`1`), nil }
-	register := func(r aggregator.Reducer) string {
+	register := func(r reduce.Reducer) string {
 		name := reduceUniqueName("custom")
-		aggregator.RegisterReducer(name, func() aggregator.Reducer { return r })
+		reduce.Register(name, func() reduce.Reducer { return r })
 		return name
 	}
 
@@ -546,9 +546,9 @@ func TestReduceCustomReducerErrors(t *testing.T) {
 			}
 			return nil
 		}, result: okResult})
-		_, err := aggregator.Reduce(name, reduceScanOf(`1`, `2`, `3`))
+		_, err := reduce.Reduce(name, reduceScanOf(`1`, `2`, `3`))
 		require.ErrorIs(t, err, errBad)
-		re, isReduceErr := errors.AsType[*aggregator.ReduceError](err)
+		re, isReduceErr := errors.AsType[*reduce.Error](err)
 		require.True(t, isReduceErr)
 		require.Equal(t, int64(2), re.TaskID)
 		require.EqualError(t, err, fmt.Sprintf(`reduce %q: task 2: bad result`, name))
@@ -556,20 +556,20 @@ func TestReduceCustomReducerErrors(t *testing.T) {
 	t.Run("a Result error", func(t *testing.T) {
 		t.Parallel()
 		name := register(reduceFunc{add: ok, result: func() ([]byte, error) { return nil, errBad }})
-		_, err := aggregator.Reduce(name, reduceScanOf(`1`))
+		_, err := reduce.Reduce(name, reduceScanOf(`1`))
 		require.ErrorIs(t, err, errBad)
 	})
 	t.Run("a result that is not JSON", func(t *testing.T) {
 		t.Parallel()
 		name := register(reduceFunc{add: ok, result: func() ([]byte, error) { return []byte(`{`), nil }})
-		_, err := aggregator.Reduce(name, reduceScanOf(`1`))
+		_, err := reduce.Reduce(name, reduceScanOf(`1`))
 		require.ErrorContains(t, err, "not valid JSON")
 	})
 	t.Run("a nil Reducer", func(t *testing.T) {
 		t.Parallel()
 		name := reduceUniqueName("nil-reducer")
-		aggregator.RegisterReducer(name, func() aggregator.Reducer { return nil })
-		_, err := aggregator.Reduce(name, reduceScanOf(`1`))
+		reduce.Register(name, func() reduce.Reducer { return nil })
+		_, err := reduce.Reduce(name, reduceScanOf(`1`))
 		require.ErrorContains(t, err, "nil Reducer")
 	})
 }
@@ -591,7 +591,7 @@ func benchmarkReduce(b *testing.B, name string, result func(i int) string) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := aggregator.Reduce(name, scan); err != nil {
+		if _, err := reduce.Reduce(name, scan); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -636,10 +636,10 @@ func FuzzReduceMerge(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, result string) {
 		want, wantOK := reduceMergeReference([]byte(result))
-		out, err := aggregator.Reduce("merge", reduceScanOf(result))
+		out, err := reduce.Reduce("merge", reduceScanOf(result))
 		if !wantOK {
 			require.Error(t, err)
-			re, ok := errors.AsType[*aggregator.ReduceError](err)
+			re, ok := errors.AsType[*reduce.Error](err)
 			require.True(t, ok, "%T: %v", err, err)
 			require.Equal(t, int64(1), re.TaskID)
 			return

@@ -1,10 +1,10 @@
-package aggregator_test
+package reduce_test
 
 import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/warrenhq/warren/internal/aggregator"
+	"github.com/warrenhq/warren/reduce"
 )
 
 func ExampleReduce() {
@@ -28,7 +28,7 @@ func ExampleReduce() {
 	}
 
 	for _, name := range []string{"collect", "merge", "sum"} {
-		out, err := aggregator.Reduce(name, scan)
+		out, err := reduce.Reduce(name, scan)
 		if err != nil {
 			fmt.Println("error:", err)
 			continue

@@ -1,4 +1,4 @@
-package aggregator
+package reduce
 
 import (
 	"bytes"
@@ -30,17 +30,20 @@ type Reducer interface {
 	Result() ([]byte, error)
 }
 
-// ReducerFunc makes a new, empty Reducer for one job.
-type ReducerFunc func() Reducer
+// Factory makes a new, empty Reducer for one job.
+type Factory func() Reducer
+
+// Default is the reducer of a job that names none.
+const Default = "collect"
 
 // ErrUnknownReducer is wrapped by Reduce's error when no reducer is
 // registered under the name it was given.
 var ErrUnknownReducer = errors.New("unknown reducer")
 
-// ReduceError is a reducer refusing one task's result. Built-in reducers
+// Error is a reducer refusing one task's result. Built-in reducers
 // return it from Add, and Reduce wraps every error from Add in one, so
 // errors.As finds the task whichever reducer ran.
-type ReduceError struct {
+type Error struct {
 	// TaskID is the task whose result was refused.
 	TaskID int64
 	// Err says why.
@@ -48,18 +51,18 @@ type ReduceError struct {
 }
 
 // Error names the task and the reason.
-func (e *ReduceError) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("task %d: %v", e.TaskID, e.Err)
 }
 
 // Unwrap returns the reason, for errors.Is and errors.As.
-func (e *ReduceError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
 // reducerRegistry holds every reducer by name, the built-ins from the start.
 var reducerRegistry = struct {
 	sync.RWMutex
-	funcs map[string]ReducerFunc
-}{funcs: map[string]ReducerFunc{
+	funcs map[string]Factory
+}{funcs: map[string]Factory{
 	"collect": func() Reducer { return &collectReducer{} },
 	"sum":     func() Reducer { return &sumReducer{} },
 	"concat":  func() Reducer { return &concatReducer{} },
@@ -67,37 +70,37 @@ var reducerRegistry = struct {
 	"none":    func() Reducer { return noneReducer{} },
 }}
 
-// RegisterReducer makes f available to jobs under name. It panics when name
+// Register makes f available to jobs under name. It panics when name
 // is empty, f is nil or name is already registered (built-ins included):
 // registration is program setup, so a clash is a programming error. It is
 // safe for concurrent use.
-func RegisterReducer(name string, f ReducerFunc) {
+func Register(name string, f Factory) {
 	if name == "" {
-		panic("aggregator: RegisterReducer with an empty name")
+		panic("reduce: Register with an empty name")
 	}
 	if f == nil {
-		panic(fmt.Sprintf("aggregator: RegisterReducer(%q) with a nil ReducerFunc", name))
+		panic(fmt.Sprintf("reduce: Register(%q) with a nil Factory", name))
 	}
 	reducerRegistry.Lock()
 	defer reducerRegistry.Unlock()
 	if _, dup := reducerRegistry.funcs[name]; dup {
-		panic(fmt.Sprintf("aggregator: reducer %q registered twice", name))
+		panic(fmt.Sprintf("reduce: reducer %q registered twice", name))
 	}
 	reducerRegistry.funcs[name] = f
 }
 
-// LookupReducer returns the reducer registered under name, and whether
+// Lookup returns the reducer registered under name, and whether
 // there is one. It is safe for concurrent use.
-func LookupReducer(name string) (ReducerFunc, bool) {
+func Lookup(name string) (Factory, bool) {
 	reducerRegistry.RLock()
 	defer reducerRegistry.RUnlock()
 	f, ok := reducerRegistry.funcs[name]
 	return f, ok
 }
 
-// ReducerNames returns the names of every registered reducer, built-ins
+// Names returns the names of every registered reducer, built-ins
 // included, sorted. It is safe for concurrent use.
-func ReducerNames() []string {
+func Names() []string {
 	reducerRegistry.RLock()
 	defer reducerRegistry.RUnlock()
 	return slices.Sorted(maps.Keys(reducerRegistry.funcs))
@@ -109,7 +112,7 @@ func ReducerNames() []string {
 // JSON. Results of failed tasks reach the reducer as nil.
 //
 // Errors: an unregistered name wraps ErrUnknownReducer; a refused result is
-// a *ReduceError naming the task; task ids that do not increase stop the
+// a *Error naming the task; task ids that do not increase stop the
 // scan; an error of scan's own is returned wrapped. Every error names the
 // reducer.
 //
@@ -130,13 +133,13 @@ func ReducerNames() []string {
 // sum, concat and merge skip failed tasks; concat and merge skip null
 // results too, while sum refuses them like any other non-number.
 func Reduce(name string, scan func(fn func(taskID int64, failed bool, result json.RawMessage) error) error) ([]byte, error) {
-	newReducer, ok := LookupReducer(name)
+	newReducer, ok := Lookup(name)
 	if !ok {
 		return nil, fmt.Errorf("reduce %q: %w", name, ErrUnknownReducer)
 	}
 	r := newReducer()
 	if r == nil {
-		return nil, fmt.Errorf("reduce %q: the ReducerFunc returned a nil Reducer", name)
+		return nil, fmt.Errorf("reduce %q: the Factory returned a nil Reducer", name)
 	}
 
 	var (
@@ -190,17 +193,17 @@ func (*concatReducer) resultIsValidJSON()  {}
 func (*mergeReducer) resultIsValidJSON()   {}
 func (noneReducer) resultIsValidJSON()     {}
 
-// reduceErrorFor makes err a *ReduceError for taskID unless it already is one.
+// reduceErrorFor makes err a *Error for taskID unless it already is one.
 func reduceErrorFor(taskID int64, err error) error {
-	if _, ok := errors.AsType[*ReduceError](err); ok {
+	if _, ok := errors.AsType[*Error](err); ok {
 		return err
 	}
-	return &ReduceError{TaskID: taskID, Err: err}
+	return &Error{TaskID: taskID, Err: err}
 }
 
 // refuseResult is the error a built-in reducer returns for a task's result.
 func refuseResult(taskID int64, format string, args ...any) error {
-	return &ReduceError{TaskID: taskID, Err: fmt.Errorf(format, args...)}
+	return &Error{TaskID: taskID, Err: fmt.Errorf(format, args...)}
 }
 
 // collectReducer builds a JSON array with one element per task, streaming:
@@ -249,7 +252,7 @@ func (r *sumReducer) Add(taskID int64, result json.RawMessage, failed bool) erro
 		return nil
 	}
 	if err := r.total.add(result); err != nil {
-		return &ReduceError{TaskID: taskID, Err: err}
+		return &Error{TaskID: taskID, Err: err}
 	}
 	return nil
 }
@@ -317,13 +320,13 @@ func (r *concatReducer) appendElements(value []byte) {
 func (r *concatReducer) appendString(taskID int64, value []byte) error {
 	var s string
 	if err := json.Unmarshal(value, &s); err != nil {
-		return &ReduceError{TaskID: taskID, Err: err}
+		return &Error{TaskID: taskID, Err: err}
 	}
 	start := r.buf.Len()
 	enc := json.NewEncoder(&r.buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(s); err != nil {
-		return &ReduceError{TaskID: taskID, Err: err}
+		return &Error{TaskID: taskID, Err: err}
 	}
 	// Drop the encoded string's quotes and the encoder's newline.
 	encoded := r.buf.Bytes()[start:]
@@ -369,7 +372,7 @@ func (r *mergeReducer) Add(taskID int64, result json.RawMessage, failed bool) er
 		r.sums = make(map[string]*reduceNumber)
 	}
 	if err := reduceEachNumberField(value, r.addField); err != nil {
-		return &ReduceError{TaskID: taskID, Err: err}
+		return &Error{TaskID: taskID, Err: err}
 	}
 	return nil
 }
