@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
 )
 
@@ -58,63 +57,19 @@ func (e *Error) Error() string {
 // Unwrap returns the reason, for errors.Is and errors.As.
 func (e *Error) Unwrap() error { return e.Err }
 
-// reducerRegistry holds every reducer by name, the built-ins from the start.
-var reducerRegistry = struct {
-	sync.RWMutex
-	funcs map[string]Factory
-}{funcs: map[string]Factory{
-	"collect": func() Reducer { return &collectReducer{} },
-	"sum":     func() Reducer { return &sumReducer{} },
-	"concat":  func() Reducer { return &concatReducer{} },
-	"merge":   func() Reducer { return &mergeReducer{} },
-	"none":    func() Reducer { return noneReducer{} },
-}}
+// ScanFunc feeds a job's task results to fn, one call per task in
+// increasing task id order, and returns fn's first error, or its own. It
+// should stop at fn's first error; Reduce copes with one that does not.
+type ScanFunc func(fn func(taskID int64, failed bool, result json.RawMessage) error) error
 
-// Register makes f available to jobs under name. It panics when name
-// is empty, f is nil or name is already registered (built-ins included):
-// registration is program setup, so a clash is a programming error. It is
-// safe for concurrent use.
-func Register(name string, f Factory) {
-	if name == "" {
-		panic("reduce: Register with an empty name")
-	}
-	if f == nil {
-		panic(fmt.Sprintf("reduce: Register(%q) with a nil Factory", name))
-	}
-	reducerRegistry.Lock()
-	defer reducerRegistry.Unlock()
-	if _, dup := reducerRegistry.funcs[name]; dup {
-		panic(fmt.Sprintf("reduce: reducer %q registered twice", name))
-	}
-	reducerRegistry.funcs[name] = f
-}
-
-// Lookup returns the reducer registered under name, and whether
-// there is one. It is safe for concurrent use.
-func Lookup(name string) (Factory, bool) {
-	reducerRegistry.RLock()
-	defer reducerRegistry.RUnlock()
-	f, ok := reducerRegistry.funcs[name]
-	return f, ok
-}
-
-// Names returns the names of every registered reducer, built-ins
-// included, sorted. It is safe for concurrent use.
-func Names() []string {
-	reducerRegistry.RLock()
-	defer reducerRegistry.RUnlock()
-	return slices.Sorted(maps.Keys(reducerRegistry.funcs))
-}
-
-// Reduce runs the named reducer over the results produced by scan, which
-// calls its callback once per task in task id order (a store's ScanResults,
-// for example), and returns the reduced document, which is always valid
-// JSON. Results of failed tasks reach the reducer as nil.
+// Reduce runs the reducer registered under name over the results scan
+// feeds it and returns the reduced document, which is valid JSON. The
+// reducer sees a failed task with a nil result, whatever scan passed.
 //
-// Errors: an unregistered name wraps ErrUnknownReducer; a refused result is
-// a *Error naming the task; task ids that do not increase stop the
-// scan; an error of scan's own is returned wrapped. Every error names the
-// reducer.
+// Errors: an unregistered name wraps ErrUnknownReducer, and scan is not
+// called; a refused result is a *Error naming the task; task ids that do
+// not increase stop the scan; an error of scan's own is returned wrapped.
+// Every error names the reducer.
 //
 // The built-in reducers stream: each holds the output it is building, never
 // the results it has read.
@@ -132,8 +87,8 @@ func Names() []string {
 //
 // sum, concat and merge skip failed tasks; concat and merge skip null
 // results too, while sum refuses them like any other non-number.
-func Reduce(name string, scan func(fn func(taskID int64, failed bool, result json.RawMessage) error) error) ([]byte, error) {
-	newReducer, ok := Lookup(name)
+func (reg *Registry) Reduce(name string, scan ScanFunc) ([]byte, error) {
+	newReducer, ok := reg.Lookup(name)
 	if !ok {
 		return nil, fmt.Errorf("reduce %q: %w", name, ErrUnknownReducer)
 	}
@@ -141,11 +96,20 @@ func Reduce(name string, scan func(fn func(taskID int64, failed bool, result jso
 	if r == nil {
 		return nil, fmt.Errorf("reduce %q: the Factory returned a nil Reducer", name)
 	}
+	out, err := run(r, scan)
+	if err != nil {
+		return nil, fmt.Errorf("reduce %q: %w", name, err)
+	}
+	return out, nil
+}
 
+// run feeds r the results scan yields, in increasing task id order, and
+// returns r's result once it is known to be JSON.
+func run(r Reducer, scan ScanFunc) ([]byte, error) {
 	var (
 		lastID  int64
 		started bool
-		stopErr error // why Reduce stopped the scan, as opposed to scan failing
+		stopErr error // why run stopped the scan, as opposed to scan failing
 	)
 	scanErr := scan(func(taskID int64, failed bool, result json.RawMessage) error {
 		if stopErr != nil { // a scan that ignored the error: the reducer is spent
@@ -167,17 +131,17 @@ func Reduce(name string, scan func(fn func(taskID int64, failed bool, result jso
 	})
 	switch {
 	case stopErr != nil:
-		return nil, fmt.Errorf("reduce %q: %w", name, stopErr)
+		return nil, stopErr
 	case scanErr != nil:
-		return nil, fmt.Errorf("reduce %q: scanning results: %w", name, scanErr)
+		return nil, fmt.Errorf("scanning results: %w", scanErr)
 	}
 
 	out, err := r.Result()
 	if err != nil {
-		return nil, fmt.Errorf("reduce %q: %w", name, err)
+		return nil, err
 	}
 	if _, valid := r.(reducerOfValidJSON); !valid && !json.Valid(out) {
-		return nil, fmt.Errorf("reduce %q: the reducer's result is not valid JSON: %.40q", name, out)
+		return nil, fmt.Errorf("the reducer's result is not valid JSON: %.40q", out)
 	}
 	return out, nil
 }

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -20,14 +19,15 @@ import (
 	"github.com/warrenhq/warren/reduce"
 )
 
-// reduceScanFunc is the shape of the scan Reduce takes.
-type reduceScanFunc = func(fn func(taskID int64, failed bool, result json.RawMessage) error) error
+// builtins holds the built-in reducers; tests that register use their own
+// registry.
+var builtins = reduce.NewRegistry()
 
 // reduceFailed marks a failed task among reduceScanOf's results.
 const reduceFailed = "<failed>"
 
 // reduceScanOf scans results as tasks 1..len(results), in order.
-func reduceScanOf(results ...string) reduceScanFunc {
+func reduceScanOf(results ...string) reduce.ScanFunc {
 	return func(fn func(int64, bool, json.RawMessage) error) error {
 		for i, r := range results {
 			var err error
@@ -59,7 +59,7 @@ func runReduceCases(t *testing.T, reducer string, cases []reduceCase) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			out, err := reduce.Reduce(reducer, reduceScanOf(tc.results...))
+			out, err := builtins.Reduce(reducer, reduceScanOf(tc.results...))
 			if tc.wantErr == "" {
 				require.NoError(t, err)
 				require.Equal(t, tc.want, string(out))
@@ -184,7 +184,7 @@ func TestReducerAddNamesTheTask(t *testing.T) {
 	for _, name := range []string{"collect", "sum", "concat", "merge"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			newReducer, ok := reduce.Lookup(name)
+			newReducer, ok := builtins.Lookup(name)
 			require.True(t, ok)
 			err := newReducer().Add(42, json.RawMessage(`{"a":`), false)
 			require.EqualError(t, err, `task 42: `+errors.Unwrap(err).Error())
@@ -198,7 +198,7 @@ func TestReducerAddNamesTheTask(t *testing.T) {
 // reduceIntScan scans n tasks whose results are the integer literals lit
 // appends, written into one reused buffer so that nothing is kept for the
 // reducer; want is their exact sum.
-func reduceIntScan(n int, lit func(b []byte, i int) []byte) (scan reduceScanFunc, want *big.Int) {
+func reduceIntScan(n int, lit func(b []byte, i int) []byte) (scan reduce.ScanFunc, want *big.Int) {
 	want = new(big.Int)
 	var v big.Int
 	for i := range n {
@@ -263,7 +263,7 @@ func TestReduceSumExactNearInt64Limits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			scan, want := reduceIntScan(n, tc.lit)
-			out, err := reduce.Reduce("sum", scan)
+			out, err := builtins.Reduce("sum", scan)
 			require.NoError(t, err)
 			require.Equal(t, want.String(), string(out))
 		})
@@ -293,7 +293,7 @@ func TestReduceMergeExactNearInt64Limits(t *testing.T) {
 		}
 		return nil
 	}
-	out, err := reduce.Reduce("merge", scan)
+	out, err := builtins.Reduce("merge", scan)
 	require.NoError(t, err)
 	require.True(t, wantSwing.IsInt64(), "the swing key must come back into int64 range")
 	want := fmt.Sprintf(`{"max":%s,"min":%s,"one":%d,"swing":%s}`, &wantMax, &wantMin, objects, &wantSwing)
@@ -330,7 +330,7 @@ func TestReduceCollectMillionResults(t *testing.T) {
 		}
 		return nil
 	}
-	out, err := reduce.Reduce("collect", scan)
+	out, err := builtins.Reduce("collect", scan)
 	require.NoError(t, err)
 
 	// Inputs add up to ~55 MB and the output to ~12 MB: holding more than
@@ -370,13 +370,6 @@ func requireSameBytes(t *testing.T, want, got []byte) {
 		len(want), len(got), at, want[from:min(len(want), at+40)], got[from:min(len(got), at+40)])
 }
 
-// reduceNameSeq makes registered names unique, so tests survive -count.
-var reduceNameSeq atomic.Int64
-
-func reduceUniqueName(prefix string) string {
-	return fmt.Sprintf("%s-%d", prefix, reduceNameSeq.Add(1))
-}
-
 // reduceCounter is a custom reducer: it counts completed and failed tasks.
 type reduceCounter struct{ completed, failed int }
 
@@ -393,66 +386,97 @@ func (c *reduceCounter) Result() ([]byte, error) {
 	return fmt.Appendf(nil, `{"completed":%d,"failed":%d}`, c.completed, c.failed), nil
 }
 
+// newCounter is the Factory of reduceCounter.
+func newCounter() reduce.Reducer { return &reduceCounter{} }
+
 func TestRegister(t *testing.T) {
 	t.Parallel()
-	name := reduceUniqueName("count")
-	reduce.Register(name, func() reduce.Reducer { return &reduceCounter{} })
+	reg := reduce.NewRegistry()
+	require.NoError(t, reg.Register("count", newCounter))
 
-	_, ok := reduce.Lookup(name)
+	_, ok := reg.Lookup("count")
 	require.True(t, ok)
-	names := reduce.Names()
-	require.Contains(t, names, name)
+	names := reg.Names()
+	require.Contains(t, names, "count")
 	require.True(t, slices.IsSorted(names), "names not sorted: %v", names)
 
-	out, err := reduce.Reduce(name, reduceScanOf(`1`, reduceFailed, `3`))
+	out, err := reg.Reduce("count", reduceScanOf(`1`, reduceFailed, `3`))
 	require.NoError(t, err)
 	require.JSONEq(t, `{"completed":2,"failed":1}`, string(out))
 
 	// Each job gets a fresh reducer.
-	out, err = reduce.Reduce(name, reduceScanOf(`1`))
+	out, err = reg.Reduce("count", reduceScanOf(`1`))
 	require.NoError(t, err)
 	require.JSONEq(t, `{"completed":1,"failed":0}`, string(out))
 }
 
-func TestRegisterPanics(t *testing.T) {
+func TestRegisterErrors(t *testing.T) {
 	t.Parallel()
-	newCounter := func() reduce.Reducer { return &reduceCounter{} }
-	name := reduceUniqueName("dup")
-	reduce.Register(name, newCounter)
+	reg := reduce.NewRegistry()
+	require.NoError(t, reg.Register("dup", newCounter))
+	before := reg.Names()
 
-	require.Panics(t, func() { reduce.Register(name, newCounter) }, "duplicate")
-	require.Panics(t, func() { reduce.Register("collect", newCounter) }, "duplicate of a built-in")
-	require.Panics(t, func() { reduce.Register("", newCounter) }, "empty name")
-	require.Panics(t, func() { reduce.Register(reduceUniqueName("nil"), nil) }, "nil func")
+	require.ErrorContains(t, reg.Register("dup", newCounter), `Register("dup"): a reducer of that name is already registered`, "duplicate")
+	require.ErrorContains(t, reg.Register("collect", newCounter), `Register("collect"): a reducer of that name is already registered`, "duplicate of a built-in")
+	require.ErrorContains(t, reg.Register("", newCounter), "the reducer name is empty", "empty name")
+	require.ErrorContains(t, reg.Register("nil", nil), `Register("nil"): the Factory is nil`, "nil func")
+
+	require.Equal(t, before, reg.Names(), "a refused registration changed the registry")
+	out, err := reg.Reduce("collect", reduceScanOf(`1`))
+	require.NoError(t, err)
+	require.Equal(t, `[1]`, string(out), "the built-in was replaced")
 }
 
 func TestRegisterConcurrently(t *testing.T) {
 	t.Parallel()
+	reg := reduce.NewRegistry()
 	var wg sync.WaitGroup
-	for range 8 {
+	for i := range 8 {
 		wg.Go(func() {
-			name := reduceUniqueName("concurrent")
-			reduce.Register(name, func() reduce.Reducer { return &reduceCounter{} })
-			_, ok := reduce.Lookup(name)
+			name := fmt.Sprintf("concurrent-%d", i)
+			require.NoError(t, reg.Register(name, newCounter))
+			_, ok := reg.Lookup(name)
 			require.True(t, ok)
-			require.Contains(t, reduce.Names(), name)
+			require.Contains(t, reg.Names(), name)
+			_, err := reg.Reduce(name, reduceScanOf(`1`))
+			require.NoError(t, err)
 		})
 	}
 	wg.Wait()
+	require.Len(t, reg.Names(), 5+8)
 }
 
 func TestNamesHasBuiltins(t *testing.T) {
 	t.Parallel()
-	names := reduce.Names()
-	for _, name := range []string{"collect", "concat", "merge", "none", "sum"} {
-		require.Contains(t, names, name)
-	}
+	require.Equal(t, []string{"collect", "concat", "merge", "none", "sum"}, reduce.NewRegistry().Names())
+}
+
+// Registries share nothing: a server's custom reducers are its own.
+func TestRegistriesAreIndependent(t *testing.T) {
+	t.Parallel()
+	one, other := reduce.NewRegistry(), reduce.NewRegistry()
+	require.NoError(t, one.Register("count", newCounter))
+
+	_, ok := other.Lookup("count")
+	require.False(t, ok, "a reducer registered in one registry is seen by another")
+	require.NoError(t, other.Register("count", newCounter), "the name is taken in another registry")
+}
+
+func TestZeroRegistryHoldsNothing(t *testing.T) {
+	t.Parallel()
+	var reg reduce.Registry
+	require.Empty(t, reg.Names())
+	_, err := reg.Reduce(reduce.Default, reduceScanOf(`1`))
+	require.ErrorIs(t, err, reduce.ErrUnknownReducer)
+
+	require.NoError(t, reg.Register("count", newCounter))
+	require.Equal(t, []string{"count"}, reg.Names())
 }
 
 func TestReduceUnknownReducer(t *testing.T) {
 	t.Parallel()
 	scanned := false
-	out, err := reduce.Reduce("no-such-reducer", func(func(int64, bool, json.RawMessage) error) error {
+	out, err := builtins.Reduce("no-such-reducer", func(func(int64, bool, json.RawMessage) error) error {
 		scanned = true
 		return nil
 	})
@@ -461,14 +485,14 @@ func TestReduceUnknownReducer(t *testing.T) {
 	require.Nil(t, out)
 	require.False(t, scanned, "scanned results for an unknown reducer")
 
-	_, ok := reduce.Lookup("no-such-reducer")
+	_, ok := builtins.Lookup("no-such-reducer")
 	require.False(t, ok)
 }
 
 func TestReduceRejectsTasksOutOfOrder(t *testing.T) {
 	t.Parallel()
 	for _, ids := range [][]int64{{1, 3, 2}, {1, 1}} {
-		_, err := reduce.Reduce("collect", func(fn func(int64, bool, json.RawMessage) error) error {
+		_, err := builtins.Reduce("collect", func(fn func(int64, bool, json.RawMessage) error) error {
 			for _, id := range ids {
 				if err := fn(id, false, json.RawMessage(`1`)); err != nil {
 					return err
@@ -483,7 +507,7 @@ func TestReduceRejectsTasksOutOfOrder(t *testing.T) {
 func TestReduceStopsAScanThatIgnoresErrors(t *testing.T) {
 	t.Parallel()
 	var errs []error
-	_, err := reduce.Reduce("sum", func(fn func(int64, bool, json.RawMessage) error) error {
+	_, err := builtins.Reduce("sum", func(fn func(int64, bool, json.RawMessage) error) error {
 		for id, result := range []string{`1`, `"x"`, `"y"`} {
 			errs = append(errs, fn(int64(id+1), false, json.RawMessage(result)))
 		}
@@ -497,7 +521,7 @@ func TestReduceStopsAScanThatIgnoresErrors(t *testing.T) {
 func TestReduceWrapsScanErrors(t *testing.T) {
 	t.Parallel()
 	errStore := errors.New("store is down")
-	_, err := reduce.Reduce("sum", func(fn func(int64, bool, json.RawMessage) error) error {
+	_, err := builtins.Reduce("sum", func(fn func(int64, bool, json.RawMessage) error) error {
 		if err := fn(1, false, json.RawMessage(`1`)); err != nil {
 			return err
 		}
@@ -511,7 +535,7 @@ func TestReduceHidesFailedTasksResults(t *testing.T) {
 	t.Parallel()
 	// A failed task's stored bytes (an error payload, say) never reach
 	// the reducer.
-	out, err := reduce.Reduce("collect", func(fn func(int64, bool, json.RawMessage) error) error {
+	out, err := builtins.Reduce("collect", func(fn func(int64, bool, json.RawMessage) error) error {
 		return fn(1, true, json.RawMessage(`{"error":"boom"}`))
 	})
 	require.NoError(t, err)
@@ -532,44 +556,45 @@ func TestReduceCustomReducerErrors(t *testing.T) {
 	errBad := errors.New("bad result")
 	ok := func(int64) error { return nil }
 	okResult := func() ([]byte, error) { return []byte(`1`), nil }
-	register := func(r reduce.Reducer) string {
-		name := reduceUniqueName("custom")
-		reduce.Register(name, func() reduce.Reducer { return r })
-		return name
+	// registryWith holds f as the reducer "custom".
+	registryWith := func(t *testing.T, f reduce.Factory) *reduce.Registry {
+		reg := reduce.NewRegistry()
+		require.NoError(t, reg.Register("custom", f))
+		return reg
 	}
+	of := func(r reduce.Reducer) reduce.Factory { return func() reduce.Reducer { return r } }
 
 	t.Run("an Add error gets the task id", func(t *testing.T) {
 		t.Parallel()
-		name := register(reduceFunc{add: func(id int64) error {
+		reg := registryWith(t, of(reduceFunc{add: func(id int64) error {
 			if id == 2 {
 				return errBad
 			}
 			return nil
-		}, result: okResult})
-		_, err := reduce.Reduce(name, reduceScanOf(`1`, `2`, `3`))
+		}, result: okResult}))
+		_, err := reg.Reduce("custom", reduceScanOf(`1`, `2`, `3`))
 		require.ErrorIs(t, err, errBad)
 		re, isReduceErr := errors.AsType[*reduce.Error](err)
 		require.True(t, isReduceErr)
 		require.Equal(t, int64(2), re.TaskID)
-		require.EqualError(t, err, fmt.Sprintf(`reduce %q: task 2: bad result`, name))
+		require.EqualError(t, err, `reduce "custom": task 2: bad result`)
 	})
 	t.Run("a Result error", func(t *testing.T) {
 		t.Parallel()
-		name := register(reduceFunc{add: ok, result: func() ([]byte, error) { return nil, errBad }})
-		_, err := reduce.Reduce(name, reduceScanOf(`1`))
+		reg := registryWith(t, of(reduceFunc{add: ok, result: func() ([]byte, error) { return nil, errBad }}))
+		_, err := reg.Reduce("custom", reduceScanOf(`1`))
 		require.ErrorIs(t, err, errBad)
 	})
 	t.Run("a result that is not JSON", func(t *testing.T) {
 		t.Parallel()
-		name := register(reduceFunc{add: ok, result: func() ([]byte, error) { return []byte(`{`), nil }})
-		_, err := reduce.Reduce(name, reduceScanOf(`1`))
+		reg := registryWith(t, of(reduceFunc{add: ok, result: func() ([]byte, error) { return []byte(`{`), nil }}))
+		_, err := reg.Reduce("custom", reduceScanOf(`1`))
 		require.ErrorContains(t, err, "not valid JSON")
 	})
 	t.Run("a nil Reducer", func(t *testing.T) {
 		t.Parallel()
-		name := reduceUniqueName("nil-reducer")
-		reduce.Register(name, func() reduce.Reducer { return nil })
-		_, err := reduce.Reduce(name, reduceScanOf(`1`))
+		reg := registryWith(t, func() reduce.Reducer { return nil })
+		_, err := reg.Reduce("custom", reduceScanOf(`1`))
 		require.ErrorContains(t, err, "nil Reducer")
 	})
 }
@@ -591,7 +616,7 @@ func benchmarkReduce(b *testing.B, name string, result func(i int) string) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := reduce.Reduce(name, scan); err != nil {
+		if _, err := builtins.Reduce(name, scan); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -636,7 +661,7 @@ func FuzzReduceMerge(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, result string) {
 		want, wantOK := reduceMergeReference([]byte(result))
-		out, err := reduce.Reduce("merge", reduceScanOf(result))
+		out, err := builtins.Reduce("merge", reduceScanOf(result))
 		if !wantOK {
 			require.Error(t, err)
 			re, ok := errors.AsType[*reduce.Error](err)

@@ -50,6 +50,9 @@ type Config struct {
 	// ready to close but were not closed (a crash between recording the
 	// last result and closing); 0 means DefaultScanInterval.
 	ScanInterval time.Duration
+	// Reducers are the reducers jobs may name to reduce their results;
+	// nil means reduce.NewRegistry(), the built-ins.
+	Reducers *reduce.Registry
 	// Logger receives logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Hooks, when set, observe the aggregator (metrics and tests). They
@@ -81,6 +84,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ScanInterval <= 0 {
 		c.ScanInterval = DefaultScanInterval
+	}
+	if c.Reducers == nil {
+		c.Reducers = reduce.NewRegistry()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -608,7 +614,7 @@ func (a *Aggregator) reduce(ctx context.Context, job warren.Job) ([]byte, error)
 	if name == "" {
 		name = reduce.Default
 	}
-	return reduce.Reduce(name, func(fn func(taskID int64, failed bool, result json.RawMessage) error) error {
+	return a.cfg.Reducers.Reduce(name, func(fn func(taskID int64, failed bool, result json.RawMessage) error) error {
 		return a.cfg.Store.ScanResults(ctx, job.ID, func(taskID int64, state warren.TaskState, result json.RawMessage) error {
 			return fn(taskID, state != warren.TaskCompleted, result)
 		})
