@@ -23,7 +23,7 @@ type Reducer interface {
 	// the call, so the caller may reuse its buffer: a Reducer that needs
 	// the bytes later must copy them. An error should say why the result
 	// was refused; Reduce adds the task id when it is missing.
-	Add(taskID int64, result json.RawMessage, failed bool) error
+	Add(taskID int64, failed bool, result json.RawMessage) error
 	// Result returns the reduced JSON document. It is called once, after
 	// the last Add.
 	Result() ([]byte, error)
@@ -123,7 +123,7 @@ func run(r Reducer, scan ScanFunc) ([]byte, error) {
 		if failed {
 			result = nil
 		}
-		if err := r.Add(taskID, result, failed); err != nil {
+		if err := r.Add(taskID, failed, result); err != nil {
 			stopErr = reduceErrorFor(taskID, err)
 			return stopErr
 		}
@@ -177,7 +177,7 @@ type collectReducer struct {
 	n   int
 }
 
-func (r *collectReducer) Add(taskID int64, result json.RawMessage, failed bool) error {
+func (r *collectReducer) Add(taskID int64, failed bool, result json.RawMessage) error {
 	if r.n == 0 {
 		r.buf.WriteByte('[')
 	} else {
@@ -211,7 +211,7 @@ type sumReducer struct {
 	total reduceNumber
 }
 
-func (r *sumReducer) Add(taskID int64, result json.RawMessage, failed bool) error {
+func (r *sumReducer) Add(taskID int64, failed bool, result json.RawMessage) error {
 	if failed {
 		return nil
 	}
@@ -234,7 +234,7 @@ type concatReducer struct {
 	scratch bytes.Buffer // one compacted result
 }
 
-func (r *concatReducer) Add(taskID int64, result json.RawMessage, failed bool) error {
+func (r *concatReducer) Add(taskID int64, failed bool, result json.RawMessage) error {
 	if failed {
 		return nil
 	}
@@ -317,7 +317,7 @@ type mergeReducer struct {
 	sums map[string]*reduceNumber
 }
 
-func (r *mergeReducer) Add(taskID int64, result json.RawMessage, failed bool) error {
+func (r *mergeReducer) Add(taskID int64, failed bool, result json.RawMessage) error {
 	if failed {
 		return nil
 	}
@@ -430,7 +430,7 @@ func (r *mergeReducer) Result() ([]byte, error) {
 // noneReducer ignores every result.
 type noneReducer struct{}
 
-func (noneReducer) Add(int64, json.RawMessage, bool) error { return nil }
+func (noneReducer) Add(int64, bool, json.RawMessage) error { return nil }
 func (noneReducer) Result() ([]byte, error)                { return []byte("null"), nil }
 
 // reduceNumber is a running total of JSON numbers. Integer literals are

@@ -186,7 +186,7 @@ func TestReducerAddNamesTheTask(t *testing.T) {
 			t.Parallel()
 			newReducer, ok := builtins.Lookup(name)
 			require.True(t, ok)
-			err := newReducer().Add(42, json.RawMessage(`{"a":`), false)
+			err := newReducer().Add(42, false, json.RawMessage(`{"a":`))
 			require.EqualError(t, err, `task 42: `+errors.Unwrap(err).Error())
 			re, ok := errors.AsType[*reduce.Error](err)
 			require.True(t, ok)
@@ -373,7 +373,7 @@ func requireSameBytes(t *testing.T, want, got []byte) {
 // reduceCounter is a custom reducer: it counts completed and failed tasks.
 type reduceCounter struct{ completed, failed int }
 
-func (c *reduceCounter) Add(_ int64, _ json.RawMessage, failed bool) error {
+func (c *reduceCounter) Add(_ int64, failed bool, _ json.RawMessage) error {
 	if failed {
 		c.failed++
 	} else {
@@ -548,7 +548,7 @@ type reduceFunc struct {
 	result func() ([]byte, error)
 }
 
-func (r reduceFunc) Add(taskID int64, _ json.RawMessage, _ bool) error { return r.add(taskID) }
+func (r reduceFunc) Add(taskID int64, _ bool, _ json.RawMessage) error { return r.add(taskID) }
 func (r reduceFunc) Result() ([]byte, error)                           { return r.result() }
 
 func TestReduceCustomReducerErrors(t *testing.T) {

@@ -75,7 +75,7 @@ func TestStopFlushesTheBatchInHand(t *testing.T) {
 // registry of the embedding program's own holds.
 type countReducer struct{ completed, failed int }
 
-func (c *countReducer) Add(_ int64, _ json.RawMessage, failed bool) error {
+func (c *countReducer) Add(_ int64, failed bool, _ json.RawMessage) error {
 	if failed {
 		c.failed++
 	} else {
