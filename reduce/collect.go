@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 )
 
-// collectReducer builds a JSON array with one element per task, streaming:
-// it holds only the array written so far.
+// collectReducer is "collect": a JSON array with one element per task, in
+// task order, null where the task failed, each result validated and
+// compacted. It holds only the array written so far.
 type collectReducer struct {
 	buf bytes.Buffer
 	n   int

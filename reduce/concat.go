@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 )
 
-// concatReducer joins array results into one array, or string results into
-// one string, streaming: it holds only the output written so far.
+// concatReducer is "concat": array results joined into one array, or
+// string results into one string, skipping failed tasks and null results.
+// It holds only the output written so far.
 type concatReducer struct {
 	buf     bytes.Buffer // the output, without its closing bracket or quote
 	kind    byte         // 0 before the first result, then '[' or '"'

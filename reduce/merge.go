@@ -7,8 +7,9 @@ import (
 	"slices"
 )
 
-// mergeReducer sums objects of numbers key by key. It holds one running
-// total per key: the output being built.
+// mergeReducer is "merge": objects of numbers summed key by key, skipping
+// failed tasks and null results. It holds one running total per key: the
+// output being built.
 type mergeReducer struct {
 	sums map[string]*number
 }

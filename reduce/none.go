@@ -2,7 +2,7 @@ package reduce
 
 import "encoding/json"
 
-// noneReducer ignores every result.
+// noneReducer is "none": null, whatever the results.
 type noneReducer struct{}
 
 func (noneReducer) Add(int64, bool, json.RawMessage) error { return nil }

@@ -7,24 +7,28 @@ import (
 )
 
 // Reducer folds a job's task results, fed in task id order, into one JSON
-// value. A Reducer serves one job and one goroutine; after Add returns an
-// error it is discarded.
+// document, streaming (the package documentation says what it is given
+// and what it promises). A Reducer serves one job and one goroutine; after
+// Add returns an error it is discarded.
 type Reducer interface {
 	// Add is called once per task in task id order. failed is true for a
 	// task that failed (result is then nil). result is only valid during
 	// the call, so the caller may reuse its buffer: a Reducer that needs
 	// the bytes later must copy them. An error should say why the result
-	// was refused; Reduce adds the task id when it is missing.
+	// was refused; Reduce makes it a *Error naming the task when it is
+	// not one already.
 	Add(taskID int64, failed bool, result json.RawMessage) error
-	// Result returns the reduced JSON document. It is called once, after
-	// the last Add.
+	// Result returns the reduced document, valid JSON. It is called once,
+	// after the last Add, and not at all when an Add or the scan failed.
 	Result() ([]byte, error)
 }
 
-// Factory makes a new, empty Reducer for one job.
+// Factory makes a new, empty Reducer for one job. It is called once per
+// reduction, possibly from several goroutines at once, and must not
+// return nil.
 type Factory func() Reducer
 
-// Default is the reducer of a job that names none.
+// Default is the name of the reducer of a job that names none.
 const Default = "collect"
 
 // ErrUnknownReducer is wrapped by Reduce's error when no reducer is
@@ -52,6 +56,9 @@ func (e *Error) Unwrap() error { return e.Err }
 // ScanFunc feeds a job's task results to fn, one call per task in
 // increasing task id order, and returns fn's first error, or its own. It
 // should stop at fn's first error; Reduce copes with one that does not.
+// fn takes Reducer.Add's arguments in Add's order, which is also the
+// order of store.Store's ScanResults (with failed for a state other than
+// completed).
 type ScanFunc func(fn func(taskID int64, failed bool, result json.RawMessage) error) error
 
 // Reduce runs the reducer registered under name over the results scan
@@ -63,22 +70,7 @@ type ScanFunc func(fn func(taskID int64, failed bool, result json.RawMessage) er
 // not increase stop the scan; an error of scan's own is returned wrapped.
 // Every error names the reducer.
 //
-// The built-in reducers stream: each holds the output it is building, never
-// the results it has read.
-//
-//   - collect: a JSON array with one element per task, in task order, null
-//     where the task failed. Each result is validated and compacted.
-//   - sum: the sum of the results, a JSON number; 0 when there are none.
-//     It is exact while every result is an integer literal, however large,
-//     and a float64 once any has a fraction or an exponent.
-//   - concat: array results joined into one array, or string results into
-//     one string; [] when there are none. Mixing the two is an error.
-//   - merge: objects of numbers summed key by key, exactly as sum adds,
-//     into one object with sorted keys; {} when there are none.
-//   - none: null, whatever the results.
-//
-// sum, concat and merge skip failed tasks; concat and merge skip null
-// results too, while sum refuses them like any other non-number.
+// The package documentation describes the built-in reducers.
 func (reg *Registry) Reduce(name string, scan ScanFunc) ([]byte, error) {
 	newReducer, ok := reg.Lookup(name)
 	if !ok {

@@ -63,8 +63,8 @@ func (reg *Registry) Lookup(name string) (Factory, bool) {
 	return f, ok
 }
 
-// Names returns the name of every registered reducer, built-ins included,
-// sorted. The slice is the caller's.
+// Names returns the name of every reducer the registry holds, built-ins
+// included, sorted. The slice is the caller's.
 func (reg *Registry) Names() []string {
 	reg.mu.RLock()
 	defer reg.mu.RUnlock()

@@ -2,7 +2,8 @@ package reduce
 
 import "encoding/json"
 
-// sumReducer adds numeric results, exactly while they are integers.
+// sumReducer is "sum": the sum of the numeric results of completed tasks,
+// exact while they are integers.
 type sumReducer struct {
 	total number
 }
