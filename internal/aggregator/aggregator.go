@@ -19,6 +19,7 @@ import (
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/wire"
 	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -27,7 +28,6 @@ const (
 	DefaultBatchSize     = 256
 	DefaultLinger        = 5 * time.Millisecond
 	DefaultScanInterval  = 5 * time.Second
-	DefaultReducer       = "collect"
 	maxStoreRetryBackoff = 5 * time.Second
 )
 
@@ -51,6 +51,9 @@ type Config struct {
 	// ready to close but were not closed (a crash between recording the
 	// last result and closing); 0 means DefaultScanInterval.
 	ScanInterval time.Duration
+	// Reducers are the reducers jobs may name to reduce their results;
+	// nil means reduce.NewRegistry(), the built-ins.
+	Reducers *reduce.Registry
 	// Logger receives logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Hooks, when set, observe the aggregator (metrics and tests). They
@@ -82,6 +85,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ScanInterval <= 0 {
 		c.ScanInterval = DefaultScanInterval
+	}
+	if c.Reducers == nil {
+		c.Reducers = reduce.NewRegistry()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -556,9 +562,9 @@ func (a *Aggregator) CloseJob(ctx context.Context, id string) error {
 func (a *Aggregator) reduce(ctx context.Context, job warren.Job) ([]byte, error) {
 	name := job.Policy.Reduce
 	if name == "" {
-		name = DefaultReducer
+		name = reduce.Default
 	}
-	return Reduce(name, func(fn func(taskID int64, failed bool, result json.RawMessage) error) error {
+	return a.cfg.Reducers.Reduce(name, func(fn func(taskID int64, failed bool, result json.RawMessage) error) error {
 		return a.cfg.Store.ScanResults(ctx, job.ID, func(taskID int64, state warren.TaskState, result json.RawMessage) error {
 			return fn(taskID, state != warren.TaskCompleted, result)
 		})

@@ -16,6 +16,7 @@ import (
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/broker/amqptest"
 	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/sqlite"
 )
@@ -68,4 +69,76 @@ func TestStopFlushesTheBatchInHand(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(4), got.CompletedTasks, "the batch in hand was recorded")
 	require.Zero(t, amqptest.QueueDepth(t, conn, names.ResultsQueue), "and acknowledged, not redelivered")
+}
+
+// countReducer counts completed and failed tasks: a reducer that only a
+// registry of the embedding program's own holds.
+type countReducer struct{ completed, failed int }
+
+func (c *countReducer) Add(_ int64, failed bool, _ json.RawMessage) error {
+	if failed {
+		c.failed++
+	} else {
+		c.completed++
+	}
+	return nil
+}
+
+func (c *countReducer) Result() ([]byte, error) {
+	return fmt.Appendf(nil, `{"completed":%d,"failed":%d}`, c.completed, c.failed), nil
+}
+
+// A job closes with the reducer Config.Reducers holds under its name; with
+// no registry given, only the built-ins are known.
+func TestCloseJobReducesWithConfigReducers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	names, conn := amqptest.Topology(t, nil)
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "w.db"))
+	require.NoError(t, err)
+	defer st.Close()
+	reducers := reduce.NewRegistry()
+	require.NoError(t, reducers.Register("count", func() reduce.Reducer { return &countReducer{} }))
+
+	// newJob creates a three-task job reduced by "count" whose second task
+	// failed, ready to close.
+	newJob := func() string {
+		tasks := func(yield func(json.RawMessage, error) bool) {
+			for i := range 3 {
+				if !yield(json.RawMessage(fmt.Sprint(i)), nil) {
+					return
+				}
+			}
+		}
+		job, _, err := st.CreateJob(ctx, store.NewJob{Type: "t", Policy: warren.Policy{Reduce: "count", ToleratedFailures: 1, ToleratedFailurePercent: 50}}, tasks)
+		require.NoError(t, err)
+		now := time.Now().UTC()
+		_, err = st.ApplyOutcomes(ctx, []store.Outcome{
+			{JobID: job.ID, TaskID: 1, State: warren.TaskCompleted, Result: json.RawMessage(`1`), FinishedAt: &now},
+			{JobID: job.ID, TaskID: 2, State: warren.TaskFailed, Error: "boom", FinishedAt: &now},
+			{JobID: job.ID, TaskID: 3, State: warren.TaskCompleted, Result: json.RawMessage(`3`), FinishedAt: &now},
+		})
+		require.NoError(t, err)
+		return job.ID
+	}
+
+	custom, err := aggregator.New(aggregator.Config{Store: st, Conn: conn, Names: names, Reducers: reducers})
+	require.NoError(t, err)
+	id := newJob()
+	require.NoError(t, custom.CloseJob(ctx, id))
+	job, err := st.GetJob(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobCompleted, job.State, "error: %s", job.Error)
+	result, err := st.JobResult(ctx, id)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"completed":2,"failed":1}`, string(result))
+
+	builtins, err := aggregator.New(aggregator.Config{Store: st, Conn: conn, Names: names})
+	require.NoError(t, err)
+	id = newJob()
+	require.NoError(t, builtins.CloseJob(ctx, id))
+	job, err = st.GetJob(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobFailed, job.State)
+	require.Contains(t, job.Error, `reduce "count": unknown reducer`)
 }

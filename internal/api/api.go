@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -84,6 +85,10 @@ type Config struct {
 	// /v1/deadletters routes (a *dlq.Queue). nil means those routes answer
 	// 503.
 	DeadLetters DeadLetters
+	// Reducers are the reducers a submitted job may name; a job naming
+	// another is refused with 422. nil means reduce.NewRegistry(), the
+	// built-ins. Give the aggregator the same registry.
+	Reducers *reduce.Registry
 	// Logger receives the handler's logs. nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -94,6 +99,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Gatherer == nil {
 		c.Gatherer = prometheus.DefaultGatherer
+	}
+	if c.Reducers == nil {
+		c.Reducers = reduce.NewRegistry()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

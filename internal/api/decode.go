@@ -10,6 +10,7 @@ import (
 	"iter"
 	"net/http"
 
+	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -34,8 +35,9 @@ import (
 // whole job back.
 
 // parseJSON reads an application/json submission up to its tasks (or, when
-// it must, to its end) and returns the job and its task stream.
-func parseJSON(body io.Reader) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
+// it must, to its end) and returns the job, its reducer checked against
+// reducers, and its task stream.
+func parseJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
 	dec := json.NewDecoder(body)
 	if err := expectObject(dec); err != nil {
 		return store.NewJob{}, nil, err
@@ -57,7 +59,7 @@ func parseJSON(body io.Reader) (store.NewJob, iter.Seq2[json.RawMessage, error],
 			continue
 		}
 		if len(seen) == len(specFields)+1 { // every field is known: stream
-			return streamJSONTasks(dec, sp, seen)
+			return streamJSONTasks(dec, sp, seen, reducers)
 		}
 		if err := decodeTasksArray(dec, &buffered); err != nil {
 			return store.NewJob{}, nil, err
@@ -69,7 +71,7 @@ func parseJSON(body io.Reader) (store.NewJob, iter.Seq2[json.RawMessage, error],
 	if buffered == nil {
 		return store.NewJob{}, nil, errorf(http.StatusUnprocessableEntity, codeValidation, "tasks is required: a non-empty array of task payloads")
 	}
-	job, err := sp.newJob()
+	job, err := sp.newJob(reducers)
 	if err != nil {
 		return store.NewJob{}, nil, err
 	}
@@ -83,8 +85,8 @@ func parseJSON(body io.Reader) (store.NewJob, iter.Seq2[json.RawMessage, error],
 
 // streamJSONTasks returns the job of sp and a task stream that reads the
 // tasks array from dec, then checks that the body ends with the object.
-func streamJSONTasks(dec *json.Decoder, sp jobSpec, seen map[string]bool) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
-	job, err := sp.newJob()
+func streamJSONTasks(dec *json.Decoder, sp jobSpec, seen map[string]bool, reducers *reduce.Registry) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
+	job, err := sp.newJob(reducers)
 	if err != nil {
 		return store.NewJob{}, nil, err
 	}
@@ -146,8 +148,9 @@ func arrayElements(dec *json.Decoder, after func() *apiError) iter.Seq2[json.Raw
 }
 
 // parseNDJSON reads the job line of an application/x-ndjson submission and
-// returns the job and the stream of its task lines.
-func parseNDJSON(body io.Reader) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
+// returns the job, its reducer checked against reducers, and the stream of
+// its task lines.
+func parseNDJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
 	lines := &lineReader{r: bufio.NewReaderSize(body, 64<<10)}
 	head, err := lines.next()
 	if err == io.EOF {
@@ -176,7 +179,7 @@ func parseNDJSON(body io.Reader) (store.NewJob, iter.Seq2[json.RawMessage, error
 	if err := endObject(dec); err != nil {
 		return store.NewJob{}, nil, lineError(lines.n, err)
 	}
-	job, aerr := sp.newJob()
+	job, aerr := sp.newJob(reducers)
 	if aerr != nil {
 		return store.NewJob{}, nil, aerr
 	}

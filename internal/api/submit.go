@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/warrenhq/warren"
-	"github.com/warrenhq/warren/internal/aggregator"
+	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -91,9 +91,9 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 		perr  *apiError
 	)
 	if media == mediaNDJSON {
-		spec, tasks, perr = parseNDJSON(body)
+		spec, tasks, perr = parseNDJSON(body, s.cfg.Reducers)
 	} else {
-		spec, tasks, perr = parseJSON(body)
+		spec, tasks, perr = parseJSON(body, s.cfg.Reducers)
 	}
 	if perr != nil {
 		writeError(w, perr)
@@ -121,9 +121,9 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, submitResponse{ID: job.ID, State: job.State, StatusURL: url})
 }
 
-// newJob validates the spec and returns it as a store.NewJob with the
-// defaults filled in; problems are 422s.
-func (sp jobSpec) newJob() (store.NewJob, *apiError) {
+// newJob validates the spec, its reducer against reducers, and returns it
+// as a store.NewJob with the defaults filled in; problems are 422s.
+func (sp jobSpec) newJob(reducers *reduce.Registry) (store.NewJob, *apiError) {
 	switch {
 	case sp.Type == "":
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "type is required: it names the handler that runs the tasks")
@@ -137,11 +137,11 @@ func (sp jobSpec) newJob() (store.NewJob, *apiError) {
 	}
 	p := warren.Policy{Reduce: sp.Reduce, MaxRetries: warren.DefaultMaxRetries, FailFast: sp.FailFast}
 	if p.Reduce == "" {
-		p.Reduce = "collect"
+		p.Reduce = reduce.Default
 	}
-	if _, ok := aggregator.LookupReducer(p.Reduce); !ok {
+	if _, ok := reducers.Lookup(p.Reduce); !ok {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "unknown reducer %q (known: %s)",
-			p.Reduce, strings.Join(aggregator.ReducerNames(), ", "))
+			p.Reduce, strings.Join(reducers.Names(), ", "))
 	}
 	if sp.MaxRetries != nil {
 		p.MaxRetries = *sp.MaxRetries

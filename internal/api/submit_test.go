@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/api"
+	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -266,6 +268,29 @@ func TestSubmitBadInput(t *testing.T) {
 			require.Empty(t, b.onSubmitCalls())
 		})
 	}
+}
+
+// A job may name a reducer of Config.Reducers, and only those: a
+// registry of the embedding program's own replaces the built-ins' one.
+func TestSubmitCustomReducer(t *testing.T) {
+	t.Parallel()
+	reducers := reduce.NewRegistry()
+	require.NoError(t, reducers.Register("median", func() reduce.Reducer { return nil }))
+	custom := setup(t, &options{onNew: func(_ *testing.T, cfg *api.Config) { cfg.Reducers = reducers }})
+	builtins := setup(t, nil)
+
+	id := custom.mustSubmit(t, `{"type":"echo","tasks":[1],"reduce":"median"}`)
+	job, err := custom.store.GetJob(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, "median", job.Policy.Reduce)
+	resp := custom.submitNDJSON(t, `{"type":"echo","reduce":"avg"}`+"\n1\n")
+	requireError(t, resp, http.StatusUnprocessableEntity, "validation_failed")
+	require.Contains(t, errorMessage(t, resp), `unknown reducer "avg" (known: collect, concat, median, merge, none, sum)`)
+
+	resp = builtins.submit(t, `{"type":"echo","tasks":[1],"reduce":"median"}`)
+	requireError(t, resp, http.StatusUnprocessableEntity, "validation_failed")
+	require.Contains(t, errorMessage(t, resp), `unknown reducer "median" (known: collect, concat, merge, none, sum)`)
+	requireNoJobs(t, builtins.store)
 }
 
 func TestSubmitTooLarge(t *testing.T) {

@@ -1,13 +1,13 @@
-package aggregator_test
+package reduce_test
 
 import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/warrenhq/warren/internal/aggregator"
+	"github.com/warrenhq/warren/reduce"
 )
 
-func ExampleReduce() {
+func ExampleRegistry_Reduce() {
 	// A word-count job of three tasks, the second of which failed. In the
 	// server the scan is the store's ScanResults; here it is a slice.
 	tasks := []struct {
@@ -27,8 +27,9 @@ func ExampleReduce() {
 		return nil
 	}
 
+	reducers := reduce.NewRegistry()
 	for _, name := range []string{"collect", "merge", "sum"} {
-		out, err := aggregator.Reduce(name, scan)
+		out, err := reducers.Reduce(name, scan)
 		if err != nil {
 			fmt.Println("error:", err)
 			continue
