@@ -38,8 +38,9 @@ func (m *maxReducer) Result() ([]byte, error) {
 }
 
 func ExampleRegistry_Register() {
-	// A program that embeds the server gives the same registry to the
-	// API, which then accepts jobs with "reduce": "max", and to the
+	// A program that embeds the server passes its reducers in
+	// server.Config.Reducers; the server builds a registry like this one
+	// for its API, which then accepts jobs with "reduce": "max", and its
 	// aggregator, which runs maxReducer when such a job closes.
 	reducers := reduce.NewRegistry()
 	newMax := func() reduce.Reducer { return &maxReducer{} }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/warrenhq/warren"
@@ -13,6 +15,7 @@ import (
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/reconciler"
 	"github.com/warrenhq/warren/internal/relay"
+	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/open"
 )
@@ -100,6 +103,12 @@ type Config struct {
 	// default.
 	ReconcileInterval time.Duration
 
+	// Reducers are custom reducers, by name, for jobs to name in their
+	// "reduce" field next to the built-ins (reduce.NewRegistry); a name
+	// may not repeat a built-in's. The API refuses a job whose reducer no
+	// server knows at submission.
+	Reducers map[string]reduce.Factory
+
 	// Logger receives the server's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Hooks observe the server (metrics, tests, benchmarks).
@@ -182,6 +191,9 @@ func (c Config) validate() error {
 			return fmt.Errorf("server: Config.RetryTiers: %v", err)
 		}
 	}
+	if _, err := c.registry(); err != nil {
+		return err
+	}
 	if len(c.Tokens) == 0 {
 		return requireLoopback(c.Listen)
 	}
@@ -226,3 +238,15 @@ const (
 // ParseTokens reads tokens in the WARREN_API_TOKENS form,
 // "token:scope[+scope],...". An empty string is no tokens.
 func ParseTokens(s string) ([]Token, error) { return api.ParseTokens(s) }
+
+// registry returns the built-in reducers and Config.Reducers in one
+// registry, registered in name order so that an error is always the same.
+func (c Config) registry() (*reduce.Registry, error) {
+	r := reduce.NewRegistry()
+	for _, name := range slices.Sorted(maps.Keys(c.Reducers)) {
+		if err := r.Register(name, c.Reducers[name]); err != nil {
+			return nil, fmt.Errorf("server: Config.Reducers[%q]: %w", name, err)
+		}
+	}
+	return r, nil
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/warrenhq/warren/internal/reconciler"
 	"github.com/warrenhq/warren/internal/relay"
 	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/open"
 )
@@ -42,10 +43,11 @@ var ErrStarted = errors.New("server: already started")
 // Server is one warren server. Make one with New, then Run it (or Start
 // and Stop it).
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	names protocol.Names
-	tiers []time.Duration
+	cfg      Config
+	log      *slog.Logger
+	names    protocol.Names
+	tiers    []time.Duration
+	reducers *reduce.Registry
 
 	startOnce sync.Once
 	stopOnce  sync.Once
@@ -77,7 +79,11 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, names: protocol.NamesFor(cfg.Prefix), tiers: cfg.RetryTiers}
+	reducers, err := cfg.registry()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, names: protocol.NamesFor(cfg.Prefix), tiers: cfg.RetryTiers, reducers: reducers}
 	if len(s.tiers) == 0 {
 		s.tiers = protocol.DefaultRetryTiers
 	}
@@ -140,7 +146,7 @@ func (s *Server) start(ctx context.Context) (err error) {
 		return err
 	}
 	handler, err := api.New(api.Config{
-		Store: s.store, Tokens: s.cfg.Tokens, MaxBodyBytes: s.cfg.MaxBodyBytes, Gatherer: s.registry, Metrics: apiMetrics,
+		Store: s.store, Reducers: s.reducers, Tokens: s.cfg.Tokens, MaxBodyBytes: s.cfg.MaxBodyBytes, Gatherer: s.registry, Metrics: apiMetrics,
 		DeadLetters: deadLetters{s},
 		Ready:       s.brokerReady,
 		OnSubmit:    func(string) { s.WakeRelay() },

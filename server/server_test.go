@@ -12,6 +12,7 @@ import (
 
 	"github.com/warrenhq/warren/client"
 	"github.com/warrenhq/warren/internal/broker/amqptest"
+	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/server"
 	"github.com/warrenhq/warren/worker"
 )
@@ -30,6 +31,8 @@ func TestNewNamesTheFieldThatIsWrong(t *testing.T) {
 		{server.Config{RetryTiers: []time.Duration{time.Microsecond}}, "Config.RetryTiers"},
 		{server.Config{Listen: "0.0.0.0:8080"}, "refusing to listen on \"0.0.0.0:8080\" without API tokens"},
 		{server.Config{Listen: "nonsense"}, "listen address \"nonsense\""},
+		{server.Config{Reducers: map[string]reduce.Factory{"collect": newCount}}, `Config.Reducers["collect"]`},
+		{server.Config{Reducers: map[string]reduce.Factory{"count": nil}}, `Config.Reducers["count"]`},
 	} {
 		_, err := server.New(tc.cfg)
 		require.Error(t, err, "%+v", tc.cfg)
@@ -40,6 +43,20 @@ func TestNewNamesTheFieldThatIsWrong(t *testing.T) {
 	_, err = server.New(server.Config{Listen: "0.0.0.0:0", Tokens: tokens})
 	require.NoError(t, err, "with tokens any address may be used")
 }
+
+// count is a custom reducer: the number of completed tasks.
+type count struct{ n int }
+
+func (c *count) Add(_ int64, failed bool, _ json.RawMessage) error {
+	if !failed {
+		c.n++
+	}
+	return nil
+}
+
+func (c *count) Result() ([]byte, error) { return json.Marshal(c.n) }
+
+func newCount() reduce.Reducer { return &count{} }
 
 // setup returns a server configuration on a fresh topology and SQLite
 // file, both removed when the test ends.
@@ -53,6 +70,7 @@ func setup(t *testing.T) server.Config {
 func TestRunServesAJobThroughTheAPI(t *testing.T) {
 	t.Parallel()
 	cfg := setup(t)
+	cfg.Reducers = map[string]reduce.Factory{"count": newCount}
 	srv, err := server.New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -86,6 +104,20 @@ func TestRunServesAJobThroughTheAPI(t *testing.T) {
 	res, err := c.Result(ctx, sub.ID)
 	require.NoError(t, err)
 	require.JSONEq(t, `6`, string(res))
+
+	sub, err = c.Submit(ctx, client.JobSpec{Type: "len", Reduce: "count",
+		Tasks: []json.RawMessage{json.RawMessage(`"a"`), json.RawMessage(`2`), json.RawMessage(`"c"`)}, ToleratedFailures: 1,
+		ToleratedFailurePercent: 50})
+	require.NoError(t, err, "the custom reducer is known to the API")
+	job, err = c.Wait(wctx2, sub.ID, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, "completed", job.State)
+	res, err = c.Result(ctx, sub.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `2`, string(res), "the custom reducer ran when the job closed")
+
+	_, err = c.Submit(ctx, client.JobSpec{Type: "len", Reduce: "nope", Tasks: []json.RawMessage{json.RawMessage(`"a"`)}})
+	require.ErrorContains(t, err, "count", "the unknown-reducer error lists the custom reducer")
 
 	stopWorker()
 	require.NoError(t, <-werr)
