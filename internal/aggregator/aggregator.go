@@ -116,6 +116,10 @@ type Aggregator struct {
 	// (only the consuming goroutine uses them).
 	outcomes []store.Outcome
 	from     []int
+
+	// testHookHeld, when set, is told the size of the batch in hand each
+	// time it grows, so that tests know what the aggregator holds.
+	testHookHeld func(n int)
 }
 
 // New returns an aggregator; it does nothing until Run.
@@ -193,7 +197,7 @@ func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
 		if !ok {
 			return err
 		}
-		batch = append(batch, first)
+		batch = a.hold(batch, first)
 		// Take what is already here. Waiting for more is worth it only
 		// when results are flowing: more came with the first one, or the
 		// last batch was recorded less than a linger ago. A lone result
@@ -207,7 +211,7 @@ func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
 			if !ok {
 				break
 			}
-			batch = append(batch, it)
+			batch = a.hold(batch, it)
 		}
 		linger := time.NewTimer(a.cfg.Linger)
 		for (busy || len(batch) > 1) && len(batch) < a.cfg.BatchSize {
@@ -219,7 +223,7 @@ func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
 			if !ok {
 				break
 			}
-			batch = append(batch, it)
+			batch = a.hold(batch, it)
 		}
 		linger.Stop()
 		pctx, cancel := a.batchContext(ctx)
@@ -236,6 +240,15 @@ func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
 			return nil // the last batch was flushed
 		}
 	}
+}
+
+// hold adds it to the batch in hand.
+func (a *Aggregator) hold(batch []item, it item) []item {
+	batch = append(batch, it)
+	if a.testHookHeld != nil {
+		a.testHookHeld(len(batch))
+	}
+	return batch
 }
 
 // FlushTimeout bounds how long a stopping aggregator spends recording the

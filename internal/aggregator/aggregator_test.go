@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,8 +42,25 @@ func TestStopFlushesTheBatchInHand(t *testing.T) {
 	require.NoError(t, err)
 
 	// A batch that would wait an hour to fill.
-	a, err := aggregator.New(aggregator.Config{Store: st, Conn: conn, Names: names, BatchSize: 1000, Linger: time.Hour})
+	// A lone first result may be recorded at once; the rest wait in hand.
+	var recorded, held atomic.Int64
+	inHand := make(chan struct{}, 1)
+	signal := func() {
+		if recorded.Load()+held.Load() == 4 {
+			select {
+			case inHand <- struct{}{}:
+			default:
+			}
+		}
+	}
+	a, err := aggregator.New(aggregator.Config{Store: st, Conn: conn, Names: names, BatchSize: 1000, Linger: time.Hour,
+		Hooks: aggregator.Hooks{OnBatch: func(_ int, r store.ApplyReport) {
+			recorded.Add(int64(r.Applied))
+			held.Store(0)
+			signal()
+		}}})
 	require.NoError(t, err)
+	aggregator.OnHeld(a, func(n int) { held.Store(int64(n)); signal() })
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- a.Run(runCtx) }()
@@ -57,10 +75,10 @@ func TestStopFlushesTheBatchInHand(t *testing.T) {
 			amqp.Publishing{MessageId: protocol.MessageID(job.ID, i), DeliveryMode: amqp.Persistent, Body: body}))
 	}
 	// The aggregator holds them (delivered, unacknowledged) in its batch.
-	deadline := time.Now().Add(10 * time.Second)
-	for amqptest.QueueDepth(t, conn, names.ResultsQueue) != 0 {
-		require.True(t, time.Now().Before(deadline), "the aggregator did not take the results")
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case <-inHand:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the aggregator did not take the results: %d recorded, %d held", recorded.Load(), held.Load())
 	}
 	stop()
 	require.NoError(t, <-done)
