@@ -137,7 +137,7 @@ func (s *Server) consumerConn() *amqp.Connection {
 // reconnectPolicy is the backoff between attempts to reconnect to the
 // broker: jittered, so that servers that lost one broker do not return in
 // step.
-var reconnectPolicy = backoff.Policy{Min: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: true}
+var reconnectPolicy = backoff.Policy{Min: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: 0.5}
 
 // superviseBroker runs the broker side and rebuilds it, with backoff,
 // whenever a connection or channel is lost: the API keeps serving

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/warrenhq/warren/internal/backoff"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/outcome"
 	"github.com/warrenhq/warren/internal/wire"
@@ -253,11 +254,7 @@ func (s *session) publishAll(ctx context.Context, outs []wire.Outbound) error {
 
 // publishBackoff is the pause after the nth publish failure in a row.
 func publishBackoff(n int64) time.Duration {
-	d := minPublishBackoff
-	for i := int64(1); i < n && d < maxPublishBackoff; i++ {
-		d *= 2
-	}
-	return min(d, maxPublishBackoff)
+	return backoff.Policy{Min: minPublishBackoff, Max: maxPublishBackoff}.Delay(int(min(n, 64)))
 }
 
 // pause waits d, cut short by shutdown.

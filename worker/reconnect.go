@@ -1,9 +1,9 @@
 package worker
 
 import (
-	"context"
-	"math/rand/v2"
 	"time"
+
+	"github.com/warrenhq/warren/internal/backoff"
 )
 
 // Reconnect backoff: the first attempt after a loss waits about
@@ -19,12 +19,7 @@ const (
 // reconnectBackoff is the wait before reconnect attempt n (from 1),
 // jittered.
 func reconnectBackoff(n int, limit time.Duration) time.Duration {
-	d := minReconnectBackoff
-	for i := 1; i < n && d < limit; i++ {
-		d *= 2
-	}
-	d = min(d, limit)
-	return time.Duration(float64(d) * (1 - reconnectJitter + 2*reconnectJitter*rand.Float64()))
+	return backoff.Policy{Min: minReconnectBackoff, Max: limit, Jitter: reconnectJitter}.Delay(n)
 }
 
 // backoff is the wait before reconnect attempt n.
@@ -33,16 +28,4 @@ func (w *Worker) backoff(n int) time.Duration {
 		return w.testHookBackoff(n)
 	}
 	return reconnectBackoff(n, w.cfg.ReconnectBackoffMax)
-}
-
-// sleep waits d and reports true, or false as soon as ctx is done.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

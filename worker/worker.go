@@ -26,6 +26,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenhq/warren/internal/backoff"
 	"github.com/warrenhq/warren/protocol"
 )
 
@@ -204,7 +205,7 @@ func (w *Worker) reconnect(ctx context.Context, tag string, failed *int) (*link,
 	lostAt := time.Now()
 	for attempt := 1; ; attempt++ {
 		*failed++
-		if !sleep(ctx, w.backoff(*failed)) {
+		if !backoff.Sleep(ctx, w.backoff(*failed)) {
 			w.log.Info("worker: stopped while reconnecting")
 			return nil, nil
 		}

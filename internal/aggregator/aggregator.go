@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/backoff"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/wire"
 	"github.com/warrenhq/warren/protocol"
@@ -25,10 +26,9 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultBatchSize     = 256
-	DefaultLinger        = 5 * time.Millisecond
-	DefaultScanInterval  = 5 * time.Second
-	maxStoreRetryBackoff = 5 * time.Second
+	DefaultBatchSize    = 256
+	DefaultLinger       = 5 * time.Millisecond
+	DefaultScanInterval = 5 * time.Second
 )
 
 // Config configures an Aggregator.
@@ -354,13 +354,17 @@ func (a *Aggregator) process(ctx context.Context, batch []item) error {
 	return nil
 }
 
+// storeRetryPolicy is the backoff between attempts to record a batch in a
+// store that does not answer.
+var storeRetryPolicy = backoff.Policy{Min: 50 * time.Millisecond, Max: 5 * time.Second}
+
 // apply retries the store until it answers or ctx is done: a store outage
 // pauses the aggregator, and nothing is acknowledged meanwhile.
 func (a *Aggregator) apply(ctx context.Context, outcomes []store.Outcome) (store.ApplyReport, error) {
 	if len(outcomes) == 0 {
 		return store.ApplyReport{}, nil
 	}
-	backoff := 50 * time.Millisecond
+	retry := backoff.New(storeRetryPolicy)
 	for {
 		report, err := a.cfg.Store.ApplyOutcomes(ctx, outcomes)
 		if err == nil {
@@ -369,13 +373,11 @@ func (a *Aggregator) apply(ctx context.Context, outcomes []store.Outcome) (store
 		if ctx.Err() != nil {
 			return store.ApplyReport{}, ctx.Err()
 		}
-		a.cfg.Logger.Warn("aggregator: recording a batch failed; retrying", "error", err, "batch", len(outcomes), "backoff", backoff)
-		select {
-		case <-ctx.Done():
+		wait := retry.Next()
+		a.cfg.Logger.Warn("aggregator: recording a batch failed; retrying", "error", err, "batch", len(outcomes), "backoff", wait)
+		if !backoff.Sleep(ctx, wait) {
 			return store.ApplyReport{}, ctx.Err()
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, maxStoreRetryBackoff)
 	}
 }
 

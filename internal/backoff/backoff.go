@@ -16,9 +16,10 @@ type Policy struct {
 	Min time.Duration
 	// Max caps the delay.
 	Max time.Duration
-	// Jitter spreads each delay uniformly over [d/2, 3d/2), so that many
-	// processes that lost the same broker do not retry in step.
-	Jitter bool
+	// Jitter spreads each delay uniformly over d*(1-Jitter) to
+	// d*(1+Jitter), so that many processes that lost the same broker do
+	// not retry in step; 0 means none, and it must stay below 1.
+	Jitter float64
 }
 
 // Delay is the wait before the nth retry (1 for the first).
@@ -28,8 +29,8 @@ func (p Policy) Delay(n int) time.Duration {
 		d *= 2
 	}
 	d = min(d, p.Max)
-	if p.Jitter && d > 0 {
-		d = d/2 + rand.N(d)
+	if p.Jitter > 0 {
+		d = time.Duration(float64(d) * (1 - p.Jitter + 2*p.Jitter*rand.Float64()))
 	}
 	return d
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warrenhq/warren/internal/backoff"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/wire"
 	"github.com/warrenhq/warren/protocol"
@@ -25,7 +26,6 @@ const (
 	DefaultBatchSize    = 500
 	DefaultConcurrency  = 2
 	DefaultPollInterval = 250 * time.Millisecond
-	maxBackoff          = 5 * time.Second
 )
 
 // Config configures a Relay.
@@ -85,6 +85,10 @@ func (c Config) validate() error {
 	return nil
 }
 
+// retryPolicy is the backoff between rounds that failed (store or broker
+// errors).
+var retryPolicy = backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+
 // Relay moves tasks from the store's outbox to the broker.
 type Relay struct {
 	cfg  Config
@@ -142,7 +146,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // loop runs rounds until ctx is done (nil) or the publisher is closed for
 // good, waiting for wake or the poll interval when the outbox is empty.
 func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
-	backoff := 100 * time.Millisecond
+	retry := backoff.New(retryPolicy)
 	for {
 		_, claimed, err := r.relayOnce(ctx)
 		switch {
@@ -154,14 +158,14 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
 				return fmt.Errorf("relay: publisher closed: %w", err)
 			default:
 			}
-			r.cfg.Logger.Warn("relay: batch failed; retrying", "error", err, "backoff", backoff)
-			if !sleep(ctx, backoff) {
+			wait := retry.Next()
+			r.cfg.Logger.Warn("relay: batch failed; retrying", "error", err, "backoff", wait)
+			if !backoff.Sleep(ctx, wait) {
 				return nil
 			}
-			backoff = min(backoff*2, maxBackoff)
 			continue
 		}
-		backoff = 100 * time.Millisecond
+		retry.Reset()
 		if claimed == r.cfg.BatchSize {
 			continue // more may be waiting
 		}
@@ -278,18 +282,6 @@ func (r *Relay) message(g []store.OutboxTask) (wire.Outbound, error) {
 		m.Tasks[i] = protocol.BatchTask{TaskID: t.TaskID, Payload: t.Payload}
 	}
 	return wire.Tasks(r.cfg.Names, m)
-}
-
-// sleep waits d or until ctx is done; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // BacklogCollector is a Prometheus collector of warren_relay_backlog: the

@@ -20,6 +20,7 @@ import (
 	"modernc.org/sqlite" // also registers the "sqlite" driver
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/warrenhq/warren/internal/backoff"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -89,18 +90,15 @@ func Open(ctx context.Context, path string) (*Store, error) {
 // file at once, so a busy answer is retried, within busyTimeout.
 func connectWriter(ctx context.Context, w *sql.DB) error {
 	deadline := time.Now().Add(busyTimeout)
-	backoff := 5 * time.Millisecond
+	retry := backoff.New(backoff.Policy{Min: 5 * time.Millisecond, Max: 200 * time.Millisecond})
 	for {
 		err := w.PingContext(ctx)
 		if err == nil || !isBusy(err) || time.Now().After(deadline) {
 			return err
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, retry.Next()) {
 			return err
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 200*time.Millisecond)
 	}
 }
 
