@@ -48,7 +48,7 @@ func (s *session) process(d *delivery) {
 	}
 	h, ok := s.w.handler(d.msg.Type)
 	if !ok {
-		s.deadLetterAll(d, protocol.ReasonUnknownType, unknownType(d.msg.Type))
+		s.deadLetterAll(d, protocol.ReasonUnknownType, outcome.UnknownType(d.msg.Type))
 		return
 	}
 	runs, ok := s.run(h, d.tasks)
@@ -274,11 +274,4 @@ func (s *session) taskLog(t Task) *slog.Logger {
 
 func (s *session) event(t Task) Event {
 	return Event{JobID: t.JobID, TaskID: t.TaskID, Type: t.Type, Attempt: t.Attempt}
-}
-
-func unknownType(taskType string) error {
-	if taskType == "" {
-		return fmt.Errorf("worker: the task message has no type property, and handlers are chosen by type")
-	}
-	return fmt.Errorf("worker: no handler for task type %q on this queue", taskType)
 }

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/warrenhq/warren/internal/outcome"
 )
 
 // taskRun is one task's run: what its handler returned, and when.
@@ -44,7 +46,7 @@ func (s *session) run(h handlerSet, tasks []Task) ([]taskRun, bool) {
 func (s *session) call(h HandlerFunc, t Task) (v any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("worker: handler panicked: %v", p)
+			err = outcome.HandlerPanicked(p)
 			s.taskLog(t).Error("worker: handler panicked", "panic", fmt.Sprint(p), "stack", shortStack())
 		}
 	}()
@@ -64,12 +66,12 @@ func (s *session) callBatch(h BatchHandlerFunc, tasks []Task) (outcomes []Outcom
 	defer func() {
 		if p := recover(); p != nil {
 			s.taskLog(tasks[0]).Error("worker: batch handler panicked", "tasks", len(tasks), "panic", fmt.Sprint(p), "stack", shortStack())
-			outcomes = fail(fmt.Errorf("worker: batch handler panicked: %v", p))
+			outcomes = fail(outcome.BatchHandlerPanicked(p))
 		}
 	}()
 	outcomes = h(s.handlers, tasks)
 	if len(outcomes) != len(tasks) {
-		return fail(fmt.Errorf("worker: batch handler returned %d outcomes for %d tasks", len(outcomes), len(tasks)))
+		return fail(outcome.WrongOutcomeCount(len(outcomes), len(tasks)))
 	}
 	return outcomes
 }

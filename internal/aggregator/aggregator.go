@@ -543,15 +543,11 @@ func (a *Aggregator) CloseJob(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if job.State.Terminal() {
-		return nil
-	}
-	tolerated := job.Policy.Tolerates(job.FailedTasks, job.ExpectedTasks)
-	if !job.Finished() && (tolerated || !job.Policy.FailFast) {
+	if job.State.Terminal() || !store.ReadyToClose(job) {
 		return nil
 	}
 	state, result, msg := warren.JobCompleted, []byte(nil), ""
-	if !tolerated {
+	if !job.Policy.Tolerates(job.FailedTasks, job.ExpectedTasks) {
 		state = warren.JobFailed
 		msg = fmt.Sprintf("%d of %d tasks failed, over the tolerance", job.FailedTasks, job.ExpectedTasks)
 	} else {

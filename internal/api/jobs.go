@@ -79,7 +79,7 @@ type taskList struct {
 }
 
 func jobURL(id string) string    { return "/v1/jobs/" + id }
-func resultURL(id string) string { return "/v1/jobs/" + id + "/result" }
+func resultURL(id string) string { return store.ResultLocation(id) }
 
 // toJobJSON converts a stored job.
 func toJobJSON(j warren.Job) jobJSON {

@@ -123,3 +123,29 @@ func EncodeResult(v any) (json.RawMessage, error) {
 	}
 	return raw, nil
 }
+
+// The errors of runs that went wrong around the handler. The worker and
+// worker/workertest both settle them, so they are written once.
+
+// HandlerPanicked is the transient error of a run whose handler panicked
+// with p.
+func HandlerPanicked(p any) error { return fmt.Errorf("worker: handler panicked: %v", p) }
+
+// BatchHandlerPanicked is the transient error of every task of a batch
+// whose batch handler panicked with p.
+func BatchHandlerPanicked(p any) error { return fmt.Errorf("worker: batch handler panicked: %v", p) }
+
+// WrongOutcomeCount is the transient error of every task of a batch whose
+// batch handler returned got outcomes for want tasks.
+func WrongOutcomeCount(got, want int) error {
+	return fmt.Errorf("worker: batch handler returned %d outcomes for %d tasks", got, want)
+}
+
+// UnknownType is the error of a task no handler is registered for; such a
+// task is dead-lettered with protocol.ReasonUnknownType.
+func UnknownType(taskType string) error {
+	if taskType == "" {
+		return errors.New("worker: the task message has no type property, and handlers are chosen by type")
+	}
+	return fmt.Errorf("worker: no handler for task type %q on this queue", taskType)
+}

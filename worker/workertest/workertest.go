@@ -181,7 +181,7 @@ func RunWorker(ctx context.Context, w *worker.Worker, task worker.Task, opts *Op
 	h, batch, ok := w.Handler(t.Type)
 	switch {
 	case !ok:
-		return Result{Action: Failed, Reason: protocol.ReasonUnknownType, Err: unknownType(t.Type), Task: t}
+		return Result{Action: Failed, Reason: protocol.ReasonUnknownType, Err: outcome.UnknownType(t.Type), Task: t}
 	case batch != nil:
 		return runBatch(ctx, batch, []worker.Task{t}, tiers)[0]
 	default:
@@ -215,7 +215,7 @@ func runBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Tas
 func call(ctx context.Context, h worker.HandlerFunc, t worker.Task) (v any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			v, err = nil, fmt.Errorf("worker: handler panicked: %v", p)
+			v, err = nil, outcome.HandlerPanicked(p)
 		}
 	}()
 	return h(ctx, t)
@@ -234,12 +234,12 @@ func callBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Ta
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			outs = fail(fmt.Errorf("worker: batch handler panicked: %v", p))
+			outs = fail(outcome.BatchHandlerPanicked(p))
 		}
 	}()
 	outs = h(ctx, tasks)
 	if len(outs) != len(tasks) {
-		return fail(fmt.Errorf("worker: batch handler returned %d outcomes for %d tasks", len(outs), len(tasks)))
+		return fail(outcome.WrongOutcomeCount(len(outs), len(tasks)))
 	}
 	return outs
 }
@@ -302,13 +302,4 @@ func (o *Opts) tiers(def []time.Duration) []time.Duration {
 		panic(fmt.Sprintf("workertest: Opts.RetryTiers: %v", err))
 	}
 	return tiers
-}
-
-// unknownType is the worker's error for a task of a type it has no
-// handler for, word for word.
-func unknownType(taskType string) error {
-	if taskType == "" {
-		return fmt.Errorf("worker: the task message has no type property, and handlers are chosen by type")
-	}
-	return fmt.Errorf("worker: no handler for task type %q on this queue", taskType)
 }
