@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/warrenhq/warren/internal/broker"
-	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store/open"
 )
 
@@ -47,8 +46,6 @@ func (c *common) tiers() ([]time.Duration, error) {
 	}
 	return out, nil
 }
-
-func (c *common) names() protocol.Names { return protocol.NamesFor(c.prefix) }
 
 func orDefault(v, def string) string {
 	if v == "" {
