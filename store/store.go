@@ -57,8 +57,9 @@ type Store interface {
 	CancelJob(ctx context.Context, id string) (warren.Job, error)
 
 	// RelayBatch claims up to limit unpublished (pending) tasks of open
-	// jobs, oldest job first and in task id order, and calls publish with
-	// them. publish returns the tasks whose publishing the broker confirmed;
+	// jobs (limit <= 0 meaning DefaultPageSize, as for the list methods),
+	// oldest job first and in task id order, and calls publish with them.
+	// publish returns the tasks whose publishing the broker confirmed;
 	// exactly those are marked queued (with their queued_at), and a job
 	// whose tasks are all out moves from pending to running. Tasks publish
 	// did not return stay pending and are offered again later. The returned
