@@ -44,7 +44,8 @@ type Store interface {
 	// the next page ("" when there is none). Unknown job: warren.ErrNotFound.
 	ListTasks(ctx context.Context, jobID string, opts ListTasksOpts) ([]warren.TaskRecord, string, error)
 	// JobErrors returns up to limit failed tasks of a job with their errors,
-	// in task id order.
+	// in task id order, limit <= 0 meaning DefaultPageSize as for the list
+	// methods. Unknown job: warren.ErrNotFound.
 	JobErrors(ctx context.Context, jobID string, limit int) ([]warren.TaskError, error)
 	// CountJobs returns the number of jobs in each state; states without
 	// jobs may be absent.

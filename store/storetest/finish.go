@@ -249,4 +249,33 @@ func testJobErrors(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		require.Empty(t, errs)
 	})
+
+	t.Run("NoLimitMeansDefaultPageSize", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		const tasks = store.DefaultPageSize + 1
+		job := newJob(t, s, tasks)
+		relayAll(t, s)
+		var outcomes []store.Outcome
+		for i := int64(1); i <= tasks; i++ {
+			outcomes = append(outcomes, failed(job.ID, i, "e"+strconv.FormatInt(i, 10)))
+		}
+		apply(t, s, outcomes...)
+
+		for _, limit := range []int{0, -1} {
+			errs, err := s.JobErrors(t.Context(), job.ID, limit)
+			require.NoError(t, err)
+			require.Len(t, errs, store.DefaultPageSize, "limit %d means store.DefaultPageSize", limit)
+			require.Equal(t, warren.TaskError{TaskID: 1, Error: "e1"}, errs[0])
+			require.Equal(t, warren.TaskError{TaskID: store.DefaultPageSize, Error: "e100"}, errs[len(errs)-1])
+		}
+	})
+
+	t.Run("UnknownJobIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		newJob(t, s, 1)
+		_, err := s.JobErrors(t.Context(), "no-such-job", 10)
+		require.ErrorIs(t, err, warren.ErrNotFound)
+	})
 }
