@@ -75,7 +75,8 @@ type Store interface {
 	// task is not terminal yet and its job is open; the job's counters move
 	// only when a task row changed. Applying the same outcome twice is a
 	// no-op the second time. An outcome without Attempts records at least
-	// one (see Outcome.Attempts). A batch with an outcome whose State is
+	// one (see Outcome.Attempts); one without Worker keeps the task's
+	// recorded worker (see Outcome.Worker). A batch with an outcome whose State is
 	// neither completed nor failed (ValidateOutcomes) is an error, and
 	// nothing of it is written.
 	ApplyOutcomes(ctx context.Context, outcomes []Outcome) (ApplyReport, error)
@@ -218,7 +219,10 @@ type Outcome struct {
 	// Attempts is the number of runs the task had, when known (> 0). 0
 	// means unknown: the store keeps the task's recorded attempts, but
 	// records at least 1, since the task ran to produce this outcome.
-	Attempts   int
+	Attempts int
+	// Worker names the worker that ran the task, when known. "" means
+	// unknown (a dead letter, say): the store keeps the task's recorded
+	// worker, as it keeps its attempts.
 	Worker     string
 	StartedAt  *time.Time
 	FinishedAt *time.Time
