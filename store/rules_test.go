@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -84,6 +85,17 @@ func TestValidateOutcomes(t *testing.T) {
 		err := store.ValidateOutcomes(bad)
 		require.Error(t, err, "state %q", state)
 		require.ErrorContains(t, err, "outcome 2 (job \"j\" task 3)", "the error names the outcome")
+	}
+}
+
+func TestValidateFinishState(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, store.ValidateFinishState(warren.JobCompleted))
+	require.NoError(t, store.ValidateFinishState(warren.JobFailed))
+	for _, state := range []warren.JobState{warren.JobCancelled, warren.JobPending, warren.JobRunning, "", "done"} {
+		err := store.ValidateFinishState(state)
+		require.Error(t, err, "state %q", state)
+		require.ErrorContains(t, err, fmt.Sprintf("%q", state), "the error names the state")
 	}
 }
 

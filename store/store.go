@@ -94,7 +94,9 @@ type Store interface {
 	// finished, and, when result is not nil, stores result and records its
 	// location, all in one transaction. It returns false, changing nothing,
 	// when the job was already closed: of several concurrent callers exactly
-	// one gets true.
+	// one gets true. Any other state than completed or failed
+	// (ValidateFinishState) is an error that changes nothing, whatever the
+	// job: a job is cancelled by CancelJob.
 	FinishJob(ctx context.Context, jobID string, state warren.JobState, result []byte, errMsg string) (bool, error)
 	// JobResult returns a closed job's stored reduced result. A job without
 	// one: warren.ErrNotFound.

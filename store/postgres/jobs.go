@@ -285,10 +285,12 @@ func cancelUnfinishedTasks(ctx context.Context, tx pgx.Tx, id string, now time.T
 // unfinished tasks cancelled, and result, when not nil, stored with its
 // location recorded (store.ResultLocation). It returns false, changing
 // nothing, when the job is already closed; of several concurrent callers
-// exactly one gets true. An unknown job: warren.ErrNotFound.
+// exactly one gets true. An unknown job: warren.ErrNotFound. Any other
+// state than completed or failed is an error (store.ValidateFinishState)
+// that changes nothing.
 func (s *Store) FinishJob(ctx context.Context, jobID string, state warren.JobState, result []byte, errMsg string) (bool, error) {
-	if !state.Terminal() {
-		return false, fmt.Errorf("postgres: finish job %q: state %q is not a closed state", jobID, state)
+	if err := store.ValidateFinishState(state); err != nil {
+		return false, fmt.Errorf("postgres: finish job %q: %w", jobID, err)
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {

@@ -122,6 +122,29 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.JSONEq(t, strconv.Itoa(winner), string(result), "the winner's result is stored")
 	})
 
+	t.Run("OtherStatesChangeNothing", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 3)
+		relay(t, s, 2)
+		apply(t, s, completed(job.ID, 1, `1`))
+		before, tasks := getJob(t, s, job.ID), allTasks(t, s, job.ID, "")
+
+		for _, state := range []warren.JobState{warren.JobCancelled, warren.JobRunning, warren.JobPending, "", "done"} {
+			ok, err := s.FinishJob(t.Context(), job.ID, state, []byte(`1`), "wrong state")
+			require.Error(t, err, "state %q is not completed or failed", state)
+			require.False(t, ok, "state %q", state)
+			requireSameJob(t, before, getJob(t, s, job.ID))
+			require.Equal(t, tasks, allTasks(t, s, job.ID, ""), "state %q", state)
+			_, err = s.JobResult(t.Context(), job.ID)
+			require.ErrorIs(t, err, warren.ErrNotFound, "state %q stores no result", state)
+		}
+
+		_, err := s.FinishJob(t.Context(), "no-such-job", warren.JobCancelled, nil, "")
+		require.Error(t, err)
+		require.NotErrorIs(t, err, warren.ErrNotFound, "the state is refused before the job is looked up")
+	})
+
 	t.Run("UnknownJob", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
