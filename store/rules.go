@@ -85,6 +85,17 @@ func ResultLocation(jobID string) string {
 	return "/v1/jobs/" + jobID + "/result"
 }
 
+// ValidateNewJob returns an error saying what is wrong with spec when it
+// cannot become a job: its policy is not valid (warren.Policy.Validate).
+// CreateJob refuses such a spec before it reads or writes anything: its
+// tasks are not consumed, and its idempotency key is not looked up.
+func ValidateNewJob(spec NewJob) error {
+	if err := spec.Policy.Validate(); err != nil {
+		return fmt.Errorf("invalid policy: %w", err)
+	}
+	return nil
+}
+
 // ValidateFinishState returns an error naming state unless it is
 // warren.JobCompleted or warren.JobFailed, the states FinishJob closes a
 // job in: FinishJob refuses any other before it writes anything, or even

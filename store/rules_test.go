@@ -3,6 +3,7 @@ package store_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -86,6 +87,16 @@ func TestValidateOutcomes(t *testing.T) {
 		require.Error(t, err, "state %q", state)
 		require.ErrorContains(t, err, "outcome 2 (job \"j\" task 3)", "the error names the outcome")
 	}
+}
+
+func TestValidateNewJob(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, store.ValidateNewJob(store.NewJob{Type: "t"}))
+	require.NoError(t, store.ValidateNewJob(store.NewJob{Type: "t", Policy: warren.Policy{MaxRetries: 3, BatchSize: warren.MaxBatchSize}}))
+	bad := warren.Policy{TaskTimeout: time.Millisecond}
+	err := store.ValidateNewJob(store.NewJob{Type: "t", Policy: bad})
+	require.Error(t, err)
+	require.ErrorContains(t, err, bad.Validate().Error(), "the error says what is wrong with the policy")
 }
 
 func TestValidateFinishState(t *testing.T) {

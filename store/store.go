@@ -33,7 +33,9 @@ type Store interface {
 	// 1..N). If tasks yields an error, nothing is written and that error is
 	// returned. When spec.IdempotencyKey names an existing job, that job is
 	// returned with created == false and nothing is written (tasks is not
-	// consumed).
+	// consumed). A spec with an invalid policy (ValidateNewJob) is an
+	// error before anything is read or written, whatever its idempotency
+	// key (tasks is not consumed).
 	CreateJob(ctx context.Context, spec NewJob, tasks iter.Seq2[json.RawMessage, error]) (job warren.Job, created bool, err error)
 	// GetJob returns one job, or an error wrapping warren.ErrNotFound.
 	GetJob(ctx context.Context, id string) (warren.Job, error)

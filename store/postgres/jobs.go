@@ -53,9 +53,10 @@ func scanJob(row pgx.Row) (warren.Job, error) {
 // back and is returned as it is. A job whose idempotency key is taken
 // (possibly by another server at the same moment) is returned with created
 // false, and tasks is not consumed. A job whose id is taken is an error
-// wrapping warren.ErrConflict.
+// wrapping warren.ErrConflict. An invalid spec (store.ValidateNewJob) is an
+// error before anything is read or written.
 func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
-	if err := spec.Policy.Validate(); err != nil {
+	if err := store.ValidateNewJob(spec); err != nil {
 		return warren.Job{}, false, fmt.Errorf("postgres: create job: %w", err)
 	}
 	id := spec.ID
