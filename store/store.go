@@ -164,7 +164,7 @@ type NewJob struct {
 type ListJobsOpts struct {
 	// State keeps only jobs in that state when not empty.
 	State warren.JobState
-	// Limit is the page size; 0 means 100.
+	// Limit is the page size; <= 0 means DefaultPageSize (PageSize).
 	Limit int
 	// Cursor is a next cursor from a previous page, or "".
 	Cursor string
@@ -174,7 +174,7 @@ type ListJobsOpts struct {
 type ListTasksOpts struct {
 	// State keeps only tasks in that state when not empty.
 	State warren.TaskState
-	// Limit is the page size; 0 means 100.
+	// Limit is the page size; <= 0 means DefaultPageSize (PageSize).
 	Limit int
 	// Cursor is a next cursor from a previous page, or "".
 	Cursor string
