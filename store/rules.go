@@ -85,6 +85,29 @@ func ResultLocation(jobID string) string {
 	return "/v1/jobs/" + jobID + "/result"
 }
 
+// ValidateNewJob returns an error saying what is wrong with spec when it
+// cannot become a job: its policy is not valid (warren.Policy.Validate).
+// CreateJob refuses such a spec before it reads or writes anything: its
+// tasks are not consumed, and its idempotency key is not looked up.
+func ValidateNewJob(spec NewJob) error {
+	if err := spec.Policy.Validate(); err != nil {
+		return fmt.Errorf("invalid policy: %w", err)
+	}
+	return nil
+}
+
+// ValidateFinishState returns an error naming state unless it is
+// warren.JobCompleted or warren.JobFailed, the states FinishJob closes a
+// job in: FinishJob refuses any other before it writes anything, or even
+// looks the job up. A job is cancelled by CancelJob, which also records
+// why, not by FinishJob.
+func ValidateFinishState(state warren.JobState) error {
+	if state != warren.JobCompleted && state != warren.JobFailed {
+		return fmt.Errorf("state %q is not a closed state FinishJob sets (completed or failed)", state)
+	}
+	return nil
+}
+
 // ValidateOutcomes returns an error naming the first outcome whose State is
 // neither warren.TaskCompleted nor warren.TaskFailed: ApplyOutcomes fails
 // such a batch whole, before it writes anything.

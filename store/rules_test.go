@@ -1,7 +1,9 @@
 package store_test
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -84,6 +86,27 @@ func TestValidateOutcomes(t *testing.T) {
 		err := store.ValidateOutcomes(bad)
 		require.Error(t, err, "state %q", state)
 		require.ErrorContains(t, err, "outcome 2 (job \"j\" task 3)", "the error names the outcome")
+	}
+}
+
+func TestValidateNewJob(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, store.ValidateNewJob(store.NewJob{Type: "t"}))
+	require.NoError(t, store.ValidateNewJob(store.NewJob{Type: "t", Policy: warren.Policy{MaxRetries: 3, BatchSize: warren.MaxBatchSize}}))
+	bad := warren.Policy{TaskTimeout: time.Millisecond}
+	err := store.ValidateNewJob(store.NewJob{Type: "t", Policy: bad})
+	require.Error(t, err)
+	require.ErrorContains(t, err, bad.Validate().Error(), "the error says what is wrong with the policy")
+}
+
+func TestValidateFinishState(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, store.ValidateFinishState(warren.JobCompleted))
+	require.NoError(t, store.ValidateFinishState(warren.JobFailed))
+	for _, state := range []warren.JobState{warren.JobCancelled, warren.JobPending, warren.JobRunning, "", "done"} {
+		err := store.ValidateFinishState(state)
+		require.Error(t, err, "state %q", state)
+		require.ErrorContains(t, err, fmt.Sprintf("%q", state), "the error names the state")
 	}
 }
 

@@ -33,7 +33,9 @@ type Store interface {
 	// 1..N). If tasks yields an error, nothing is written and that error is
 	// returned. When spec.IdempotencyKey names an existing job, that job is
 	// returned with created == false and nothing is written (tasks is not
-	// consumed).
+	// consumed). A spec with an invalid policy (ValidateNewJob) is an
+	// error before anything is read or written, whatever its idempotency
+	// key (tasks is not consumed).
 	CreateJob(ctx context.Context, spec NewJob, tasks iter.Seq2[json.RawMessage, error]) (job warren.Job, created bool, err error)
 	// GetJob returns one job, or an error wrapping warren.ErrNotFound.
 	GetJob(ctx context.Context, id string) (warren.Job, error)
@@ -44,7 +46,8 @@ type Store interface {
 	// the next page ("" when there is none). Unknown job: warren.ErrNotFound.
 	ListTasks(ctx context.Context, jobID string, opts ListTasksOpts) ([]warren.TaskRecord, string, error)
 	// JobErrors returns up to limit failed tasks of a job with their errors,
-	// in task id order.
+	// in task id order, limit <= 0 meaning DefaultPageSize as for the list
+	// methods. Unknown job: warren.ErrNotFound.
 	JobErrors(ctx context.Context, jobID string, limit int) ([]warren.TaskError, error)
 	// CountJobs returns the number of jobs in each state; states without
 	// jobs may be absent.
@@ -57,8 +60,9 @@ type Store interface {
 	CancelJob(ctx context.Context, id string) (warren.Job, error)
 
 	// RelayBatch claims up to limit unpublished (pending) tasks of open
-	// jobs, oldest job first and in task id order, and calls publish with
-	// them. publish returns the tasks whose publishing the broker confirmed;
+	// jobs (limit <= 0 meaning DefaultPageSize, as for the list methods),
+	// oldest job first and in task id order, and calls publish with them.
+	// publish returns the tasks whose publishing the broker confirmed;
 	// exactly those are marked queued (with their queued_at), and a job
 	// whose tasks are all out moves from pending to running. Tasks publish
 	// did not return stay pending and are offered again later. The returned
@@ -73,7 +77,8 @@ type Store interface {
 	// task is not terminal yet and its job is open; the job's counters move
 	// only when a task row changed. Applying the same outcome twice is a
 	// no-op the second time. An outcome without Attempts records at least
-	// one (see Outcome.Attempts). A batch with an outcome whose State is
+	// one (see Outcome.Attempts); one without Worker keeps the task's
+	// recorded worker (see Outcome.Worker). A batch with an outcome whose State is
 	// neither completed nor failed (ValidateOutcomes) is an error, and
 	// nothing of it is written.
 	ApplyOutcomes(ctx context.Context, outcomes []Outcome) (ApplyReport, error)
@@ -91,7 +96,9 @@ type Store interface {
 	// finished, and, when result is not nil, stores result and records its
 	// location, all in one transaction. It returns false, changing nothing,
 	// when the job was already closed: of several concurrent callers exactly
-	// one gets true.
+	// one gets true. Any other state than completed or failed
+	// (ValidateFinishState) is an error that changes nothing, whatever the
+	// job: a job is cancelled by CancelJob.
 	FinishJob(ctx context.Context, jobID string, state warren.JobState, result []byte, errMsg string) (bool, error)
 	// JobResult returns a closed job's stored reduced result. A job without
 	// one: warren.ErrNotFound.
@@ -157,7 +164,7 @@ type NewJob struct {
 type ListJobsOpts struct {
 	// State keeps only jobs in that state when not empty.
 	State warren.JobState
-	// Limit is the page size; 0 means 100.
+	// Limit is the page size; <= 0 means DefaultPageSize (PageSize).
 	Limit int
 	// Cursor is a next cursor from a previous page, or "".
 	Cursor string
@@ -167,7 +174,7 @@ type ListJobsOpts struct {
 type ListTasksOpts struct {
 	// State keeps only tasks in that state when not empty.
 	State warren.TaskState
-	// Limit is the page size; 0 means 100.
+	// Limit is the page size; <= 0 means DefaultPageSize (PageSize).
 	Limit int
 	// Cursor is a next cursor from a previous page, or "".
 	Cursor string
@@ -216,7 +223,10 @@ type Outcome struct {
 	// Attempts is the number of runs the task had, when known (> 0). 0
 	// means unknown: the store keeps the task's recorded attempts, but
 	// records at least 1, since the task ran to produce this outcome.
-	Attempts   int
+	Attempts int
+	// Worker names the worker that ran the task, when known. "" means
+	// unknown (a dead letter, say): the store keeps the task's recorded
+	// worker, as it keeps its attempts.
 	Worker     string
 	StartedAt  *time.Time
 	FinishedAt *time.Time

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store/internal/sqlstore"
 )
 
 // CountJobs returns the number of jobs in each state.
@@ -14,16 +15,8 @@ func (s *Store) CountJobs(ctx context.Context) (map[warren.JobState]int64, error
 		return nil, fmt.Errorf("postgres: count jobs: %w", err)
 	}
 	defer rows.Close()
-	counts := map[warren.JobState]int64{}
-	for rows.Next() {
-		var state string
-		var n int64
-		if err := rows.Scan(&state, &n); err != nil {
-			return nil, fmt.Errorf("postgres: count jobs: %w", err)
-		}
-		counts[warren.JobState(state)] = n
-	}
-	if err := rows.Err(); err != nil {
+	counts, err := sqlstore.ScanJobCounts(rows)
+	if err != nil {
 		return nil, fmt.Errorf("postgres: count jobs: %w", err)
 	}
 	return counts, nil

@@ -53,9 +53,10 @@ func scanJob(row pgx.Row) (warren.Job, error) {
 // back and is returned as it is. A job whose idempotency key is taken
 // (possibly by another server at the same moment) is returned with created
 // false, and tasks is not consumed. A job whose id is taken is an error
-// wrapping warren.ErrConflict.
+// wrapping warren.ErrConflict. An invalid spec (store.ValidateNewJob) is an
+// error before anything is read or written.
 func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
-	if err := spec.Policy.Validate(); err != nil {
+	if err := store.ValidateNewJob(spec); err != nil {
 		return warren.Job{}, false, fmt.Errorf("postgres: create job: %w", err)
 	}
 	id := spec.ID
@@ -285,10 +286,12 @@ func cancelUnfinishedTasks(ctx context.Context, tx pgx.Tx, id string, now time.T
 // unfinished tasks cancelled, and result, when not nil, stored with its
 // location recorded (store.ResultLocation). It returns false, changing
 // nothing, when the job is already closed; of several concurrent callers
-// exactly one gets true. An unknown job: warren.ErrNotFound.
+// exactly one gets true. An unknown job: warren.ErrNotFound. Any other
+// state than completed or failed is an error (store.ValidateFinishState)
+// that changes nothing.
 func (s *Store) FinishJob(ctx context.Context, jobID string, state warren.JobState, result []byte, errMsg string) (bool, error) {
-	if !state.Terminal() {
-		return false, fmt.Errorf("postgres: finish job %q: state %q is not a closed state", jobID, state)
+	if err := store.ValidateFinishState(state); err != nil {
+		return false, fmt.Errorf("postgres: finish job %q: %w", jobID, err)
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {

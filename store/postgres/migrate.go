@@ -4,51 +4,12 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
+
+	"github.com/warrenhq/warren/store/internal/sqlstore"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
-
-// migration is one embedded schema change, named NNNN_description.sql.
-type migration struct {
-	version int64
-	name    string
-	sql     string
-}
-
-// migrations returns the embedded migrations in version order.
-func migrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	ms := make([]migration, 0, len(names))
-	for _, name := range names {
-		base := path.Base(name)
-		prefix, _, ok := strings.Cut(base, "_")
-		version, err := strconv.ParseInt(prefix, 10, 64)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("postgres: migration %s: name must start with a version number and '_'", base)
-		}
-		body, err := migrationFiles.ReadFile(name)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: version, name: strings.TrimSuffix(base, ".sql"), sql: string(body)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, fmt.Errorf("postgres: migrations %s and %s share a version", ms[i-1].name, ms[i].name)
-		}
-	}
-	return ms, nil
-}
 
 // Migrate applies the embedded migrations that the current schema (the
 // first schema of the connection's search_path) has not applied yet, in
@@ -56,9 +17,9 @@ func migrations() ([]migration, error) {
 // advisory lock keyed on the schema, so several servers starting at once
 // apply each migration exactly once; calling it again is a no-op.
 func (s *Store) Migrate(ctx context.Context) error {
-	ms, err := migrations()
+	ms, err := sqlstore.LoadMigrations(migrationFiles, "migrations")
 	if err != nil {
-		return err
+		return fmt.Errorf("postgres: migrate: %w", err)
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -84,13 +45,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return fmt.Errorf("postgres: migrate: create the migrations table: %w", err)
 	}
 
-	applied := make(map[int64]bool)
+	applied := make(map[int]bool)
 	rows, err := tx.Query(ctx, `SELECT version FROM warren_schema_migrations`)
 	if err != nil {
 		return fmt.Errorf("postgres: migrate: read applied migrations: %w", err)
 	}
 	for rows.Next() {
-		var v int64
+		var v int
 		if err := rows.Scan(&v); err != nil {
 			rows.Close()
 			return fmt.Errorf("postgres: migrate: read applied migrations: %w", err)
@@ -102,16 +63,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 
 	for _, m := range ms {
-		if applied[m.version] {
+		if applied[m.Version] {
 			continue
 		}
 		// Without arguments pgx sends the simple protocol, which runs every
 		// statement of the file.
-		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			return fmt.Errorf("postgres: migrate: apply %s: %w", m.name, err)
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("postgres: migrate: apply %s: %w", m.Name(), err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO warren_schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
-			return fmt.Errorf("postgres: migrate: record %s: %w", m.name, err)
+		if _, err := tx.Exec(ctx, `INSERT INTO warren_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name()); err != nil {
+			return fmt.Errorf("postgres: migrate: record %s: %w", m.Name(), err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -127,7 +127,8 @@ func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (st
 // to classify those that changed nothing. Of several outcomes of one task
 // in a batch, the first counts: the others are duplicates (or closed or
 // unknown, as the first). An outcome without attempts (0, unknown) keeps
-// the stored count, but at least 1: the task ran to produce it.
+// the stored count, but at least 1: the task ran to produce it. One
+// without a worker ("", unknown) keeps the stored worker.
 func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outcome, order []int) ([]verdict, error) {
 	now := s.clock()
 	verdicts := make([]verdict, len(outcomes))

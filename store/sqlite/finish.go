@@ -56,10 +56,11 @@ func (s *Store) ScanResults(ctx context.Context, jobID string, fn func(taskID in
 // changing nothing, when the job is already closed. Writes are serialised,
 // so of several concurrent callers exactly one gets true. An unknown job
 // returns false and an error wrapping warren.ErrNotFound; any other state
-// than completed or failed is an error.
+// than completed or failed is an error (store.ValidateFinishState) that
+// changes nothing.
 func (s *Store) FinishJob(ctx context.Context, jobID string, state warren.JobState, result []byte, errMsg string) (bool, error) {
-	if state != warren.JobCompleted && state != warren.JobFailed {
-		return false, fmt.Errorf("sqlite: finish job %s: state %q, want completed or failed", jobID, state)
+	if err := store.ValidateFinishState(state); err != nil {
+		return false, fmt.Errorf("sqlite: finish job %s: %w", jobID, err)
 	}
 	var closed bool
 	err := s.inTx(ctx, func(tx *sql.Tx) error {

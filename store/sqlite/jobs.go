@@ -29,8 +29,12 @@ const insertArgs = 3
 // payloads in multi-row INSERTs of insertBatch rows, so only one batch of
 // payloads is in memory at a time. A nil payload is stored as JSON null.
 // An explicit spec.ID that already exists is an error wrapping
-// warren.ErrConflict.
+// warren.ErrConflict. An invalid spec (store.ValidateNewJob) is an error
+// before anything is read or written.
 func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
+	if err := store.ValidateNewJob(spec); err != nil {
+		return warren.Job{}, false, fmt.Errorf("sqlite: create job: %w", err)
+	}
 	job := warren.Job{
 		ID:             spec.ID,
 		Type:           spec.Type,

@@ -5,48 +5,16 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
+
+	"github.com/warrenhq/warren/store/internal/sqlstore"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migration is one embedded schema change, named NNNN_what.sql.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
 // migrations returns the embedded migrations in version order.
-func migrations() ([]migration, error) {
-	entries, err := migrationFiles.ReadDir("migrations")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, e := range entries {
-		prefix, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(prefix)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("sqlite: migration %s: name must start with a positive version and '_'", e.Name())
-		}
-		body, err := migrationFiles.ReadFile(path.Join("migrations", e.Name()))
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: e.Name(), sql: string(body)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i := 1; i < len(ms); i++ {
-		if ms[i].version == ms[i-1].version {
-			return nil, fmt.Errorf("sqlite: migrations %s and %s share a version", ms[i-1].name, ms[i].name)
-		}
-	}
-	return ms, nil
+func migrations() ([]sqlstore.Migration, error) {
+	return sqlstore.LoadMigrations(migrationFiles, "migrations")
 }
 
 // Migrate applies, in version order and in one transaction, the embedded
@@ -57,7 +25,7 @@ func migrations() ([]migration, error) {
 func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := migrations()
 	if err != nil {
-		return err
+		return fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS warren_schema_migrations (
@@ -73,7 +41,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 		known := make(map[int]bool, len(ms))
 		for _, m := range ms {
-			known[m.version] = true
+			known[m.Version] = true
 		}
 		for v := range applied {
 			if !known[v] {
@@ -81,14 +49,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 			}
 		}
 		for _, m := range ms {
-			if applied[m.version] {
+			if applied[m.Version] {
 				continue
 			}
-			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-				return fmt.Errorf("%s: %w", m.name, err)
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+				return fmt.Errorf("%s: %w", m.File, err)
 			}
 			if _, err := tx.ExecContext(ctx, `INSERT INTO warren_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-				m.version, m.name, now().UnixMicro()); err != nil {
+				m.Version, m.File, now().UnixMicro()); err != nil {
 				return err
 			}
 		}

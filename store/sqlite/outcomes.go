@@ -16,8 +16,9 @@ import (
 // job's 1..N, is Unknown. An outcome for a closed job is Closed, whatever
 // its task. Otherwise the task row changes only if it is pending or queued
 // (Applied), else the outcome is a Duplicate; an outcome with Attempts 0
-// keeps the stored attempts but records at least 1, and one without
-// FinishedAt is stamped with the store's clock. Each job's counters move
+// keeps the stored attempts but records at least 1, one without Worker
+// keeps the stored worker, and one without FinishedAt is stamped with the
+// store's clock. Each job's counters move
 // once, by the number of its rows that changed, and a job is listed in
 // ReadyToClose when the batch made it ready (store.BecameReady).
 //
@@ -70,7 +71,8 @@ type batchJob struct {
 
 // newApplier prepares the batch's statements in tx. An outcome without
 // attempts (0, unknown) keeps the stored count, but at least 1: the task
-// ran to produce it.
+// ran to produce it. One without a worker ("", unknown) keeps the stored
+// worker.
 func newApplier(ctx context.Context, tx *sql.Tx) (*applier, error) {
 	getJob, err := tx.PrepareContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`)
 	if err != nil {
@@ -79,7 +81,7 @@ func newApplier(ctx context.Context, tx *sql.Tx) (*applier, error) {
 	setTask, err := tx.PrepareContext(ctx, `UPDATE tasks SET
 			state = ?1, result = ?2, error = ?3,
 			attempts = CASE WHEN ?4 > 0 THEN ?4 ELSE MAX(attempts, 1) END,
-			worker = ?5, started_at = COALESCE(?6, started_at), finished_at = ?7
+			worker = CASE WHEN ?5 <> '' THEN ?5 ELSE worker END, started_at = COALESCE(?6, started_at), finished_at = ?7
 		WHERE job_id = ?8 AND task_id = ?9 AND state IN ('pending', 'queued')`)
 	if err != nil {
 		getJob.Close()

@@ -17,11 +17,10 @@ import (
 // or finished meanwhile is left alone). Calls are serialised in-process, so
 // two relays of one store are never offered the same task. A ref publish
 // returns that was not offered is ignored. An error from publish marks
-// nothing and is returned as it is.
+// nothing and is returned as it is. limit <= 0 means
+// store.DefaultPageSize.
 func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
-	if limit <= 0 {
-		return 0, nil
-	}
+	limit = store.PageSize(limit)
 	select {
 	case s.relay <- struct{}{}:
 		defer func() { <-s.relay }()

@@ -79,7 +79,7 @@ func TestMigrationsAreRecorded(t *testing.T) {
 	require.NoError(t, s.r.QueryRowContext(t.Context(),
 		`SELECT COUNT(*), MAX(version) FROM warren_schema_migrations`).Scan(&n, &latest))
 	require.Equal(t, len(ms), n, "each migration recorded once")
-	require.Equal(t, ms[len(ms)-1].version, latest)
+	require.Equal(t, ms[len(ms)-1].Version, latest)
 }
 
 func TestMigrateRefusesNewerSchema(t *testing.T) {
@@ -365,14 +365,14 @@ func TestMigratesVersion1FileForward(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "warren.db")
 	ms, err := migrations()
 	require.NoError(t, err)
-	require.Equal(t, 1, ms[0].version)
+	require.Equal(t, 1, ms[0].Version)
 	db, err := sql.Open("sqlite", path)
 	require.NoError(t, err)
 	queued := time.Now().Add(-2 * time.Hour).UnixMicro()
 	for _, stmt := range []string{
 		`CREATE TABLE warren_schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT`,
-		ms[0].sql,
-		`INSERT INTO warren_schema_migrations VALUES (1, '` + ms[0].name + `', 0)`,
+		ms[0].SQL,
+		`INSERT INTO warren_schema_migrations VALUES (1, '` + ms[0].File + `', 0)`,
 		`INSERT INTO jobs (id, type, state, expected_tasks, max_retries, created_at) VALUES ('old', 't', 'running', 1, 3, 0)`,
 		fmt.Sprintf(`INSERT INTO tasks (job_id, task_id, state, payload, queued_at) VALUES ('old', 1, 'queued', X'31', %d)`, queued),
 	} {

@@ -62,13 +62,11 @@ func (s *Store) ListTasks(ctx context.Context, jobID string, opts store.ListTask
 }
 
 // JobErrors returns up to limit failed tasks of job jobID with their
-// errors, in task id order. An unknown job has none.
+// errors, in task id order; limit <= 0 means store.DefaultPageSize. An
+// unknown job wraps warren.ErrNotFound.
 func (s *Store) JobErrors(ctx context.Context, jobID string, limit int) ([]warren.TaskError, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
 	rows, err := s.r.QueryContext(ctx, `SELECT task_id, error FROM tasks
-		WHERE job_id = ? AND state = 'failed' ORDER BY task_id LIMIT ?`, jobID, limit)
+		WHERE job_id = ? AND state = 'failed' ORDER BY task_id LIMIT ?`, jobID, store.PageSize(limit))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: errors of job %s: %w", jobID, err)
 	}
@@ -83,6 +81,13 @@ func (s *Store) JobErrors(ctx context.Context, jobID string, limit int) ([]warre
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: errors of job %s: %w", jobID, err)
+	}
+	// Only an empty answer needs the job looked up: a task row exists only
+	// with its job's.
+	if len(errs) == 0 {
+		if err := s.jobExists(ctx, jobID); err != nil {
+			return nil, fmt.Errorf("sqlite: errors of job %s: %w", jobID, err)
+		}
 	}
 	return errs, nil
 }

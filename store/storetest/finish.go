@@ -122,6 +122,29 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.JSONEq(t, strconv.Itoa(winner), string(result), "the winner's result is stored")
 	})
 
+	t.Run("OtherStatesChangeNothing", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 3)
+		relay(t, s, 2)
+		apply(t, s, completed(job.ID, 1, `1`))
+		before, tasks := getJob(t, s, job.ID), allTasks(t, s, job.ID, "")
+
+		for _, state := range []warren.JobState{warren.JobCancelled, warren.JobRunning, warren.JobPending, "", "done"} {
+			ok, err := s.FinishJob(t.Context(), job.ID, state, []byte(`1`), "wrong state")
+			require.Error(t, err, "state %q is not completed or failed", state)
+			require.False(t, ok, "state %q", state)
+			requireSameJob(t, before, getJob(t, s, job.ID))
+			require.Equal(t, tasks, allTasks(t, s, job.ID, ""), "state %q", state)
+			_, err = s.JobResult(t.Context(), job.ID)
+			require.ErrorIs(t, err, warren.ErrNotFound, "state %q stores no result", state)
+		}
+
+		_, err := s.FinishJob(t.Context(), "no-such-job", warren.JobCancelled, nil, "")
+		require.Error(t, err)
+		require.NotErrorIs(t, err, warren.ErrNotFound, "the state is refused before the job is looked up")
+	})
+
 	t.Run("UnknownJob", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
@@ -248,5 +271,34 @@ func testJobErrors(t *testing.T, newStore func(t *testing.T) store.Store) {
 		errs, err = s.JobErrors(t.Context(), clean.ID, 10)
 		require.NoError(t, err)
 		require.Empty(t, errs)
+	})
+
+	t.Run("NoLimitMeansDefaultPageSize", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		const tasks = store.DefaultPageSize + 1
+		job := newJob(t, s, tasks)
+		relayAll(t, s)
+		var outcomes []store.Outcome
+		for i := int64(1); i <= tasks; i++ {
+			outcomes = append(outcomes, failed(job.ID, i, "e"+strconv.FormatInt(i, 10)))
+		}
+		apply(t, s, outcomes...)
+
+		for _, limit := range []int{0, -1} {
+			errs, err := s.JobErrors(t.Context(), job.ID, limit)
+			require.NoError(t, err)
+			require.Len(t, errs, store.DefaultPageSize, "limit %d means store.DefaultPageSize", limit)
+			require.Equal(t, warren.TaskError{TaskID: 1, Error: "e1"}, errs[0])
+			require.Equal(t, warren.TaskError{TaskID: store.DefaultPageSize, Error: "e100"}, errs[len(errs)-1])
+		}
+	})
+
+	t.Run("UnknownJobIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		newJob(t, s, 1)
+		_, err := s.JobErrors(t.Context(), "no-such-job", 10)
+		require.ErrorIs(t, err, warren.ErrNotFound)
 	})
 }

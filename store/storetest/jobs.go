@@ -197,6 +197,38 @@ func testCreateJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		})
 	}
 
+	t.Run("InvalidPolicyWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		first := createJob(t, s, store.NewJob{IdempotencyKey: "taken"}, 1)
+		for _, policy := range []warren.Policy{
+			{MaxRetries: -1},
+			{ToleratedFailures: -1},
+			{ToleratedFailurePercent: 101},
+			{TaskTimeout: time.Millisecond},
+			{BatchSize: warren.MaxBatchSize + 1},
+		} {
+			want := policy.Validate()
+			require.Error(t, want, "policy %+v is invalid", policy)
+			for _, key := range []string{"", "taken"} {
+				consumed := false
+				tasks := func(yield func(json.RawMessage, error) bool) {
+					consumed = true
+					yield(payload(1), nil)
+				}
+				_, created, err := s.CreateJob(t.Context(), store.NewJob{ID: "invalid", Type: "test", Policy: policy, IdempotencyKey: key}, tasks)
+				require.ErrorContains(t, err, want.Error(), "policy %+v, idempotency key %q", policy, key)
+				require.False(t, created)
+				require.False(t, consumed, "the tasks of an invalid job are not read")
+			}
+		}
+		_, err := s.GetJob(t.Context(), "invalid")
+		require.ErrorIs(t, err, warren.ErrNotFound)
+		jobs, _, err := s.ListJobs(t.Context(), store.ListJobsOpts{})
+		require.NoError(t, err)
+		require.Equal(t, []string{first.ID}, jobIDs(jobs), "nothing was written")
+	})
+
 	t.Run("HundredThousandTasks", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)

@@ -84,6 +84,26 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, 4, tasks[1].Attempts, "an unknown count keeps the stored one")
 	})
 
+	t.Run("UnknownWorkerKeepsTheStoredOne", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 2)
+		relayAll(t, s)
+		// Both tasks fail on worker "w"; the redrive keeps that worker
+		// until a new outcome names another.
+		apply(t, s, failed(job.ID, 1, "boom"), failed(job.ID, 2, "boom"))
+		finish(t, s, job.ID, warren.JobFailed, nil, "gave up")
+		_, _, err := s.RedriveJob(t.Context(), job.ID)
+		require.NoError(t, err)
+		relayAll(t, s)
+
+		unnamed, named := completed(job.ID, 1, `1`), completed(job.ID, 2, `2`)
+		unnamed.Worker, named.Worker = "", "w2"
+		require.Equal(t, 2, apply(t, s, unnamed, named).Applied)
+		require.Equal(t, "w", task(t, s, job.ID, 1).Worker, "an unknown worker keeps the stored one")
+		require.Equal(t, "w2", task(t, s, job.ID, 2).Worker, "a named worker replaces the stored one")
+	})
+
 	t.Run("UnfinishedStateFailsTheBatch", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)

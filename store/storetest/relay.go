@@ -92,6 +92,19 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Len(t, relay(t, s, 10), 3, "the tasks are offered again")
 	})
 
+	t.Run("NoLimitMeansDefaultPageSize", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		const tasks = store.DefaultPageSize + 1
+		job := newJob(t, s, tasks)
+
+		first := relay(t, s, 0)
+		require.Len(t, first, store.DefaultPageSize, "limit 0 means store.DefaultPageSize")
+		require.Equal(t, int64(1), first[0].TaskID)
+		require.Equal(t, refs(job.ID, tasks), offeredRefs(relay(t, s, -1)), "limit -1 means store.DefaultPageSize")
+		require.Equal(t, repeat(warren.TaskQueued, tasks), taskStates(t, s, job.ID))
+	})
+
 	t.Run("NothingToPublish", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
