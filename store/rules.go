@@ -33,6 +33,9 @@ func BecameReady(j warren.Job, completed, failed int64) bool {
 	return !ReadyToClose(before)
 }
 
+// CancelledError is the Error CancelJob records on the job it cancels.
+const CancelledError = "job cancelled"
+
 // LostError is the error of a task that ReconcileStale fails as lost.
 const LostError = "lost: no result within the task timeout"
 

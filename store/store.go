@@ -55,8 +55,9 @@ type Store interface {
 	// Backlog returns the number of tasks waiting in the outbox (pending,
 	// of open jobs).
 	Backlog(ctx context.Context) (int64, error)
-	// CancelJob moves an open job to cancelled and its unfinished tasks to
-	// cancelled, in one transaction. A closed job: warren.ErrConflict.
+	// CancelJob moves an open job to cancelled, with the error
+	// CancelledError, and its unfinished tasks to cancelled, in one
+	// transaction. A closed job: warren.ErrConflict.
 	CancelJob(ctx context.Context, id string) (warren.Job, error)
 
 	// RelayBatch claims up to limit unpublished (pending) tasks of open

@@ -239,9 +239,9 @@ func (s *Store) CancelJob(ctx context.Context, id string) (warren.Job, error) {
 		return warren.Job{}, err
 	}
 	job, err := scanJob(tx.QueryRow(ctx, `
-		UPDATE jobs SET state = 'cancelled', finished_at = $2
+		UPDATE jobs SET state = 'cancelled', finished_at = $2, error = $3
 		WHERE id = $1 AND state IN ('pending', 'running')
-		RETURNING `+jobColumns, id, now))
+		RETURNING `+jobColumns, id, now, store.CancelledError))
 	if errors.Is(err, pgx.ErrNoRows) {
 		rollback(ctx, tx)
 		exists, err := s.jobExists(ctx, s.pool, id)

@@ -273,7 +273,7 @@ func (s *Store) CancelJob(ctx context.Context, id string) (warren.Job, error) {
 			return fmt.Errorf("job is %s: %w", j.State, warren.ErrConflict)
 		}
 		at := now()
-		j.State, j.FinishedAt, j.Error = warren.JobCancelled, &at, "job cancelled"
+		j.State, j.FinishedAt, j.Error = warren.JobCancelled, &at, store.CancelledError
 		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, finished_at = ?, error = ? WHERE id = ?`,
 			string(j.State), at.UnixMicro(), j.Error, id); err != nil {
 			return err

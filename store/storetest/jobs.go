@@ -410,6 +410,7 @@ func testCancelJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		require.Equal(t, warren.JobCancelled, cancelled.State)
 		require.Equal(t, job.ID, cancelled.ID)
+		require.Equal(t, store.CancelledError, cancelled.Error, "the job says why it closed")
 		requireSameJob(t, cancelled, getJob(t, s, job.ID))
 		require.Equal(t, int64(1), cancelled.CompletedTasks, "counters stay as they were")
 		require.Zero(t, cancelled.FailedTasks)
