@@ -16,8 +16,10 @@
 //   - store: the job store interface, its drivers store/sqlite and
 //     store/postgres, store/storetest (their one conformance suite) and
 //     store/open (a store by URL).
+//   - reduce: reducers, built-in and custom, for a job's reduced result.
+//   - bench: the measurement behind `warren bench`.
 //
 // Everything under internal/ (relay, aggregator, reconciler, dead letters,
-// the retry decision, broker plumbing, the HTTP API) is the engine the
-// server owns; it may change without notice.
+// the retry decision, the AMQP mapping, broker plumbing, the HTTP API) is
+// the engine the server owns; it may change without notice.
 package warren

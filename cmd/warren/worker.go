@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warrenhq/warren/internal/handlers"
 	"github.com/warrenhq/warren/worker"
 )
 
@@ -60,7 +61,7 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 		defer stop()
 	}
 	for _, name := range serve {
-		w.Handle(name, builtins[name])
+		w.Handle(name, handlers.Builtins[name])
 	}
 	env.logger.Info("warren worker running", "types", strings.Join(serve, ","), "concurrency", *concurrency, "prefix", c.prefix)
 	return w.Run(ctx)
@@ -70,7 +71,7 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 func selectBuiltins(list string) ([]string, error) {
 	var out []string
 	if strings.TrimSpace(list) == "" {
-		for name := range builtins {
+		for name := range handlers.Builtins {
 			out = append(out, name)
 		}
 		sort.Strings(out)
@@ -79,7 +80,7 @@ func selectBuiltins(list string) ([]string, error) {
 	seen := map[string]bool{}
 	for _, name := range strings.Split(list, ",") {
 		name = strings.TrimSpace(name)
-		if _, ok := builtins[name]; !ok {
+		if _, ok := handlers.Builtins[name]; !ok {
 			return nil, fmt.Errorf("--types: unknown handler %q (built-ins: echo, flaky, sleep, wordcount)", name)
 		}
 		if !seen[name] {

@@ -1,4 +1,6 @@
-package main
+// Package handlers holds the built-in task handlers that `warren worker`
+// serves and `warren demo` runs: echo, wordcount, sleep and flaky.
+package handlers
 
 import (
 	"context"
@@ -12,22 +14,22 @@ import (
 	"github.com/warrenhq/warren/worker"
 )
 
-// builtins are the handlers `warren worker` serves, by task type.
-var builtins = map[string]worker.HandlerFunc{
-	"echo":      echo,
-	"wordcount": wordcount,
-	"sleep":     sleepHandler,
-	"flaky":     flaky,
+// Builtins are the built-in handlers, by task type.
+var Builtins = map[string]worker.HandlerFunc{
+	"echo":      Echo,
+	"wordcount": Wordcount,
+	"sleep":     Sleep,
+	"flaky":     Flaky,
 }
 
-// echo returns its payload unchanged.
-func echo(_ context.Context, t worker.Task) (any, error) {
+// Echo returns its payload unchanged.
+func Echo(_ context.Context, t worker.Task) (any, error) {
 	return t.Payload, nil
 }
 
-// wordcount counts the words of {"text": "..."}: a word is a maximal run of
+// Wordcount counts the words of {"text": "..."}: a word is a maximal run of
 // Unicode letters and digits, lowercased.
-func wordcount(_ context.Context, t worker.Task) (any, error) {
+func Wordcount(_ context.Context, t worker.Task) (any, error) {
 	var in struct {
 		Text *string `json:"text"`
 	}
@@ -45,8 +47,8 @@ func countWords(text string) map[string]int64 {
 	return counts
 }
 
-// sleepHandler sleeps {"ms": N} milliseconds (cut short by shutdown).
-func sleepHandler(ctx context.Context, t worker.Task) (any, error) {
+// Sleep sleeps {"ms": N} milliseconds (cut short by shutdown).
+func Sleep(ctx context.Context, t worker.Task) (any, error) {
 	var in struct {
 		MS *int64 `json:"ms"`
 	}
@@ -59,7 +61,7 @@ func sleepHandler(ctx context.Context, t worker.Task) (any, error) {
 	return map[string]int64{"slept_ms": *in.MS}, nil
 }
 
-// flakyPayload drives the flaky handler, for demos and tests.
+// flakyPayload drives the Flaky handler, for demos and tests.
 type flakyPayload struct {
 	Value     json.RawMessage `json:"value"`
 	FailTimes int             `json:"fail_times"`
@@ -69,10 +71,10 @@ type flakyPayload struct {
 	SleepMS   int64           `json:"sleep_ms"`
 }
 
-// flaky sleeps sleep_ms, then fails transiently on the first fail_times
+// Flaky sleeps sleep_ms, then fails transiently on the first fail_times
 // attempts, permanently if permanent, panics if panic, fails transiently
 // while now < fail_until, and otherwise returns value.
-func flaky(ctx context.Context, t worker.Task) (any, error) {
+func Flaky(ctx context.Context, t worker.Task) (any, error) {
 	var in flakyPayload
 	if err := json.Unmarshal(t.Payload, &in); err != nil {
 		return nil, worker.Permanent(fmt.Errorf("flaky: bad payload: %v", err))

@@ -1,4 +1,4 @@
-package main
+package handlers
 
 import (
 	"context"
@@ -17,29 +17,29 @@ func task(payload string, attempt int) worker.Task {
 
 func TestWordcountCountsUnicodeWordsLowercased(t *testing.T) {
 	t.Parallel()
-	got, err := wordcount(context.Background(), task(`{"text": "Élan, élan! x2 x2 don't ÉLAN—über"}`, 1))
+	got, err := Wordcount(context.Background(), task(`{"text": "Élan, élan! x2 x2 don't ÉLAN—über"}`, 1))
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{"élan": 3, "x2": 2, "don": 1, "t": 1, "über": 1}, got)
-	_, err = wordcount(context.Background(), task(`{"txt": "x"}`, 1))
+	_, err = Wordcount(context.Background(), task(`{"txt": "x"}`, 1))
 	require.True(t, worker.IsPermanent(err))
 }
 
 func TestEchoReturnsThePayload(t *testing.T) {
 	t.Parallel()
-	got, err := echo(context.Background(), task(`{"a":[1,2]}`, 1))
+	got, err := Echo(context.Background(), task(`{"a":[1,2]}`, 1))
 	require.NoError(t, err)
 	require.Equal(t, json.RawMessage(`{"a":[1,2]}`), got)
 }
 
 func TestSleepValidatesAndStopsOnCancel(t *testing.T) {
 	t.Parallel()
-	_, err := sleepHandler(context.Background(), task(`{"ms": -1}`, 1))
+	_, err := Sleep(context.Background(), task(`{"ms": -1}`, 1))
 	require.True(t, worker.IsPermanent(err))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = sleepHandler(ctx, task(`{"ms": 60000}`, 1))
+	_, err = Sleep(ctx, task(`{"ms": 60000}`, 1))
 	require.ErrorIs(t, err, context.Canceled)
-	got, err := sleepHandler(context.Background(), task(`{"ms": 1}`, 1))
+	got, err := Sleep(context.Background(), task(`{"ms": 1}`, 1))
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{"slept_ms": 1}, got)
 }
@@ -47,22 +47,22 @@ func TestSleepValidatesAndStopsOnCancel(t *testing.T) {
 func TestFlakyFollowsItsPayload(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, err := flaky(ctx, task(`{"value": 7, "fail_times": 2}`, 2))
+	_, err := Flaky(ctx, task(`{"value": 7, "fail_times": 2}`, 2))
 	require.Error(t, err)
 	require.False(t, worker.IsPermanent(err))
-	got, err := flaky(ctx, task(`{"value": 7, "fail_times": 2}`, 3))
+	got, err := Flaky(ctx, task(`{"value": 7, "fail_times": 2}`, 3))
 	require.NoError(t, err)
 	require.JSONEq(t, `7`, string(got.(json.RawMessage)))
 
-	_, err = flaky(ctx, task(`{"permanent": true}`, 1))
+	_, err = Flaky(ctx, task(`{"permanent": true}`, 1))
 	require.True(t, worker.IsPermanent(err))
-	require.Panics(t, func() { _, _ = flaky(ctx, task(`{"panic": true}`, 1)) })
+	require.Panics(t, func() { _, _ = Flaky(ctx, task(`{"panic": true}`, 1)) })
 
 	until := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
-	_, err = flaky(ctx, task(`{"fail_until": "`+until+`"}`, 9))
+	_, err = Flaky(ctx, task(`{"fail_until": "`+until+`"}`, 9))
 	require.Error(t, err)
 	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
-	got, err = flaky(ctx, task(`{"value": "ok", "fail_until": "`+past+`"}`, 1))
+	got, err = Flaky(ctx, task(`{"value": "ok", "fail_until": "`+past+`"}`, 1))
 	require.NoError(t, err)
 	require.JSONEq(t, `"ok"`, string(got.(json.RawMessage)))
 }
