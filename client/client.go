@@ -57,6 +57,7 @@ type Error struct {
 	Message string
 }
 
+// Error says what the server answered: its message, status and code.
 func (e *Error) Error() string {
 	return fmt.Sprintf("%s (HTTP %d %s)", e.Message, e.Status, e.Code)
 }
