@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -344,6 +345,9 @@ func checkResult(r Result) (Result, error) {
 	case StatusCompleted, StatusFailed:
 	default:
 		return Result{}, fmt.Errorf("%w: unknown status %q", ErrMalformed, r.Status)
+	}
+	if r.Attempt < 0 || r.Attempt > math.MaxInt32 {
+		return Result{}, fmt.Errorf("%w: attempt must be between 0 and %d, got %d", ErrMalformed, math.MaxInt32, r.Attempt)
 	}
 	r.Result = orNull(r.Result)
 	return r, nil

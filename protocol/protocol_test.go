@@ -134,3 +134,18 @@ func TestHeaderIntAcceptsEveryIntegerType(t *testing.T) {
 		require.False(t, ok, "%T %v", v, v)
 	}
 }
+
+// An attempt outside what a task can have run (the store keeps attempts
+// in 32 bits) is malformed, never truncated or passed on to the store.
+func TestDecodeResultRangeChecksAttempt(t *testing.T) {
+	t.Parallel()
+	for _, attempt := range []string{"1099511627776", "-1", "2147483648"} {
+		_, err := protocol.DecodeResult([]byte(`{"job_id": "j", "task_id": 1, "attempt": ` + attempt + `}`))
+		require.ErrorIs(t, err, protocol.ErrMalformed, "attempt %s", attempt)
+		_, err = protocol.DecodeResults([]byte(`{"job_id": "j", "results": [{"task_id": 1, "attempt": ` + attempt + `}]}`))
+		require.ErrorIs(t, err, protocol.ErrMalformed, "attempt %s in a result batch", attempt)
+	}
+	r, err := protocol.DecodeResult([]byte(`{"job_id": "j", "task_id": 1, "attempt": 2147483647}`))
+	require.NoError(t, err)
+	require.Equal(t, 2147483647, r.Attempt)
+}
