@@ -160,3 +160,186 @@ func TestCloseJobReducesWithConfigReducers(t *testing.T) {
 	require.Equal(t, warren.JobFailed, job.State)
 	require.Contains(t, job.Error, `reduce "count": unknown reducer`)
 }
+
+// waitTimeout bounds every wait of these tests on the aggregator.
+const waitTimeout = 10 * time.Second
+
+// openStore opens a SQLite store of the test's own.
+func openStore(t *testing.T) store.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "w.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// createJob creates a job of n tasks.
+func createJob(t *testing.T, st store.Store, n int) warren.Job {
+	t.Helper()
+	tasks := func(yield func(json.RawMessage, error) bool) {
+		for i := range n {
+			if !yield(json.RawMessage(fmt.Sprint(i)), nil) {
+				return
+			}
+		}
+	}
+	job, _, err := st.CreateJob(context.Background(), store.NewJob{Type: "t", Policy: warren.Policy{ToleratedFailurePercent: 100}}, tasks)
+	require.NoError(t, err)
+	return job
+}
+
+// publish publishes msg and waits for its confirm.
+func publish(t *testing.T, conn *amqp.Connection, exchange, key string, msg amqp.Publishing) {
+	t.Helper()
+	pub, err := broker.NewPublisher(conn, nil)
+	require.NoError(t, err)
+	defer pub.Close()
+	msg.DeliveryMode = amqp.Persistent
+	require.NoError(t, pub.PublishAndWait(context.Background(), exchange, key, msg))
+}
+
+// publishResults publishes the results of tasks first..last of job, one
+// message each.
+func publishResults(t *testing.T, conn *amqp.Connection, names protocol.Names, jobID string, first, last int64) {
+	t.Helper()
+	for i := first; i <= last; i++ {
+		body, err := protocol.EncodeResult(protocol.Result{JobID: jobID, TaskID: i, Result: json.RawMessage(`1`)})
+		require.NoError(t, err)
+		publish(t, conn, names.ResultsExchange, protocol.RoutingKeyResult,
+			amqp.Publishing{MessageId: protocol.MessageID(jobID, i), Body: body})
+	}
+}
+
+// receive returns the next value of c, or fails the test with what it
+// waited for.
+func receive[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(waitTimeout):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// takeOne consumes one message of queue.
+func takeOne(t *testing.T, conn *amqp.Connection, queue string) amqp.Delivery {
+	t.Helper()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	defer func() { _ = ch.Close() }()
+	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	require.NoError(t, err)
+	return receive(t, deliveries, "a message in "+queue)
+}
+
+// run runs a until the test ends; the test fails if a stops earlier or
+// with an error.
+func run(t *testing.T, a *aggregator.Aggregator) (stopped <-chan error) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-done)
+	})
+	return done
+}
+
+// taskStates returns the state and error of each task of a job, by id.
+func taskStates(t *testing.T, st store.Store, jobID string) map[int64]warren.TaskRecord {
+	t.Helper()
+	tasks, _, err := st.ListTasks(context.Background(), jobID, store.ListTasksOpts{Limit: 1000})
+	require.NoError(t, err)
+	byID := make(map[int64]warren.TaskRecord, len(tasks))
+	for _, task := range tasks {
+		byID[task.TaskID] = task
+	}
+	return byID
+}
+
+// refusingStore refuses, every time, a batch that holds the outcome of
+// one task, as PostgreSQL refuses a NUL byte in a text column.
+type refusingStore struct {
+	store.Store
+	refuse store.TaskRef
+}
+
+// refusal is PostgreSQL's error for a NUL byte in text.
+type refusal struct{}
+
+func (refusal) Error() string {
+	return `ERROR: invalid byte sequence for encoding "UTF8": 0x00 (SQLSTATE 22021)`
+}
+func (refusal) SQLState() string { return "22021" }
+
+func (s *refusingStore) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (store.ApplyReport, error) {
+	for _, o := range outcomes {
+		if o.JobID == s.refuse.JobID && o.TaskID == s.refuse.TaskID {
+			return store.ApplyReport{}, fmt.Errorf("refusing store: apply outcomes: %w", refusal{})
+		}
+	}
+	return s.Store.ApplyOutcomes(ctx, outcomes)
+}
+
+// batchSeen is what OnBatch was told.
+type batchSeen struct {
+	size   int
+	report store.ApplyReport
+}
+
+// A batch with a result that the store refuses for good records every
+// other result of the batch, dead-letters that result's message alone,
+// and the aggregator goes on with later batches.
+func TestAResultTheStoreRefusesIsDeadLetteredAlone(t *testing.T) {
+	t.Parallel()
+	names, conn := amqptest.Topology(t, nil)
+	st := openStore(t)
+	job := createJob(t, st, 11)
+	batches := make(chan batchSeen, 16)
+	invalid := make(chan string, 16)
+	a, err := aggregator.New(aggregator.Config{
+		Store: &refusingStore{Store: st, refuse: store.TaskRef{JobID: job.ID, TaskID: 4}},
+		Conn:  conn, Names: names, BatchSize: 5, Linger: time.Hour,
+		Hooks: aggregator.Hooks{
+			OnBatch:   func(size int, r store.ApplyReport) { batches <- batchSeen{size, r} },
+			OnInvalid: func(queue, reason string) { invalid <- queue + ": " + reason },
+		}})
+	require.NoError(t, err)
+	stopped := run(t, a)
+
+	// A lone result after a quiet spell is recorded at once; the results
+	// that follow within the hour-long linger make batches of 5.
+	publishResults(t, conn, names, job.ID, 1, 1)
+	require.Equal(t, 1, receive(t, batches, "the first result").report.Applied)
+	publishResults(t, conn, names, job.ID, 2, 6)
+	b := receive(t, batches, "the batch with the refused result (the aggregator retries it forever)")
+	require.Equal(t, 5, b.size)
+	require.Equal(t, 4, b.report.Applied, "every other result of the batch is recorded")
+	reason := receive(t, invalid, "the refused result dead-lettered")
+	require.Contains(t, reason, names.ResultsQueue+": ")
+	require.Contains(t, reason, "SQLSTATE 22021", "the reason is the store's")
+	parked := takeOne(t, conn, names.ResultsDLQ)
+	require.Equal(t, protocol.MessageID(job.ID, 4), parked.MessageId, "only the refused result is dead-lettered")
+
+	publishResults(t, conn, names, job.ID, 7, 11)
+	b = receive(t, batches, "a later batch")
+	require.Equal(t, 5, b.report.Applied)
+	select {
+	case err := <-stopped:
+		t.Fatalf("the aggregator stopped: %v", err)
+	case r := <-invalid:
+		t.Fatalf("another message was dead-lettered: %s", r)
+	default:
+	}
+	for id, task := range taskStates(t, st, job.ID) {
+		if id == 4 {
+			require.False(t, task.State.Terminal(), "the refused result changed nothing")
+			continue
+		}
+		require.Equal(t, warren.TaskCompleted, task.State, "task %d", id)
+	}
+	require.Zero(t, amqptest.QueueDepth(t, conn, names.ResultsQueue), "everything else was acknowledged")
+}
