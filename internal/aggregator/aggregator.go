@@ -542,17 +542,40 @@ func resultOutcome(r protocol.Result) store.Outcome {
 
 // decodeDead appends the failed outcomes of a dead-lettered task message
 // (single, or every task of a batch the broker dead-lettered) to outcomes,
-// with its reason. On an error, outcomes is returned as it was.
+// with its reason. A dead letter whose body is not a task message fails
+// the tasks it can still be told to be for (wire.DeadLetter.TaskIDs) at
+// once, rather than leave them to be failed as lost after their timeouts;
+// one that names none is an error. On an error, outcomes is returned as
+// it was.
 func decodeDead(outcomes []store.Outcome, dl wire.DeadLetter) ([]store.Outcome, string, error) {
-	if dl.Malformed != nil {
-		return outcomes, "", dl.Malformed
-	}
 	o := deadOutcome(dl)
+	if dl.Malformed != nil {
+		if len(dl.TaskIDs) == 0 {
+			return outcomes, "", dl.Malformed
+		}
+		o.Error = unreadableError(dl)
+		for _, id := range dl.TaskIDs {
+			o.JobID, o.TaskID = dl.JobID, id
+			outcomes = append(outcomes, o)
+		}
+		return outcomes, dl.Reason, nil
+	}
 	for _, t := range dl.Tasks {
 		o.JobID, o.TaskID = t.JobID, t.TaskID
 		outcomes = append(outcomes, o)
 	}
 	return outcomes, dl.Reason, nil
+}
+
+// unreadableError is the error of a task failed by a dead letter whose
+// body is not a task message: why, and what the worker or the broker
+// said, when it said more.
+func unreadableError(dl wire.DeadLetter) string {
+	msg := "the dead letter could not be read (" + dl.Malformed.Error() + ")"
+	if dl.Error == "" || dl.Error == dl.Malformed.Error() {
+		return msg
+	}
+	return msg + ": " + dl.TaskError()
 }
 
 // deadOutcome is the failed outcome, without job and task, that dead

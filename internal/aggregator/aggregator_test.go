@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -342,4 +343,63 @@ func TestAResultTheStoreRefusesIsDeadLetteredAlone(t *testing.T) {
 		require.Equal(t, warren.TaskCompleted, task.State, "task %d", id)
 	}
 	require.Zero(t, amqptest.QueueDepth(t, conn, names.ResultsQueue), "everything else was acknowledged")
+}
+
+// deepPayload is a JSON value nested deeper than Go's decoder accepts.
+func deepPayload() string {
+	return strings.Repeat("[", 10_001) + strings.Repeat("]", 10_001)
+}
+
+// A dead letter whose body the aggregator cannot read still fails its
+// tasks at once, found from the body's ids or the message id (a task's, or
+// a batch's range); only one that names no task is parked in results.dlq.
+func TestAnUnreadableDeadLetterFailsItsTasksAtOnce(t *testing.T) {
+	t.Parallel()
+	names, conn := amqptest.Topology(t, nil)
+	st := openStore(t)
+	job := createJob(t, st, 6)
+	var deliveries atomic.Int64
+	settled := make(chan struct{}, 1)
+	invalid := make(chan string, 16)
+	a, err := aggregator.New(aggregator.Config{Store: st, Conn: conn, Names: names,
+		Hooks: aggregator.Hooks{
+			OnBatch: func(size int, _ store.ApplyReport) {
+				if deliveries.Add(int64(size)) == 4 {
+					settled <- struct{}{}
+				}
+			},
+			OnInvalid: func(queue, reason string) { invalid <- reason },
+		}})
+	require.NoError(t, err)
+	run(t, a)
+
+	malformed := func(id, body string) amqp.Publishing {
+		return amqp.Publishing{MessageId: id, Body: []byte(body), Headers: amqp.Table{
+			protocol.HeaderReason: protocol.ReasonMalformed, protocol.HeaderWorker: "w1",
+			protocol.HeaderError: "malformed message: exceeded max depth", protocol.HeaderRetry: int64(0)}}
+	}
+	for _, msg := range []amqp.Publishing{
+		// A batch of tasks 1 and 2, its first payload too deep to decode.
+		malformed(protocol.BatchMessageID(job.ID, 1, 2),
+			fmt.Sprintf(`{"job_id":%q,"tasks":[{"task_id":1,"payload":%s},{"task_id":2,"payload":2}]}`, job.ID, deepPayload())),
+		malformed(protocol.MessageID(job.ID, 3), "not json"),
+		malformed(protocol.BatchMessageID(job.ID, 4, 2), "\x00garbage"),
+		malformed("raw-1", "not json"),
+	} {
+		publish(t, conn, names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, msg)
+	}
+	receive(t, settled, "the four dead letters")
+
+	tasks := taskStates(t, st, job.ID)
+	for id := int64(1); id <= 5; id++ {
+		require.Equal(t, warren.TaskFailed, tasks[id].State, "task %d", id)
+		require.Contains(t, tasks[id].Error, "dead letter could not be read", "task %d", id)
+	}
+	require.False(t, tasks[6].State.Terminal(), "task 6 was in no dead letter")
+	require.Contains(t, tasks[1].Error, "exceeded max depth")
+	require.Contains(t, receive(t, invalid, "the dead letter naming no task"), "malformed")
+	require.Equal(t, "raw-1", takeOne(t, conn, names.ResultsDLQ).MessageId, "only the dead letter naming no task is parked")
+	got, err := st.GetJob(context.Background(), job.ID)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, got.FailedTasks)
 }
