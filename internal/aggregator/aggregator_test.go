@@ -20,6 +20,8 @@ import (
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/postgres"
+	"github.com/warrenhq/warren/store/postgres/pgtest"
 	"github.com/warrenhq/warren/store/sqlite"
 )
 
@@ -200,11 +202,15 @@ func publish(t *testing.T, conn *amqp.Connection, exchange, key string, msg amqp
 }
 
 // publishResults publishes the results of tasks first..last of job, one
-// message each.
-func publishResults(t *testing.T, conn *amqp.Connection, names protocol.Names, jobID string, first, last int64) {
+// message each, each changed by the edits given.
+func publishResults(t *testing.T, conn *amqp.Connection, names protocol.Names, jobID string, first, last int64, edits ...func(*protocol.Result)) {
 	t.Helper()
 	for i := first; i <= last; i++ {
-		body, err := protocol.EncodeResult(protocol.Result{JobID: jobID, TaskID: i, Result: json.RawMessage(`1`)})
+		r := protocol.Result{JobID: jobID, TaskID: i, Result: json.RawMessage(`1`)}
+		for _, edit := range edits {
+			edit(&r)
+		}
+		body, err := protocol.EncodeResult(r)
 		require.NoError(t, err)
 		publish(t, conn, names.ResultsExchange, protocol.RoutingKeyResult,
 			amqp.Publishing{MessageId: protocol.MessageID(jobID, i), Body: body})
@@ -343,6 +349,54 @@ func TestAResultTheStoreRefusesIsDeadLetteredAlone(t *testing.T) {
 		require.Equal(t, warren.TaskCompleted, task.State, "task %d", id)
 	}
 	require.Zero(t, amqptest.QueueDepth(t, conn, names.ResultsQueue), "everything else was acknowledged")
+}
+
+// On PostgreSQL, a result whose worker name holds a NUL byte, which
+// PostgreSQL refuses in text (SQLSTATE 22021), does not stop the
+// aggregator: the other results of its batch are recorded, and later
+// batches too. A store that cleans worker-supplied text records it as
+// well; one that does not refuses it, and it is dead-lettered alone.
+func TestAResultPostgreSQLRefusesDoesNotStopTheAggregator(t *testing.T) {
+	t.Parallel()
+	names, conn := amqptest.Topology(t, nil)
+	st, err := postgres.Open(context.Background(), pgtest.URL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	job := createJob(t, st, 11)
+	batches := make(chan batchSeen, 16)
+	invalid := make(chan string, 16)
+	a, err := aggregator.New(aggregator.Config{Store: st, Conn: conn, Names: names, BatchSize: 5, Linger: time.Hour,
+		Hooks: aggregator.Hooks{
+			OnBatch:   func(size int, r store.ApplyReport) { batches <- batchSeen{size, r} },
+			OnInvalid: func(_, reason string) { invalid <- reason },
+		}})
+	require.NoError(t, err)
+	stopped := run(t, a)
+
+	publishResults(t, conn, names, job.ID, 1, 1)
+	require.Equal(t, 1, receive(t, batches, "the first result").report.Applied)
+	publishResults(t, conn, names, job.ID, 2, 3)
+	publishResults(t, conn, names, job.ID, 4, 4, func(r *protocol.Result) { r.Worker = "w\x00" })
+	publishResults(t, conn, names, job.ID, 5, 6)
+	b := receive(t, batches, "the batch with the NUL byte (the aggregator retries it forever)")
+	require.Equal(t, 5, b.size)
+	if b.report.Applied == 4 {
+		require.Contains(t, receive(t, invalid, "the refused result dead-lettered"), "SQLSTATE 22021")
+		require.Equal(t, protocol.MessageID(job.ID, 4), takeOne(t, conn, names.ResultsDLQ).MessageId)
+	} else {
+		require.Equal(t, 5, b.report.Applied, "every result of the batch is recorded")
+	}
+
+	publishResults(t, conn, names, job.ID, 7, 11)
+	require.Equal(t, 5, receive(t, batches, "a later batch").report.Applied)
+	select {
+	case err := <-stopped:
+		t.Fatalf("the aggregator stopped: %v", err)
+	default:
+	}
+	got, err := st.GetJob(context.Background(), job.ID)
+	require.NoError(t, err)
+	require.EqualValues(t, 6+b.report.Applied, got.CompletedTasks)
 }
 
 // deepPayload is a JSON value nested deeper than Go's decoder accepts.
