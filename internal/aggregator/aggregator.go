@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -305,9 +306,10 @@ func (s *source) item(d amqp.Delivery, ok bool) (item, bool, error) {
 	return item{src: s, d: d}, true, nil
 }
 
-// process records one batch in ONE store transaction, dead-letters what
-// can never be applied, then acknowledges the rest with one multiple-ack
-// per channel, and queues the jobs the batch made ready for closing.
+// process records one batch in ONE store transaction (more, when the
+// store refuses part of it: see record), dead-letters what can never be
+// applied, then acknowledges the rest with one multiple-ack per channel,
+// and queues the jobs the batch made ready for closing.
 func (a *Aggregator) process(ctx context.Context, batch []item) error {
 	outcomes := a.outcomes[:0]
 	from := a.from[:0] // outcome index -> batch index
@@ -328,7 +330,7 @@ func (a *Aggregator) process(ctx context.Context, batch []item) error {
 		clear(outcomes)
 		a.outcomes, a.from = outcomes[:0], from[:0]
 	}()
-	report, err := a.apply(ctx, outcomes)
+	report, err := a.record(ctx, batch, outcomes, from)
 	if err != nil {
 		return err
 	}
@@ -354,12 +356,95 @@ func (a *Aggregator) process(ctx context.Context, batch []item) error {
 	return nil
 }
 
+// record applies outcomes, the outcomes of batch (outcome k decoded from
+// delivery from[k]), and returns what the store did, Unknown indexing
+// outcomes. The error is ctx's: a store that does not answer is retried
+// until ctx is done.
+//
+// A store that refuses the batch (an error store.Transient does not call
+// transient: the data is at fault, and would be every time) must not stop
+// the aggregator: isolate records it in parts and sets aside the
+// deliveries the store refuses.
+func (a *Aggregator) record(ctx context.Context, batch []item, outcomes []store.Outcome, from []int) (store.ApplyReport, error) {
+	report, err := a.apply(ctx, outcomes)
+	if err == nil || ctx.Err() != nil {
+		return report, err
+	}
+	a.cfg.Logger.Warn("aggregator: the store refused a batch; recording it in parts to set aside what it refuses",
+		"error", err, "deliveries", len(batch), "outcomes", len(outcomes))
+	return a.isolate(ctx, batch, outcomes, from, err)
+}
+
+// isolate records outcomes, which the store refused with refusal, in two
+// parts split between deliveries, each in its own transaction, and each
+// part that the store refuses again in two parts, down to single
+// deliveries: everything the store takes is recorded, and a delivery that
+// it refuses alone is marked invalid with the store's error, to be
+// dead-lettered. Nothing is acknowledged before every part is committed.
+// The error is ctx's.
+func (a *Aggregator) isolate(ctx context.Context, batch []item, outcomes []store.Outcome, from []int, refusal error) (store.ApplyReport, error) {
+	if from[0] == from[len(from)-1] {
+		batch[from[0]].invalid = "the store refused it: " + refusal.Error()
+		return store.ApplyReport{}, nil
+	}
+	mid := split(from)
+	var report store.ApplyReport
+	for _, part := range [][2]int{{0, mid}, {mid, len(outcomes)}} {
+		lo, hi := part[0], part[1]
+		r, err := a.apply(ctx, outcomes[lo:hi])
+		if err != nil && ctx.Err() == nil {
+			r, err = a.isolate(ctx, batch, outcomes[lo:hi], from[lo:hi], err)
+		}
+		if err != nil {
+			return store.ApplyReport{}, err
+		}
+		report = merge(report, r, lo)
+	}
+	return report, nil
+}
+
+// split returns where to cut outcomes decoded from two deliveries or more
+// (outcome k from delivery from[k]) in two: near the middle, between two
+// deliveries.
+func split(from []int) int {
+	mid := len(from) / 2
+	for mid > 0 && from[mid-1] == from[mid] {
+		mid--
+	}
+	if mid == 0 {
+		for from[mid] == from[0] {
+			mid++
+		}
+	}
+	return mid
+}
+
+// merge returns the report of a batch recorded in parts, r so far and
+// then the part whose outcomes start at index offset of the batch's.
+func merge(r, second store.ApplyReport, offset int) store.ApplyReport {
+	r.Applied += second.Applied
+	r.AppliedFailed += second.AppliedFailed
+	r.Duplicates += second.Duplicates
+	r.Closed += second.Closed
+	for _, idx := range second.Unknown {
+		r.Unknown = append(r.Unknown, idx+offset)
+	}
+	for _, id := range second.ReadyToClose {
+		if !slices.Contains(r.ReadyToClose, id) {
+			r.ReadyToClose = append(r.ReadyToClose, id)
+		}
+	}
+	return r
+}
+
 // storeRetryPolicy is the backoff between attempts to record a batch in a
 // store that does not answer.
 var storeRetryPolicy = backoff.Policy{Min: 50 * time.Millisecond, Max: 5 * time.Second}
 
-// apply retries the store until it answers or ctx is done: a store outage
-// pauses the aggregator, and nothing is acknowledged meanwhile.
+// apply records outcomes in one store transaction. It retries a store
+// that does not answer (store.Transient) until it answers or ctx is done:
+// a store outage pauses the aggregator, and nothing is acknowledged
+// meanwhile. Any other error is returned: the store refused the outcomes.
 func (a *Aggregator) apply(ctx context.Context, outcomes []store.Outcome) (store.ApplyReport, error) {
 	if len(outcomes) == 0 {
 		return store.ApplyReport{}, nil
@@ -372,6 +457,9 @@ func (a *Aggregator) apply(ctx context.Context, outcomes []store.Outcome) (store
 		}
 		if ctx.Err() != nil {
 			return store.ApplyReport{}, ctx.Err()
+		}
+		if !store.Transient(err) {
+			return store.ApplyReport{}, err
 		}
 		wait := retry.Next()
 		a.cfg.Logger.Warn("aggregator: recording a batch failed; retrying", "error", err, "batch", len(outcomes), "backoff", wait)
@@ -454,17 +542,40 @@ func resultOutcome(r protocol.Result) store.Outcome {
 
 // decodeDead appends the failed outcomes of a dead-lettered task message
 // (single, or every task of a batch the broker dead-lettered) to outcomes,
-// with its reason. On an error, outcomes is returned as it was.
+// with its reason. A dead letter whose body is not a task message fails
+// the tasks it can still be told to be for (wire.DeadLetter.TaskIDs) at
+// once, rather than leave them to be failed as lost after their timeouts;
+// one that names none is an error. On an error, outcomes is returned as
+// it was.
 func decodeDead(outcomes []store.Outcome, dl wire.DeadLetter) ([]store.Outcome, string, error) {
-	if dl.Malformed != nil {
-		return outcomes, "", dl.Malformed
-	}
 	o := deadOutcome(dl)
+	if dl.Malformed != nil {
+		if len(dl.TaskIDs) == 0 {
+			return outcomes, "", dl.Malformed
+		}
+		o.Error = unreadableError(dl)
+		for _, id := range dl.TaskIDs {
+			o.JobID, o.TaskID = dl.JobID, id
+			outcomes = append(outcomes, o)
+		}
+		return outcomes, dl.Reason, nil
+	}
 	for _, t := range dl.Tasks {
 		o.JobID, o.TaskID = t.JobID, t.TaskID
 		outcomes = append(outcomes, o)
 	}
 	return outcomes, dl.Reason, nil
+}
+
+// unreadableError is the error of a task failed by a dead letter whose
+// body is not a task message: why, and what the worker or the broker
+// said, when it said more.
+func unreadableError(dl wire.DeadLetter) string {
+	msg := "the dead letter could not be read (" + dl.Malformed.Error() + ")"
+	if dl.Error == "" || dl.Error == dl.Malformed.Error() {
+		return msg
+	}
+	return msg + ": " + dl.TaskError()
 }
 
 // deadOutcome is the failed outcome, without job and task, that dead

@@ -1,10 +1,14 @@
 package wire
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -34,6 +38,11 @@ type DeadLetter struct {
 	// possibly nothing.
 	JobID  string
 	TaskID int64
+	// TaskIDs are, for a malformed body, the ids of the tasks of job JobID
+	// that the message was for, as far as they can be told (see
+	// ReadDeadLetter); empty when nothing tells them. Nil for a task
+	// message: Tasks has them.
+	TaskIDs []int64
 	// MessageID is the message_id property.
 	MessageID string
 	// RoutingKey is the key the message was dead-lettered with.
@@ -85,7 +94,11 @@ type Death struct {
 
 // ReadDeadLetter reads a delivery of a dead-letter queue. It never fails:
 // a body that is not a task message is reported in Malformed, with what
-// could be read.
+// could be read. The tasks of a malformed body (TaskIDs) are those its
+// job_id and task_id, or job_id and tasks' task_ids, name, read without
+// its payloads (a payload too deep to decode, say, does not hide them);
+// else the task of a message id <job_id>:<task_id>, or tasks <first> to
+// <first>+<count>-1 of a batch's message id <job_id>:<first>+<count>.
 func ReadDeadLetter(d amqp.Delivery) DeadLetter {
 	h := d.Headers
 	dl := DeadLetter{
@@ -114,7 +127,10 @@ func ReadDeadLetter(d amqp.Delivery) DeadLetter {
 	dl.Tasks, dl.Batch, dl.Malformed = protocol.DecodeTasks(d.Body)
 	if dl.Malformed != nil {
 		dl.Batch = false
-		dl.JobID, dl.TaskID = readIDs(d)
+		dl.JobID, dl.TaskIDs = readIDs(d)
+		if len(dl.TaskIDs) > 0 {
+			dl.TaskID = dl.TaskIDs[0]
+		}
 		dl.Reason = protocol.ReasonMalformed
 		dl.Error = cmp.Or(dl.Error, dl.Malformed.Error())
 		return dl
@@ -213,27 +229,195 @@ func lastDeath(h amqp.Table) Death {
 	return Death{}
 }
 
-// readIDs reads what it can of a malformed task's ids: from the body when
-// it is an object with usable fields, else from the message id.
-func readIDs(d amqp.Delivery) (string, int64) {
-	var v struct {
-		JobID  any `json:"job_id"`
-		TaskID any `json:"task_id"`
+// readIDs reads what it can of a malformed task message's ids: from the
+// body when it names a job and its tasks, else from the message id (when
+// the body names a job, only if the message id names the same one), else
+// the body's job alone. ids are in increasing order, each once, and empty
+// when nothing names a task.
+func readIDs(d amqp.Delivery) (jobID string, ids []int64) {
+	jobID, ids = bodyIDs(d.Body)
+	if len(ids) > 0 {
+		slices.Sort(ids)
+		return jobID, slices.Compact(ids)
+	}
+	if job, fromID := messageIDs(d.MessageId); jobID == "" || job == jobID {
+		return job, fromID
+	}
+	return jobID, nil
+}
+
+// bodyIDs reads the job_id and the task ids of a task message body, single
+// or batch, token by token, skipping the payloads without decoding them.
+// jobID is "" when the body is not a JSON object with a string job_id;
+// ids are empty when the object does not end, or names no task or more
+// than a batch may hold, or names them in a way no task message does.
+func bodyIDs(body []byte) (jobID string, ids []int64) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if !delim(dec, '{') {
+		return "", nil
 	}
 	var (
-		jobID  string
-		taskID int64
+		single        int64
+		batch, broken bool
 	)
-	if json.Unmarshal(d.Body, &v) == nil {
-		jobID, _ = v.JobID.(string)
-		if f, ok := v.TaskID.(float64); ok && f >= 1 && f <= math.MaxInt64 && f == math.Trunc(f) {
-			taskID = int64(f)
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return jobID, nil
+		}
+		switch key {
+		case "job_id":
+			jobID = readString(dec)
+		case "task_id":
+			single = readTaskID(dec)
+		case "tasks":
+			batch = true
+			if ids, broken = batchIDs(dec); broken {
+				return jobID, nil
+			}
+		default:
+			if !skip(dec) {
+				return jobID, nil
+			}
 		}
 	}
-	if jobID == "" {
-		if j, t, err := protocol.ParseMessageID(d.MessageId); err == nil {
-			return j, t
+	if !delim(dec, '}') {
+		return jobID, nil
+	}
+	switch {
+	case jobID == "":
+		return "", nil
+	case batch && single == 0:
+		return jobID, ids
+	case !batch && single > 0:
+		return jobID, []int64{single}
+	}
+	return jobID, nil
+}
+
+// batchIDs reads a batch body's tasks array, and returns its task ids;
+// broken says it is not an array of objects or holds more tasks than a
+// batch may, or a task without a usable id.
+func batchIDs(dec *json.Decoder) (ids []int64, broken bool) {
+	if !delim(dec, '[') {
+		return nil, true
+	}
+	for dec.More() {
+		if !delim(dec, '{') || len(ids) == protocol.MaxBatchSize {
+			return nil, true
+		}
+		var id int64
+		for dec.More() {
+			key, err := dec.Token()
+			if err != nil {
+				return nil, true
+			}
+			if key == "task_id" {
+				id = readTaskID(dec)
+			} else if !skip(dec) {
+				return nil, true
+			}
+		}
+		if !delim(dec, '}') || id == 0 {
+			return nil, true
+		}
+		ids = append(ids, id)
+	}
+	return ids, !delim(dec, ']')
+}
+
+// readTaskID reads a task id: a positive whole number; 0 when the value is
+// anything else (which it skips).
+func readTaskID(dec *json.Decoder) int64 {
+	tok, err := dec.Token()
+	if err != nil {
+		return 0
+	}
+	switch v := tok.(type) {
+	case float64:
+		if v >= 1 && v <= math.MaxInt64 && v == math.Trunc(v) {
+			return int64(v)
+		}
+	case json.Delim:
+		skipRest(dec) // if it cannot, the caller's next read fails
+	}
+	return 0
+}
+
+// readString reads a string; "" when the value is anything else (which it
+// skips).
+func readString(dec *json.Decoder) string {
+	tok, err := dec.Token()
+	if err != nil {
+		return ""
+	}
+	switch v := tok.(type) {
+	case string:
+		return v
+	case json.Delim:
+		skipRest(dec) // if it cannot, the caller's next read fails
+	}
+	return ""
+}
+
+// delim reads the next token and reports whether it is d.
+func delim(dec *json.Decoder, d json.Delim) bool {
+	tok, err := dec.Token()
+	return err == nil && tok == d
+}
+
+// skip reads the next value whole, however deep, and reports whether it
+// could.
+func skip(dec *json.Decoder) bool {
+	tok, err := dec.Token()
+	if err != nil {
+		return false
+	}
+	if _, ok := tok.(json.Delim); ok {
+		return skipRest(dec)
+	}
+	return true
+}
+
+// skipRest reads the rest of an array or object whose opening token was
+// just read, and reports whether it could.
+func skipRest(dec *json.Decoder) bool {
+	for depth := 1; depth > 0; {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		switch tok {
+		case json.Delim('['), json.Delim('{'):
+			depth++
+		case json.Delim(']'), json.Delim('}'):
+			depth--
 		}
 	}
-	return jobID, taskID
+	return true
+}
+
+// messageIDs reads a task message's message id: <job_id>:<task_id>, or a
+// batch's <job_id>:<first>+<count>, whose tasks are first..first+count-1.
+// ids are empty when the id is neither, or counts more tasks than a batch
+// may hold.
+func messageIDs(id string) (jobID string, ids []int64) {
+	if jobID, taskID, err := protocol.ParseMessageID(id); err == nil {
+		return jobID, []int64{taskID}
+	}
+	i := strings.LastIndexByte(id, ':')
+	first, count, ok := strings.Cut(id[i+1:], "+")
+	if i <= 0 || !ok {
+		return "", nil
+	}
+	f, err := strconv.ParseInt(first, 10, 64)
+	n, err2 := strconv.Atoi(count)
+	if err != nil || err2 != nil || f < 1 || n < 1 || n > protocol.MaxBatchSize || f-1 > math.MaxInt64-int64(n) {
+		return "", nil
+	}
+	ids = make([]int64, n)
+	for k := range ids {
+		ids[k] = f + int64(k)
+	}
+	return id[:i], ids
 }

@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,6 +121,64 @@ func TestReadDeadLetterOfAMalformedMessage(t *testing.T) {
 	require.Equal(t, "job-m", dl.JobID)
 	require.EqualValues(t, 7, dl.TaskID)
 	require.Equal(t, "not a task", dl.Error, "the worker's text first")
+}
+
+// deep is a JSON value nested deeper than Go's decoder accepts.
+var deep = strings.Repeat("[", 10_001) + strings.Repeat("]", 10_001)
+
+// A malformed dead letter still tells its tasks when its body or its
+// message id names them: the body's ids, read past payloads too deep to
+// decode, else the message id's task or batch range.
+func TestReadDeadLetterRecoversTheTasksOfAMalformedMessage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, id, body string
+		job            string
+		want           []int64
+	}{
+		{"a task with a deep payload", "", `{"job_id":"j","task_id":7,"payload":` + deep + `}`, "j", []int64{7}},
+		{"a batch with a deep payload, and gaps the message id does not show", "j:3+2",
+			`{"job_id":"j","tasks":[{"task_id":3,"payload":` + deep + `},{"payload":{"task_id":9},"task_id":5}]}`, "j", []int64{3, 5}},
+		{"ids after a deep value", "", `{"x":` + deep + `,"job_id":"j","task_id":2}`, "j", []int64{2}},
+		{"a batch out of order, a task twice", "", `{"job_id":"j","tasks":[{"task_id":5},{"task_id":3},{"task_id":5}]}`, "j", []int64{3, 5}},
+		{"garbage with a task's message id", "j:9", "\x00garbage", "j", []int64{9}},
+		{"garbage with a batch's message id", "j:4+3", "not json", "j", []int64{4, 5, 6}},
+		{"a job id with colons", "a:b:4+2", "not json", "a:b", []int64{4, 5}},
+		{"a body cut short: the message id", "j:1+3", `{"job_id":"j","tasks":[{"task_id":1},{"task_id":2}`, "j", []int64{1, 2, 3}},
+		{"a batch with a task_id too: the message id", "j:1+2", `{"job_id":"j","task_id":1,"tasks":[{"task_id":1},{"task_id":2}]}`, "j", []int64{1, 2}},
+		{"a task without a usable id: the message id", "j:1+2", `{"job_id":"j","tasks":[{"task_id":1},{"task_id":"2"}]}`, "j", []int64{1, 2}},
+		{"the body's job, another job's message id", "k:1", `{"job_id":"j","task_id":"x"}`, "j", nil},
+		{"a job id that is not a string", "", `{"job_id":{"job_id":"j"},"task_id":2}`, "", nil},
+		{"a batch id up to the last task id", "j:9223372036854775806+2", "not json", "j", []int64{9223372036854775806, 9223372036854775807}},
+		{"a body naming no job", "", `{"task_id":1}`, "", nil},
+		{"no id at all", "raw-1", "not json", "", nil},
+		{"a batch id counting nothing", "j:1+0", "not json", "", nil},
+		{"a batch id from task 0", "j:0+2", "not json", "", nil},
+		{"a batch id counting more than a batch holds", "j:1+1001", "not json", "", nil},
+		{"a batch id past the last task id", "j:9223372036854775807+2", "not json", "", nil},
+		{"a batch id without a job", ":1+2", "not json", "", nil},
+	}
+	for _, tt := range tests {
+		dl := wire.ReadDeadLetter(amqp.Delivery{MessageId: tt.id, Body: []byte(tt.body)})
+		require.ErrorIs(t, dl.Malformed, protocol.ErrMalformed, tt.name)
+		require.Equal(t, tt.job, dl.JobID, tt.name)
+		require.Equal(t, tt.want, dl.TaskIDs, tt.name)
+		if len(tt.want) > 0 {
+			require.Equal(t, tt.want[0], dl.TaskID, tt.name)
+		}
+	}
+
+	// A batch of more tasks than a batch may hold names none of them.
+	ids := make([]string, protocol.MaxBatchSize+1)
+	for i := range ids {
+		ids[i] = fmt.Sprintf(`{"task_id":%d}`, i+1)
+	}
+	dl := wire.ReadDeadLetter(amqp.Delivery{Body: []byte(`{"job_id":"j","tasks":[` + strings.Join(ids, ",") + `]}`)})
+	require.ErrorIs(t, dl.Malformed, protocol.ErrMalformed)
+	require.Empty(t, dl.TaskIDs)
+
+	// A task message's tasks are in Tasks.
+	require.Nil(t, wire.ReadDeadLetter(workerDead()).TaskIDs)
 }
 
 func TestReadDeadLetterOfABatch(t *testing.T) {
