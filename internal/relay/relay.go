@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren/internal/backoff"
 	"github.com/warrenhq/warren/internal/broker"
@@ -34,7 +35,7 @@ type Config struct {
 	Store store.Store
 	// Publisher publishes the task messages; the relay does not close it.
 	// Required.
-	Publisher *broker.Publisher
+	Publisher Publisher
 	// Names are the exchange and queue names.
 	Names protocol.Names
 	// BatchSize is the most tasks claimed and published per store round
@@ -83,6 +84,19 @@ func (c Config) validate() error {
 		return errors.New("relay: Config.Names is required (protocol.NamesFor(prefix))")
 	}
 	return nil
+}
+
+// Publisher publishes task messages with publisher confirms;
+// *broker.Publisher is the one the server gives.
+type Publisher interface {
+	// Publish sends msg and returns its confirmation, as
+	// broker.Publisher.Publish does.
+	Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) (*broker.Confirmation, error)
+	// PublishAlone sends msg on a channel of its own and waits for its
+	// confirm, as broker.Publisher.PublishAlone does.
+	PublishAlone(ctx context.Context, exchange, key string, msg amqp.Publishing) error
+	// Done is closed once the publisher cannot publish any more.
+	Done() <-chan struct{}
 }
 
 // retryPolicy is the backoff between rounds that failed (store or broker
