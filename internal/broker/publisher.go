@@ -216,6 +216,10 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 		delete(p.pending, c.tag)
 		p.mu.Unlock()
 		release()
+		if errors.Is(err, amqp.ErrClosed) {
+			// The channel closed before the listener heard of it.
+			return nil, fmt.Errorf("%w: %s: %w", ErrClosed, msg.MessageId, err)
+		}
 		return nil, fmt.Errorf("broker: publish %s to %q/%q: %w", msg.MessageId, exchange, key, err)
 	}
 	return c, nil
