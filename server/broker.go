@@ -57,7 +57,8 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	}
 	onPublished := s.cfg.Hooks.OnPublished
 	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names,
-		BatchSize: s.cfg.RelayBatchSize, PollInterval: s.cfg.RelayPollInterval, Logger: s.log,
+		BatchSize: s.cfg.RelayBatchSize, PollInterval: s.cfg.RelayPollInterval, MaxMessageBytes: s.cfg.RelayMaxMessageBytes,
+		Logger: s.log, OnFailed: func(n int) { s.failed.Add(float64(n)) }, OnReadyToClose: s.requestClose,
 		OnPublished: func(n int) {
 			s.published.Add(float64(n))
 			if onPublished != nil {
