@@ -49,7 +49,7 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	if bs.conConn, err = broker.Dial(ctx, s.cfg.AMQPURL, "warren server (aggregator)"+suffix); err != nil {
 		return nil, err
 	}
-	if err = broker.DeclareTopology(bs.conConn, s.names, &broker.TopologyOptions{RetryTiers: s.tiers, DeliveryLimit: s.cfg.DeliveryLimit}); err != nil {
+	if err = broker.DeclareTopology(bs.conConn, s.names, &broker.TopologyOptions{RetryTiers: s.tiers, DeliveryLimit: s.cfg.DeliveryLimit, Logger: s.log}); err != nil {
 		return nil, err
 	}
 	if bs.pub, err = broker.NewPublisher(bs.pubConn, &broker.PublisherOptions{Logger: s.log}); err != nil {
