@@ -49,7 +49,7 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	if bs.conConn, err = broker.Dial(ctx, s.cfg.AMQPURL, "warren server (aggregator)"+suffix); err != nil {
 		return nil, err
 	}
-	if err = broker.DeclareTopology(bs.conConn, s.names, &broker.TopologyOptions{RetryTiers: s.tiers, DeliveryLimit: s.cfg.DeliveryLimit}); err != nil {
+	if err = broker.DeclareTopology(bs.conConn, s.names, &broker.TopologyOptions{RetryTiers: s.tiers, DeliveryLimit: s.cfg.DeliveryLimit, Logger: s.log}); err != nil {
 		return nil, err
 	}
 	if bs.pub, err = broker.NewPublisher(bs.pubConn, &broker.PublisherOptions{Logger: s.log}); err != nil {
@@ -57,7 +57,8 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	}
 	onPublished := s.cfg.Hooks.OnPublished
 	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names,
-		BatchSize: s.cfg.RelayBatchSize, PollInterval: s.cfg.RelayPollInterval, Logger: s.log,
+		BatchSize: s.cfg.RelayBatchSize, PollInterval: s.cfg.RelayPollInterval, MaxMessageBytes: s.cfg.RelayMaxMessageBytes,
+		Logger: s.log, OnFailed: func(n int) { s.failed.Add(float64(n)) }, OnReadyToClose: s.requestClose,
 		OnPublished: func(n int) {
 			s.published.Add(float64(n))
 			if onPublished != nil {

@@ -37,6 +37,9 @@ const (
 	DefaultMaxBodyBytes = api.DefaultMaxBodyBytes
 	// DefaultRelayBatchSize is Config.RelayBatchSize's default.
 	DefaultRelayBatchSize = relay.DefaultBatchSize
+	// DefaultRelayMaxMessageBytes is Config.RelayMaxMessageBytes's
+	// default: 4 MiB.
+	DefaultRelayMaxMessageBytes = relay.DefaultMaxMessageBytes
 	// DefaultAggregatorBatchSize is Config.AggregatorBatchSize's default.
 	DefaultAggregatorBatchSize = aggregator.DefaultBatchSize
 	// DefaultAggregatorLinger is Config.AggregatorLinger's default.
@@ -85,6 +88,12 @@ type Config struct {
 	// RelayBatchSize is how many tasks the relay claims and publishes per
 	// store round trip; 0 means DefaultRelayBatchSize.
 	RelayBatchSize int
+	// RelayMaxMessageBytes bounds a task message's body: the relay cuts a
+	// job's batches short to stay under it, and publishes a task larger
+	// than that alone, failing it if the broker refuses it. Keep it at or
+	// below the broker's max_message_size (RabbitMQ 4: 16 MiB by default;
+	// 3.x: 128 MiB). 0 means DefaultRelayMaxMessageBytes.
+	RelayMaxMessageBytes int
 	// RelayPollInterval is how long an idle relay waits before looking at
 	// the outbox again when nothing woke it; 0 means the relay's default.
 	RelayPollInterval time.Duration
@@ -150,6 +159,9 @@ func (c Config) withDefaults() Config {
 	if c.RelayBatchSize == 0 {
 		c.RelayBatchSize = DefaultRelayBatchSize
 	}
+	if c.RelayMaxMessageBytes == 0 {
+		c.RelayMaxMessageBytes = DefaultRelayMaxMessageBytes
+	}
 	if c.AggregatorBatchSize == 0 {
 		c.AggregatorBatchSize = DefaultAggregatorBatchSize
 	}
@@ -179,6 +191,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("server: Config.DeliveryLimit must be >= 0, got %d", c.DeliveryLimit)
 	case c.RelayBatchSize < 1:
 		return fmt.Errorf("server: Config.RelayBatchSize must be >= 1, got %d", c.RelayBatchSize)
+	case c.RelayMaxMessageBytes < 1:
+		return fmt.Errorf("server: Config.RelayMaxMessageBytes must be >= 1, got %d", c.RelayMaxMessageBytes)
 	case c.AggregatorBatchSize < 1:
 		return fmt.Errorf("server: Config.AggregatorBatchSize must be >= 1, got %d", c.AggregatorBatchSize)
 	case c.AggregatorLinger < 0:

@@ -57,6 +57,7 @@ type Server struct {
 	ownStore  bool
 	registry  *prometheus.Registry
 	published prometheus.Counter
+	failed    prometheus.Counter // tasks the relay failed: their message cannot be published
 	aggHooks  aggregator.Hooks
 	recon     *reconciler.Reconciler
 	http      *http.Server
@@ -182,7 +183,11 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 	for _, d := range s.tiers {
 		queues = append(queues, s.names.RetryQueue(protocol.RetryTierName(d)))
 	}
-	s.registry.MustRegister(s.published, relay.NewBacklogCollector(s.store), metrics.NewDepthCollector(s.consumerConn, queues...))
+	s.failed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "warren_relay_failed_total",
+		Help: "Tasks the relay failed because their message cannot be published (refused by the broker, or not encodable).",
+	})
+	s.registry.MustRegister(s.published, s.failed, relay.NewBacklogCollector(s.store), metrics.NewDepthCollector(s.consumerConn, queues...))
 	h := s.cfg.Hooks
 	s.aggHooks = aggregator.NewMetrics(s.registry).Hooks(aggregator.Hooks{
 		OnBatch: h.OnBatch, OnJobClosed: h.OnJobClosed, OnInvalid: h.OnInvalid,

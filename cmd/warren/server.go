@@ -19,6 +19,7 @@ type serverFlags struct {
 	aggBatch   int
 	aggLinger  time.Duration
 	relayBatch int
+	relayMax   int
 	shutdown   time.Duration
 }
 
@@ -30,6 +31,8 @@ func (f *serverFlags) register(fs *flag.FlagSet, env *environment) {
 	fs.IntVar(&f.aggBatch, "aggregator-batch", server.DefaultAggregatorBatchSize, "results recorded per store transaction")
 	fs.DurationVar(&f.aggLinger, "aggregator-linger", server.DefaultAggregatorLinger, "how long a result batch waits to fill, once more than one result is waiting (a lone result is recorded at once)")
 	fs.IntVar(&f.relayBatch, "relay-batch", server.DefaultRelayBatchSize, "tasks published per outbox round trip")
+	fs.IntVar(&f.relayMax, "relay-max-message-bytes", server.DefaultRelayMaxMessageBytes,
+		"largest task message body the relay builds: batches are cut short to stay under it; keep it at or below RabbitMQ's max_message_size")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long requests in progress may take to finish")
 }
 
@@ -47,6 +50,8 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 		return server.Config{}, fmt.Errorf("--shutdown-timeout must be > 0, got %s", f.shutdown)
 	case f.maxBody < 1:
 		return server.Config{}, fmt.Errorf("--max-body must be >= 1, got %d", f.maxBody)
+	case f.relayMax < 1:
+		return server.Config{}, fmt.Errorf("--relay-max-message-bytes must be >= 1, got %d", f.relayMax)
 	}
 	tokens, err := server.ParseTokens(f.tokens)
 	if err != nil {
@@ -55,7 +60,7 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 	return server.Config{
 		AMQPURL: f.amqpURL, DatabaseURL: f.databaseURL, Prefix: f.prefix, RetryTiers: tiers,
 		Listen: f.listen, Tokens: tokens, MaxBodyBytes: f.maxBody, ShutdownTimeout: f.shutdown,
-		RelayBatchSize: f.relayBatch, AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
+		RelayBatchSize: f.relayBatch, RelayMaxMessageBytes: f.relayMax, AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
 		Logger: env.logger,
 	}, nil
 }

@@ -20,8 +20,17 @@ var (
 	// message (basic.nack).
 	ErrNacked = errors.New("broker: message nacked by the broker")
 	// ErrClosed means the publisher's channel or connection closed before
-	// the message was confirmed; it may or may not have been stored.
+	// the message was confirmed; it may or may not have been stored. When
+	// the broker closed it, the error also wraps the broker's *amqp.Error.
 	ErrClosed = errors.New("broker: publisher closed before confirmation")
+	// ErrRefused means the broker closed the channel with
+	// PRECONDITION_FAILED (406) while the message was unconfirmed on it:
+	// RabbitMQ does that to a channel that sends a message it refuses, one
+	// whose body is over its max_message_size for instance. The refused
+	// message is one of those unconfirmed on the channel, not necessarily
+	// this one; PublishAlone tells which. An error that wraps ErrRefused
+	// also wraps ErrClosed.
+	ErrRefused = errors.New("broker: channel closed by the broker over a refused message")
 	// ErrBlocked means the broker blocked the publisher's connection (a
 	// memory or disk alarm) for longer than PublisherOptions.BlockedWait.
 	// Nothing was sent.
@@ -55,6 +64,7 @@ type PublisherOptions struct {
 // Returned (unroutable) messages are reported as ErrUnroutable even though
 // the broker also acks them. It is safe for concurrent use.
 type Publisher struct {
+	conn    *amqp.Connection // for PublishAlone's channels
 	ch      *amqp.Channel
 	window  chan struct{}
 	blocked *blockState
@@ -64,7 +74,7 @@ type Publisher struct {
 	mu      sync.Mutex // guards the fields below; held only for map work
 	pending map[uint64]*Confirmation
 	closed  bool
-	reason  error
+	reason  *amqp.Error // why the channel closed, when the broker closed it
 
 	done chan struct{} // closed when the listener has stopped
 }
@@ -123,6 +133,18 @@ func NewPublisher(conn *amqp.Connection, opts *PublisherOptions) (*Publisher, er
 			log = opts.Logger
 		}
 	}
+	p, err := openPublisher(conn, window, newBlockState(blockedWait, log))
+	if err != nil {
+		return nil, err
+	}
+	go p.blocked.follow(conn.NotifyBlocked(make(chan amqp.Blocking, 4)))
+	return p, nil
+}
+
+// openPublisher opens a confirm-mode channel on conn and starts its
+// listener; blocked is the connection's block state, which the caller
+// keeps up to date.
+func openPublisher(conn *amqp.Connection, window int, blocked *blockState) (*Publisher, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("broker: open publisher channel: %w", err)
@@ -132,8 +154,9 @@ func NewPublisher(conn *amqp.Connection, opts *PublisherOptions) (*Publisher, er
 		return nil, fmt.Errorf("broker: enable publisher confirms: %w", err)
 	}
 	p := &Publisher{
+		conn:    conn,
 		ch:      ch,
-		blocked: newBlockState(blockedWait, log),
+		blocked: blocked,
 		window:  make(chan struct{}, window),
 		pending: make(map[uint64]*Confirmation),
 		done:    make(chan struct{}),
@@ -146,7 +169,6 @@ func NewPublisher(conn *amqp.Connection, opts *PublisherOptions) (*Publisher, er
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation))
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	go p.listen(returns, confirms, closes)
-	go p.blocked.follow(conn.NotifyBlocked(make(chan amqp.Blocking, 4)))
 	return p, nil
 }
 
@@ -194,6 +216,10 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 		delete(p.pending, c.tag)
 		p.mu.Unlock()
 		release()
+		if errors.Is(err, amqp.ErrClosed) {
+			// The channel closed before the listener heard of it.
+			return nil, fmt.Errorf("%w: %s: %w", ErrClosed, msg.MessageId, err)
+		}
 		return nil, fmt.Errorf("broker: publish %s to %q/%q: %w", msg.MessageId, exchange, key, err)
 	}
 	return c, nil
@@ -206,6 +232,23 @@ func (p *Publisher) PublishAndWait(ctx context.Context, exchange, key string, ms
 		return err
 	}
 	return c.Wait(ctx)
+}
+
+// PublishAlone publishes msg as PublishAndWait does, but on a channel of
+// its own, opened on the publisher's connection for this message and
+// closed after its confirm. A message the broker refuses by closing its
+// channel (one over its max_message_size) then costs only that channel:
+// the publisher's own channel, and the messages waiting for their
+// confirms on it, are not affected, and an error wrapping ErrRefused is
+// about msg and nothing else. It costs a channel per call: it is meant
+// for the few messages that may be refused.
+func (p *Publisher) PublishAlone(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	alone, err := openPublisher(p.conn, 1, p.blocked)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrClosed, msg.MessageId, err)
+	}
+	defer func() { _ = alone.Close() }()
+	return alone.PublishAndWait(ctx, exchange, key, msg)
 }
 
 // Done is closed when the publisher's channel has closed; the publisher
@@ -223,13 +266,52 @@ func (p *Publisher) Close() error {
 	return err
 }
 
+// closedErr is the error of a publish attempted after the channel closed:
+// the message was never sent, so it cannot have been refused.
 func (p *Publisher) closedErr() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.reason != nil {
-		return fmt.Errorf("%w: %v", ErrClosed, p.reason)
+	return &closedError{reason: p.reason}
+}
+
+// closedError is the error of a publish whose channel closed before its
+// confirm: ErrClosed, ErrRefused when the broker closed the channel with
+// PRECONDITION_FAILED while the message was out, and the broker's
+// *amqp.Error when it was the broker that closed it.
+type closedError struct {
+	messageID string      // "" when the message was never sent
+	reason    *amqp.Error // nil when the client closed the channel
+}
+
+func (e *closedError) Error() string {
+	msg := ErrClosed.Error()
+	if e.refused() {
+		msg = ErrRefused.Error()
 	}
-	return ErrClosed
+	if e.messageID != "" {
+		msg += ": " + e.messageID
+	}
+	if e.reason != nil {
+		msg += ": " + e.reason.Error()
+	}
+	return msg
+}
+
+func (e *closedError) refused() bool {
+	return e.messageID != "" && e.reason != nil && e.reason.Code == amqp.PreconditionFailed
+}
+
+// Is makes errors.Is see ErrClosed, and ErrRefused when it applies.
+func (e *closedError) Is(target error) bool {
+	return target == ErrClosed || (target == ErrRefused && e.refused())
+}
+
+// Unwrap returns the broker's error, for errors.As, or nil.
+func (e *closedError) Unwrap() error {
+	if e.reason == nil {
+		return nil
+	}
+	return e.reason
 }
 
 func (p *Publisher) listen(returns <-chan amqp.Return, confirms <-chan amqp.Confirmation, closes <-chan *amqp.Error) {
@@ -298,10 +380,6 @@ func (p *Publisher) failPending(reason *amqp.Error) {
 	p.pending = make(map[uint64]*Confirmation)
 	p.mu.Unlock()
 	for _, c := range pending {
-		if reason != nil {
-			c.resolve(fmt.Errorf("%w: %s: %v", ErrClosed, c.messageID, reason))
-		} else {
-			c.resolve(fmt.Errorf("%w: %s", ErrClosed, c.messageID))
-		}
+		c.resolve(&closedError{messageID: c.messageID, reason: reason})
 	}
 }

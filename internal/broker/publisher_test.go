@@ -140,3 +140,89 @@ func TestDialFailureIsOneLine(t *testing.T) {
 	require.NotContains(t, err.Error(), "\n")
 	require.Contains(t, err.Error(), "cannot connect to RabbitMQ")
 }
+
+// notTheUser is a user id that is not the test connection's: RabbitMQ
+// refuses a message that claims it the way it refuses one over its
+// max_message_size, by closing the channel with PRECONDITION_FAILED.
+const notTheUser = "warren-test-not-the-user"
+
+// A message the broker refuses closes the channel it came on; every
+// message unconfirmed on it fails with ErrRefused, and a publish after
+// that with ErrClosed alone: it was never sent.
+func TestPublisherReportsARefusedMessage(t *testing.T) {
+	t.Parallel()
+	names, conn := amqptest.Topology(t, nil)
+	p, err := broker.NewPublisher(conn, nil)
+	require.NoError(t, err)
+	defer p.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bad := msg("refused")
+	bad.UserId = notTheUser
+	c, err := p.Publish(ctx, names.JobsExchange, protocol.RoutingKeyTask, bad)
+	require.NoError(t, err)
+	err = c.Wait(ctx)
+	require.ErrorIs(t, err, broker.ErrRefused)
+	require.ErrorIs(t, err, broker.ErrClosed)
+	var amqpErr *amqp.Error
+	require.ErrorAs(t, err, &amqpErr)
+	require.Equal(t, amqp.PreconditionFailed, amqpErr.Code)
+
+	_, err = p.Publish(ctx, names.JobsExchange, protocol.RoutingKeyTask, msg("after"))
+	require.ErrorIs(t, err, broker.ErrClosed)
+	require.NotErrorIs(t, err, broker.ErrRefused, "a message never sent was not refused")
+}
+
+// PublishAlone tells which message the broker refuses, and the refusal
+// costs the publisher's own channel nothing.
+func TestPublishAloneRefusalCostsOnlyItsOwnChannel(t *testing.T) {
+	t.Parallel()
+	names, conn := amqptest.Topology(t, nil)
+	p, err := broker.NewPublisher(conn, nil)
+	require.NoError(t, err)
+	defer p.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	waiting, err := p.Publish(ctx, names.JobsExchange, protocol.RoutingKeyTask, msg("neighbour"))
+	require.NoError(t, err)
+	bad := msg("refused")
+	bad.UserId = notTheUser
+	err = p.PublishAlone(ctx, names.JobsExchange, protocol.RoutingKeyTask, bad)
+	require.ErrorIs(t, err, broker.ErrRefused)
+	require.ErrorContains(t, err, "PRECONDITION_FAILED")
+
+	require.NoError(t, waiting.Wait(ctx), "a message on the publisher's channel is not affected")
+	require.NoError(t, p.PublishAlone(ctx, names.JobsExchange, protocol.RoutingKeyTask, msg("alone")))
+	require.NoError(t, p.PublishAndWait(ctx, names.JobsExchange, protocol.RoutingKeyTask, msg("after")))
+	select {
+	case <-p.Done():
+		t.Fatal("the publisher's channel closed")
+	default:
+	}
+	require.Equal(t, 3, amqptest.QueueDepth(t, conn, names.TasksQueue))
+	require.ErrorIs(t, p.PublishAlone(ctx, names.JobsExchange, "no-such-key", msg("lost")), broker.ErrUnroutable)
+}
+
+// What RabbitMQ does with a message over its max_message_size (128 MiB by
+// default on 3.x, 16 MiB on 4.x): it takes the whole body, then closes
+// the channel with PRECONDITION_FAILED, "message size N is larger than
+// configured max size M"; the connection stays open.
+func TestPublishAloneReportsAMessageOverTheBrokersMaxSize(t *testing.T) {
+	t.Parallel()
+	names, conn := amqptest.Topology(t, nil)
+	p, err := broker.NewPublisher(conn, nil)
+	require.NoError(t, err)
+	defer p.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	big := msg("big")
+	big.Body = make([]byte, 128<<20+1)
+	err = p.PublishAlone(ctx, names.JobsExchange, protocol.RoutingKeyTask, big)
+	require.ErrorIs(t, err, broker.ErrRefused, "is the broker's max_message_size above 128 MiB?")
+	require.ErrorContains(t, err, "message size 134217729 is larger than")
+	require.False(t, conn.IsClosed())
+	require.NoError(t, p.PublishAndWait(ctx, names.JobsExchange, protocol.RoutingKeyTask, msg("small")))
+}

@@ -1,7 +1,10 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -14,11 +17,27 @@ import (
 // is dead-lettered by the broker itself.
 const DefaultDeliveryLimit = 20
 
+// DeadLetterDeliveryLimit is the x-delivery-limit of the dead-letter
+// queues for people, tasks.dlq and results.dlq: the largest 32-bit AMQP
+// integer, out of reach of any number of listings. Listing a queue takes
+// its messages and returns them, and RabbitMQ counts every return as a
+// delivery (3.10 and later; from 4.3, a channel closed with the messages
+// unacknowledged still counts). They need a limit: from RabbitMQ 4.0 a
+// quorum queue declared without one gets 20, and these queues have no
+// dead-letter target, so the 21st listing would drop every message. -1,
+// which lifts the limit on 4.x, drops a message at its first return on
+// 3.x; a dead-letter target would move messages, not keep them.
+const DeadLetterDeliveryLimit = math.MaxInt32
+
 // TopologyOptions configures DeclareTopology.
 type TopologyOptions struct {
 	// DeliveryLimit is x-delivery-limit for the work and result queues;
 	// 0 means DefaultDeliveryLimit.
 	DeliveryLimit int
+	// Logger receives a warning for each dead-letter queue that an earlier
+	// warren declared without DeadLetterDeliveryLimit (it is used as it
+	// is); nil means slog.Default().
+	Logger *slog.Logger
 	// RetryTiers are the delays of the retry tiers, one queue each; nil
 	// or empty means protocol.DefaultRetryTiers. Each must be a positive
 	// whole number of milliseconds (see CheckRetryTiers). A tier's queue
@@ -32,6 +51,13 @@ func (o *TopologyOptions) deliveryLimit() int {
 		return DefaultDeliveryLimit
 	}
 	return o.DeliveryLimit
+}
+
+func (o *TopologyOptions) logger() *slog.Logger {
+	if o == nil || o.Logger == nil {
+		return slog.Default()
+	}
+	return o.Logger
 }
 
 func (o *TopologyOptions) retryTiers() []time.Duration {
@@ -57,11 +83,17 @@ func CheckRetryTiers(tiers []time.Duration) error {
 type queueSpec struct {
 	name, exchange, key string
 	args                amqp.Table
+	// legacy, when set, are the arguments an earlier warren declared the
+	// queue with: a queue that exists with them is used as it is.
+	legacy amqp.Table
 }
 
 // DeclareTopology declares warren's exchanges, queues and bindings with
 // names, idempotently: every process calls it at start. A queue that
-// exists with other arguments is an error that says which.
+// exists with other arguments is an error that says which, except a
+// dead-letter queue for people that an earlier warren declared without
+// DeadLetterDeliveryLimit: it is used as it is, with a warning
+// (docs/operations.md says how to migrate it).
 //
 // Besides the work, result and dead-letter queues it declares the retry
 // exchange with one delay queue per retry tier, and the fanout control
@@ -92,19 +124,27 @@ func DeclareTopology(conn *amqp.Connection, names protocol.Names, opts *Topology
 	}
 	queues := []queueSpec{
 		{names.TasksQueue, names.JobsExchange, protocol.RoutingKeyTask,
-			deadLettering(names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, limit)},
+			deadLettering(names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, limit), nil},
 		{names.ResultsQueue, names.ResultsExchange, protocol.RoutingKeyResult,
-			deadLettering(names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, limit)},
+			deadLettering(names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, limit), nil},
 		{names.DeadQueue, names.DeadLetterExchange, protocol.RoutingKeyTaskFailed,
-			deadLettering(names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, limit)},
-		{names.TasksDLQ, names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, quorum()},
-		{names.ResultsDLQ, names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, quorum()},
+			deadLettering(names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, limit), nil},
+		{names.TasksDLQ, names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, parking(), quorum()},
+		{names.ResultsDLQ, names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, parking(), quorum()},
 	}
 	for _, d := range tiers {
 		queues = append(queues, retryTier(names, d))
 	}
 	for _, q := range queues {
-		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
+		_, err := ch.QueueDeclare(q.name, true, false, false, false, q.args)
+		if err != nil && q.legacy != nil && isPreconditionFailed(err) {
+			legacyCh, legacyErr := declareLegacy(conn, q, opts.logger())
+			if legacyErr != nil {
+				return legacyErr
+			}
+			ch, err = legacyCh, nil // the refusal closed the last one
+		}
+		if err != nil {
 			return fmt.Errorf("broker: declare queue %q (it may exist with other arguments; delete it or use another WARREN_PREFIX): %w", q.name, err)
 		}
 		if err := ch.QueueBind(q.name, q.key, q.exchange, false, nil); err != nil {
@@ -147,8 +187,44 @@ func DeleteTopology(conn *amqp.Connection, names protocol.Names, tiers ...time.D
 	return nil
 }
 
+// declareLegacy declares q with the arguments an earlier warren gave it,
+// on a new channel (the broker closed the last one when it refused q's
+// arguments), and returns that channel. If the queue does not have those
+// either, it is the error of q's own arguments.
+func declareLegacy(conn *amqp.Connection, q queueSpec, log *slog.Logger) (*amqp.Channel, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("broker: open topology channel: %w", err)
+	}
+	if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.legacy); err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("broker: declare queue %q (it exists with other arguments than warren's, %v): %w", q.name, q.args, err)
+	}
+	log.Warn("broker: this dead-letter queue was declared by an earlier warren, without a delivery limit of its own: on RabbitMQ 4, listing it more than 20 times drops its messages, unless a policy sets its delivery-limit; migrate it as docs/operations.md says (Dead-letter queues)",
+		"queue", q.name)
+	return ch, nil
+}
+
+// isPreconditionFailed reports whether err is the broker's
+// PRECONDITION_FAILED, its answer to a queue declared again with other
+// arguments.
+func isPreconditionFailed(err error) bool {
+	var amqpErr *amqp.Error
+	return errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed
+}
+
 func quorum() amqp.Table {
 	return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
+}
+
+// parking is a dead-letter queue for people: a quorum queue whose
+// delivery limit no listing reaches (DeadLetterDeliveryLimit), and no
+// dead-letter target, so a message leaves it only when someone removes
+// it.
+func parking() amqp.Table {
+	t := quorum()
+	t["x-delivery-limit"] = int64(DeadLetterDeliveryLimit)
+	return t
 }
 
 // deadLettering is a quorum queue that dead-letters, at least once, to
@@ -180,5 +256,5 @@ func retryTier(names protocol.Names, d time.Duration) queueSpec {
 	name := protocol.RetryTierName(d)
 	args := atLeastOnce(names.JobsExchange, protocol.RoutingKeyTask)
 	args["x-message-ttl"] = d.Milliseconds()
-	return queueSpec{names.RetryQueue(name), names.RetryExchange, name, args}
+	return queueSpec{names.RetryQueue(name), names.RetryExchange, name, args, nil}
 }

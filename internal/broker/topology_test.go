@@ -1,7 +1,10 @@
 package broker_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,4 +194,67 @@ func TestDeleteTopologyLeavesNothingBehind(t *testing.T) {
 		err = ch.ExchangeDeclarePassive(x, amqp.ExchangeDirect, true, false, false, false, nil)
 		require.Error(t, err, "exchange %s is still there", x)
 	}
+}
+
+// The dead-letter queues for people have a delivery limit no listing
+// reaches, and no dead-letter target: exactly these arguments, or
+// redeclaring them would fail.
+func TestDeclareTopologyDeadLetterQueueArguments(t *testing.T) {
+	t.Parallel()
+	names, conn := amqptest.Topology(t, nil)
+	declare := func(queue string, args amqp.Table) error {
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		defer func() { _ = ch.Close() }()
+		_, err = ch.QueueDeclare(queue, true, false, false, false, args)
+		return err
+	}
+	for _, q := range []string{names.TasksDLQ, names.ResultsDLQ} {
+		require.NoError(t, declare(q, amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(2147483647)}), q)
+		require.Error(t, declare(q, amqp.Table{"x-queue-type": "quorum"}), "%s has a delivery limit", q)
+	}
+}
+
+// An installation whose dead-letter queues an earlier warren declared
+// (quorum, nothing else) keeps working: they are used as they are, with a
+// warning that says how to migrate them. Any other arguments are still an
+// error.
+func TestDeclareTopologyKeepsTheDeadLetterQueuesOfAnEarlierWarren(t *testing.T) {
+	t.Parallel()
+	conn := amqptest.Dial(t)
+	names := protocol.NamesFor(amqptest.Prefix(t))
+	t.Cleanup(func() { _ = broker.DeleteTopology(conn, names) })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	for _, q := range []string{names.TasksDLQ, names.ResultsDLQ} {
+		_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		require.NoError(t, err)
+	}
+	require.NoError(t, ch.Close())
+
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	require.NoError(t, broker.DeclareTopology(conn, names, &broker.TopologyOptions{Logger: log}))
+	require.Equal(t, 2, strings.Count(logs.String(), "level=WARN"), logs.String())
+	require.Contains(t, logs.String(), names.TasksDLQ)
+	require.Contains(t, logs.String(), names.ResultsDLQ)
+	require.Contains(t, logs.String(), "docs/operations.md")
+
+	// The rest is declared, and the old queues are bound.
+	p, err := broker.NewPublisher(conn, nil)
+	require.NoError(t, err)
+	defer p.Close()
+	require.NoError(t, p.PublishAndWait(context.Background(), names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, msg("dead")))
+	require.Equal(t, 1, amqptest.QueueDepth(t, conn, names.TasksDLQ))
+	require.Equal(t, 1, amqptest.QueueDepth(t, conn, names.DeadQueue))
+
+	ch, err = conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDelete(names.ResultsDLQ, false, false, false)
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare(names.ResultsDLQ, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(5)})
+	require.NoError(t, err)
+	require.NoError(t, ch.Close())
+	err = broker.DeclareTopology(conn, names, &broker.TopologyOptions{Logger: log})
+	require.ErrorContains(t, err, names.ResultsDLQ)
 }

@@ -579,3 +579,24 @@ func TestOperationsOnAMissingQueueFail(t *testing.T) {
 	require.True(t, errors.As(err, &amqpErr))
 	require.Equal(t, amqp.NotFound, amqpErr.Code)
 }
+
+// Listing takes every message and gives it back, and RabbitMQ counts each
+// return as a delivery: from 4.0, a quorum queue declared without a
+// delivery limit drops a message returned more than 20 times (3.x had no
+// default limit, so amqptest gives the queue RabbitMQ 4's). The dead-letter
+// queue's own limit is out of the listings' reach: 50 listings in a row
+// keep every dead letter.
+func TestFiftyListingsKeepEveryDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	amqptest.RabbitMQ4DeliveryLimit(t, b.conn, b.names.TasksDLQ)
+	var all []string
+	for i := range 5 {
+		b.dead(t, "job-a", int64(i+1), i)
+		all = append(all, protocol.MessageID("job-a", int64(i+1)))
+	}
+	for i := range 50 {
+		require.Equal(t, all, ids(b.list(t, deadletters.Filter{})), "listing %d", i+1)
+	}
+	require.Equal(t, 5, b.depth(t, b.names.TasksDLQ))
+}

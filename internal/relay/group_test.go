@@ -1,10 +1,14 @@
 package relay
 
 import (
+	"encoding/json"
+	"fmt"
 	"testing"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store"
 )
@@ -36,6 +40,37 @@ func TestGroupPacksConsecutiveTasksOfOneJob(t *testing.T) {
 	}
 	require.Equal(t, [][]string{
 		{"a:1", "a:2", "a:3"}, {"a:4", "a:7"}, {"a:8", "a:9"}, {"b:1"}, {"b:2"}, {"c:5"},
-	}, groupIDs(group(tasks)))
-	require.Empty(t, group(nil))
+	}, groupIDs(group(tasks, DefaultMaxMessageBytes)))
+	require.Empty(t, group(nil, DefaultMaxMessageBytes))
+}
+
+func sized(job string, id int64, batch, payload int) store.OutboxTask {
+	t := outboxTask(job, id, 0, batch)
+	t.Payload = make(json.RawMessage, payload)
+	return t
+}
+
+// The estimate of a batch's body (payloads plus overheads) stays within
+// maxBytes; a task too large to share a message gets one of its own.
+func TestGroupCutsByBytes(t *testing.T) {
+	t.Parallel()
+	const max = 1000
+	tasks := []store.OutboxTask{
+		sized("a", 1, 10, 300), sized("a", 2, 10, 300), sized("a", 3, 10, 300), // 3 x (300 + 48) + 32 + 1 = 1077: two fit
+		sized("a", 4, 10, 2000), // alone
+		sized("a", 5, 10, 100), sized("a", 6, 10, 100),
+	}
+	require.Equal(t, [][]string{{"a:1", "a:2"}, {"a:3"}, {"a:4"}, {"a:5", "a:6"}}, groupIDs(group(tasks, max)))
+}
+
+// What RabbitMQ says when it refuses a message over its max_message_size
+// (3.10, default limit) becomes the task's error.
+func TestRefusalErrorNamesTheSize(t *testing.T) {
+	t.Parallel()
+	refused := fmt.Errorf("%w: 01J:1: %w", broker.ErrRefused, &amqp.Error{Code: amqp.PreconditionFailed, Server: true,
+		Reason: "PRECONDITION_FAILED - message size 134217729 is larger than configured max size 134217728"})
+	require.Equal(t, "task message too large for the broker (134217729 bytes): PRECONDITION_FAILED - message size 134217729 is larger than configured max size 134217728",
+		refusalError(134217729, refused))
+	other := fmt.Errorf("%w: %w", broker.ErrRefused, &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - something else"})
+	require.Equal(t, "task message refused by the broker (10 bytes): PRECONDITION_FAILED - something else", refusalError(10, other))
 }

@@ -3,6 +3,11 @@
 // routing, and marks them queued only after the broker confirmed them. A
 // crash between a publish and its mark causes at most a duplicate task
 // message (which the aggregator absorbs), never a lost task.
+//
+// A task whose message can never be published (the broker refuses it,
+// too large for its max_message_size, or it cannot be encoded) is failed
+// in the store with the reason, so that its job closes and the jobs
+// behind it in the outbox are not held up.
 package relay
 
 import (
@@ -13,10 +18,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren/internal/backoff"
 	"github.com/warrenhq/warren/internal/broker"
-	"github.com/warrenhq/warren/internal/wire"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store"
 )
@@ -26,6 +31,9 @@ const (
 	DefaultBatchSize    = 500
 	DefaultConcurrency  = 2
 	DefaultPollInterval = 250 * time.Millisecond
+	// DefaultMaxMessageBytes is 4 MiB: well under RabbitMQ 4's default
+	// max_message_size (16 MiB; 3.x: 128 MiB).
+	DefaultMaxMessageBytes = 4 << 20
 )
 
 // Config configures a Relay.
@@ -34,7 +42,7 @@ type Config struct {
 	Store store.Store
 	// Publisher publishes the task messages; the relay does not close it.
 	// Required.
-	Publisher *broker.Publisher
+	Publisher Publisher
 	// Names are the exchange and queue names.
 	Names protocol.Names
 	// BatchSize is the most tasks claimed and published per store round
@@ -50,11 +58,26 @@ type Config struct {
 	// PollInterval is how long an idle relay waits before looking for new
 	// tasks when nobody calls Wake; 0 means DefaultPollInterval.
 	PollInterval time.Duration
+	// MaxMessageBytes bounds the body of a task message: a job's batches
+	// (batch_size) are cut short to stay under it. A single task whose
+	// message is larger still is published alone, on a channel of its
+	// own, so that a broker that refuses it (over its max_message_size)
+	// closes only that channel; refused MaxRefusals times in a row, the
+	// task is failed. Keep it at or below the broker's max_message_size.
+	// 0 means DefaultMaxMessageBytes.
+	MaxMessageBytes int
 	// Logger receives the relay's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// OnPublished, when set, is called after each batch with the number of
 	// tasks marked queued. It must not block.
 	OnPublished func(n int)
+	// OnFailed, when set, is called with the number of tasks the relay
+	// failed because their message cannot be published. It must not
+	// block.
+	OnFailed func(n int)
+	// OnReadyToClose, when set, is called with each job that failing such
+	// tasks made ready to close. It must not block.
+	OnReadyToClose func(jobID string)
 }
 
 func (c Config) withDefaults() Config {
@@ -66,6 +89,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -81,8 +107,23 @@ func (c Config) validate() error {
 		return errors.New("relay: Config.Publisher is required")
 	case c.Names.JobsExchange == "":
 		return errors.New("relay: Config.Names is required (protocol.NamesFor(prefix))")
+	case c.MaxMessageBytes < 0:
+		return fmt.Errorf("relay: Config.MaxMessageBytes must be >= 0, got %d", c.MaxMessageBytes)
 	}
 	return nil
+}
+
+// Publisher publishes task messages with publisher confirms;
+// *broker.Publisher is the one the server gives.
+type Publisher interface {
+	// Publish sends msg and returns its confirmation, as
+	// broker.Publisher.Publish does.
+	Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) (*broker.Confirmation, error)
+	// PublishAlone sends msg on a channel of its own and waits for its
+	// confirm, as broker.Publisher.PublishAlone does.
+	PublishAlone(ctx context.Context, exchange, key string, msg amqp.Publishing) error
+	// Done is closed once the publisher cannot publish any more.
+	Done() <-chan struct{}
 }
 
 // retryPolicy is the backoff between rounds that failed (store or broker
@@ -182,7 +223,8 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
 // their confirms and marks the confirmed ones queued. It returns how many
 // were marked. Tasks that were not confirmed stay pending and are tried
 // again by a later call; if none was confirmed, the first error is
-// returned.
+// returned. Tasks whose message can never be published are failed in the
+// store (see Config.MaxMessageBytes).
 func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	n, _, err := r.relayOnce(ctx)
 	return n, err
@@ -190,98 +232,23 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 
 // relayOnce is RelayOnce, also returning how many tasks the store offered.
 func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, err error) {
+	var failed []failure
 	n, err := r.cfg.Store.RelayBatch(ctx, r.cfg.BatchSize, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
 		claimed = len(tasks)
-		return r.publish(ctx, tasks)
+		rd := r.publish(ctx, tasks)
+		failed = rd.failed
+		return rd.result(r.cfg.Logger, len(tasks))
 	})
+	// Only now: on PostgreSQL, RelayBatch holds the claimed rows locked
+	// until it returns, and failing a task writes its row.
+	failErr := r.fail(ctx, failed)
 	if err != nil {
 		return 0, claimed, err
 	}
 	if n > 0 && r.cfg.OnPublished != nil {
 		r.cfg.OnPublished(n)
 	}
-	return n, claimed, nil
-}
-
-func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
-	groups := group(tasks)
-	if last := groups[len(groups)-1]; len(tasks) == r.cfg.BatchSize && len(groups) > 1 && len(last) < last[0].BatchSize {
-		// The claim cut the last batch short and more tasks are
-		// waiting: leave it pending, to go out whole with the next claim.
-		groups = groups[:len(groups)-1]
-	}
-	confs := make([]*broker.Confirmation, 0, len(groups))
-	var firstErr error
-	for _, g := range groups {
-		out, err := r.message(g)
-		if err != nil {
-			// A row that cannot be encoded is a bug in the store, not a
-			// broker problem; skip it loudly rather than block the outbox.
-			r.cfg.Logger.Error("relay: cannot encode task", "job_id", g[0].JobID, "task_id", g[0].TaskID, "tasks", len(g), "error", err)
-			confs = append(confs, nil)
-			continue
-		}
-		c, err := r.cfg.Publisher.Publish(ctx, out.Exchange, out.Key, out.Msg)
-		if err != nil {
-			firstErr = err
-			break // the channel is gone or ctx is done: wait for what is out
-		}
-		confs = append(confs, c)
-	}
-	confirmed := make([]store.TaskRef, 0, len(tasks))
-	for i, c := range confs {
-		if c == nil {
-			continue
-		}
-		if err := c.Wait(ctx); err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		for _, t := range groups[i] {
-			confirmed = append(confirmed, t.Ref())
-		}
-	}
-	if len(confirmed) == 0 && firstErr != nil {
-		return nil, firstErr
-	}
-	if firstErr != nil {
-		r.cfg.Logger.Warn("relay: some tasks were not confirmed; they stay pending",
-			"confirmed", len(confirmed), "claimed", len(tasks), "error", firstErr)
-	}
-	return confirmed, nil
-}
-
-// group splits outbox tasks, in the order the store returns them, into
-// the groups that go out as one message each: runs of consecutive tasks
-// of one job, with the same attempts, of at most the job's batch size. A
-// job with batch size 1 gets one group per task.
-func group(tasks []store.OutboxTask) [][]store.OutboxTask {
-	groups := make([][]store.OutboxTask, 0, len(tasks))
-	for i := 0; i < len(tasks); {
-		size := min(max(tasks[i].BatchSize, 1), protocol.MaxBatchSize)
-		j := i + 1
-		for j < len(tasks) && j-i < size && tasks[j].JobID == tasks[i].JobID &&
-			tasks[j].Attempts == tasks[i].Attempts && tasks[j].TaskID > tasks[j-1].TaskID {
-			j++
-		}
-		groups = append(groups, tasks[i:j:j])
-		i = j
-	}
-	return groups
-}
-
-// message returns the task message of a group from group: a single task
-// message for one task, else a task batch message. The group's tasks
-// share their job, type, attempts and retry budget.
-func (r *Relay) message(g []store.OutboxTask) (wire.Outbound, error) {
-	m := wire.TaskMessage{JobID: g[0].JobID, Type: g[0].Type, Retries: g[0].Attempts, MaxRetries: g[0].MaxRetries,
-		Tasks: make([]protocol.BatchTask, len(g))}
-	for i, t := range g {
-		m.Tasks[i] = protocol.BatchTask{TaskID: t.TaskID, Payload: t.Payload}
-	}
-	return wire.Tasks(r.cfg.Names, m)
+	return n, claimed, failErr
 }
 
 // BacklogCollector is a Prometheus collector of warren_relay_backlog: the

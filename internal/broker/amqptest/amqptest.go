@@ -4,10 +4,16 @@
 package amqptest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -94,4 +100,86 @@ func QueueDepth(t testing.TB, conn *amqp.Connection, queue string) int {
 		t.Fatalf("inspect queue %q: %v", queue, err)
 	}
 	return q.Messages
+}
+
+// RabbitMQ4DeliveryLimit makes queue count deliveries as RabbitMQ 4.0 and
+// later do, on a broker older than that: from 4.0, a quorum queue declared
+// without x-delivery-limit gets the limit 20, and a message returned more
+// often than that is dropped (or dead-lettered, if the queue has a
+// target), while 3.x has no default limit. On a 3.x broker, for a queue
+// declared without x-delivery-limit, it sets that limit with a policy
+// (rabbitmqctl set_policy), cleared when the test ends. On RabbitMQ 4 or
+// later, or for a queue declared with a delivery limit, it does nothing:
+// the broker's own rule applies. It skips the test when it needs
+// rabbitmqctl and cannot run it.
+func RabbitMQ4DeliveryLimit(t testing.TB, conn *amqp.Connection, queue string) {
+	t.Helper()
+	if version, _ := conn.Properties["version"].(string); !strings.HasPrefix(version, "3.") {
+		return
+	}
+	uri, err := amqp.ParseURI(URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	args, err := queueArguments(uri.Vhost, queue)
+	if err != nil {
+		t.Skipf("RabbitMQ 3.x has no default delivery limit, and rabbitmqctl, needed to give %s RabbitMQ 4's, failed: %v", queue, err)
+	}
+	if _, ok := args["x-delivery-limit"]; ok {
+		return
+	}
+	pattern := "^" + regexp.QuoteMeta(queue) + "$"
+	if _, err := rabbitmqctl("set_policy", "-p", uri.Vhost, "--apply-to", "queues", "--priority", "1000",
+		queue, pattern, `{"delivery-limit":20}`); err != nil {
+		t.Fatalf("give %s RabbitMQ 4's default delivery limit: %v", queue, err)
+	}
+	t.Cleanup(func() {
+		if _, err := rabbitmqctl("clear_policy", "-p", uri.Vhost, queue); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+}
+
+// queueArguments returns the arguments queue was declared with, as
+// rabbitmqctl lists them.
+func queueArguments(vhost, queue string) (map[string]any, error) {
+	out, err := rabbitmqctl("list_queues", "-p", vhost, "name", "arguments", "--formatter", "json")
+	if err != nil {
+		return nil, err
+	}
+	var queues []struct {
+		Name      string  `json:"name"`
+		Arguments [][]any `json:"arguments"` // [name, type, value]
+	}
+	if err := json.Unmarshal(out, &queues); err != nil {
+		return nil, fmt.Errorf("rabbitmqctl list_queues: %w", err)
+	}
+	for _, q := range queues {
+		if q.Name == queue {
+			args := make(map[string]any, len(q.Arguments))
+			for _, a := range q.Arguments {
+				if len(a) == 3 {
+					if name, ok := a[0].(string); ok {
+						args[name] = a[2]
+					}
+				}
+			}
+			return args, nil
+		}
+	}
+	return nil, fmt.Errorf("rabbitmqctl does not list queue %q", queue)
+}
+
+func rabbitmqctl(args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q"}, args...)...).Output()
+	if err != nil {
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			return nil, fmt.Errorf("rabbitmqctl %s: %w: %s", args[0], err, bytes.TrimSpace(exitErr.Stderr))
+		}
+		return nil, fmt.Errorf("rabbitmqctl %s: %w", args[0], err)
+	}
+	return out, nil
 }

@@ -1,0 +1,82 @@
+package relay
+
+import (
+	"github.com/warrenhq/warren/internal/wire"
+	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/store"
+)
+
+// What a message body holds besides its tasks' payloads, at most (the
+// JSON of a batch body; a single task's body is smaller): per task,
+// {"task_id":N,"payload":} and a comma; per message, the job id and
+// {"job_id":"","tasks":[]}.
+const (
+	taskOverhead    = 48
+	messageOverhead = 32
+)
+
+// group splits outbox tasks, in the order the store returns them, into
+// the groups that go out as one message each: runs of consecutive tasks
+// of one job, with the same attempts, of at most the job's batch size and,
+// by an estimate of the body from the payloads' lengths, of at most
+// maxBytes. A job with batch size 1 gets one group per task, and so does
+// a task too large to share a message.
+func group(tasks []store.OutboxTask, maxBytes int) [][]store.OutboxTask {
+	groups := make([][]store.OutboxTask, 0, len(tasks))
+	for i := 0; i < len(tasks); {
+		size := min(max(tasks[i].BatchSize, 1), protocol.MaxBatchSize)
+		bytes := messageOverhead + len(tasks[i].JobID) + taskOverhead + len(tasks[i].Payload)
+		j := i + 1
+		for j < len(tasks) && j-i < size && tasks[j].JobID == tasks[i].JobID &&
+			tasks[j].Attempts == tasks[i].Attempts && tasks[j].TaskID > tasks[j-1].TaskID {
+			bytes += taskOverhead + len(tasks[j].Payload)
+			if bytes > maxBytes {
+				break
+			}
+			j++
+		}
+		groups = append(groups, tasks[i:j:j])
+		i = j
+	}
+	return groups
+}
+
+// message is one task message and the tasks it carries.
+type message struct {
+	tasks []store.OutboxTask
+	out   wire.Outbound
+}
+
+// size is the length of the message's body: what the broker's
+// max_message_size bounds.
+func (m message) size() int { return len(m.out.Msg.Body) }
+
+// encode returns the messages of a group: one, unless its body came out
+// over MaxMessageBytes (the estimate fell short: JSON escapes "<" in six
+// bytes, say), in which case the group is split in halves until each
+// part fits or holds a single task. A task that cannot be encoded is
+// failed in rd, and its group-mates go without it.
+func (r *Relay) encode(g []store.OutboxTask, rd *round) []message {
+	out, err := r.message(g)
+	switch {
+	case err != nil && len(g) == 1:
+		rd.fail(r.cfg.Logger, g[0], 0, "task message cannot be encoded: "+err.Error())
+		return nil
+	case err == nil && (len(g) == 1 || len(out.Msg.Body) <= r.cfg.MaxMessageBytes):
+		return []message{{tasks: g, out: out}}
+	}
+	half := len(g) / 2
+	return append(r.encode(g[:half], rd), r.encode(g[half:], rd)...)
+}
+
+// message returns the task message of a group: a single task message for
+// one task, else a task batch message. The group's tasks share their
+// job, type, attempts and retry budget.
+func (r *Relay) message(g []store.OutboxTask) (wire.Outbound, error) {
+	m := wire.TaskMessage{JobID: g[0].JobID, Type: g[0].Type, Retries: g[0].Attempts, MaxRetries: g[0].MaxRetries,
+		Tasks: make([]protocol.BatchTask, len(g))}
+	for i, t := range g {
+		m.Tasks[i] = protocol.BatchTask{TaskID: t.TaskID, Payload: t.Payload}
+	}
+	return wire.Tasks(r.cfg.Names, m)
+}
