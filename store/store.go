@@ -92,15 +92,23 @@ type Store interface {
 	// its terminal state and result, streaming (results are never all in
 	// memory at once). An error from fn stops the scan and is returned.
 	ScanResults(ctx context.Context, jobID string, fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error
-	// FinishJob closes an open job: it moves it to state (completed or
+	// FinishJob closes an open job at version (warren.Job.Version, as read
+	// when the close was computed): it moves it to state (completed or
 	// failed) with finishedAt and errMsg, cancels its tasks that never
 	// finished, and, when result is not nil, stores result and records its
-	// location, all in one transaction. It returns false, changing nothing,
-	// when the job was already closed: of several concurrent callers exactly
-	// one gets true. Any other state than completed or failed
-	// (ValidateFinishState) is an error that changes nothing, whatever the
-	// job: a job is cancelled by CancelJob.
-	FinishJob(ctx context.Context, jobID string, state warren.JobState, result []byte, errMsg string) (bool, error)
+	// location, all in one transaction. It returns false, changing
+	// nothing, when the job was already closed or is no longer at version
+	// (an outcome, a redrive, a replay or the reconciler moved it since):
+	// the caller reads the job again and starts over. Of several
+	// concurrent callers at one version exactly one gets true. Any other
+	// state than completed or failed (ValidateFinishState) is an error
+	// that changes nothing, whatever the job: a job is cancelled by
+	// CancelJob.
+	//
+	// Every change to a job's counters or state (ApplyOutcomes,
+	// ReconcileStale, RelayBatch starting it, RedriveJob, ReopenTask,
+	// CancelJob, FinishJob) increments its version.
+	FinishJob(ctx context.Context, jobID string, version int64, state warren.JobState, result []byte, errMsg string) (bool, error)
 	// JobResult returns a closed job's stored reduced result. A job without
 	// one: warren.ErrNotFound.
 	JobResult(ctx context.Context, jobID string) ([]byte, error)

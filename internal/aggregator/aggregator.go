@@ -533,18 +533,42 @@ func (a *Aggregator) scan(ctx context.Context) {
 	}
 }
 
+// closeTries bounds how often CloseJob starts over when the job changed
+// between its read and its finish. A job that keeps changing (results
+// still arriving for a fail-fast job, replays in a row) is left to the
+// periodic scan.
+const closeTries = 5
+
 // CloseJob closes a job that is ready to close: completed, with its
 // reduced result, when its failures are within tolerance, else failed. It
 // is idempotent and safe to run from several aggregators at once: exactly
 // one of them closes the job; it returns nil when the job was already
 // closed or is not ready.
+//
+// The close applies only to the job as it was read: when the job changed
+// meanwhile (an outcome, a redrive, a replay, the reconciler), the store's
+// FinishJob refuses it and CloseJob reads the job again and starts over,
+// at most closeTries times; then it returns an error and the scan tries
+// later.
 func (a *Aggregator) CloseJob(ctx context.Context, id string) error {
+	for range closeTries {
+		again, err := a.closeOnce(ctx, id)
+		if err != nil || !again {
+			return err
+		}
+	}
+	return fmt.Errorf("aggregator: job %s changed under each of %d closes; the scan tries again", id, closeTries)
+}
+
+// closeOnce is one try of CloseJob. again says the job changed after it
+// was read, and the close was not applied.
+func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err error) {
 	job, err := a.cfg.Store.GetJob(ctx, id)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if job.State.Terminal() || !store.ReadyToClose(job) {
-		return nil
+		return false, nil
 	}
 	state, result, msg := warren.JobCompleted, []byte(nil), ""
 	if !job.Policy.Tolerates(job.FailedTasks, job.ExpectedTasks) {
@@ -556,18 +580,19 @@ func (a *Aggregator) CloseJob(ctx context.Context, id string) error {
 			state, result, msg = warren.JobFailed, nil, err.Error()
 		}
 	}
-	closed, err := a.cfg.Store.FinishJob(ctx, id, state, result, msg)
+	closed, err := a.cfg.Store.FinishJob(ctx, id, job.Version, state, result, msg)
 	if err != nil {
-		return fmt.Errorf("aggregator: finish job %s: %w", id, err)
+		return false, fmt.Errorf("aggregator: finish job %s: %w", id, err)
 	}
-	if closed {
-		a.cfg.Logger.Info("job closed", "job_id", id, "state", state,
-			"completed", job.CompletedTasks, "failed", job.FailedTasks, "expected", job.ExpectedTasks)
-		if a.cfg.Hooks.OnJobClosed != nil {
-			a.cfg.Hooks.OnJobClosed(id, state)
-		}
+	if !closed {
+		return true, nil // changed since the read, or closed by another: read it again
 	}
-	return nil
+	a.cfg.Logger.Info("job closed", "job_id", id, "state", state,
+		"completed", job.CompletedTasks, "failed", job.FailedTasks, "expected", job.ExpectedTasks)
+	if a.cfg.Hooks.OnJobClosed != nil {
+		a.cfg.Hooks.OnJobClosed(id, state)
+	}
+	return false, nil
 }
 
 func (a *Aggregator) reduce(ctx context.Context, job warren.Job) ([]byte, error) {

@@ -34,7 +34,7 @@ const requeueSQL = `
 // error or result location, and drops its failed counter by $2.
 const reopenJobSQL = `
 	UPDATE jobs SET state = 'running', failed_tasks = failed_tasks - $2,
-		finished_at = NULL, error = '', result_location = ''
+		finished_at = NULL, error = '', result_location = '', version = version + 1
 	WHERE id = $1 AND state IN ('failed', 'completed')
 	RETURNING ` + jobColumns
 
@@ -195,7 +195,7 @@ func (s *Store) reopenTask(ctx context.Context, jobID string, taskID int64) (reo
 		if _, err := tx.Exec(ctx, `DELETE FROM job_results WHERE job_id = $1`, jobID); err != nil {
 			return false, false, err
 		}
-	} else if _, err := tx.Exec(ctx, `UPDATE jobs SET failed_tasks = failed_tasks - 1 WHERE id = $1`, jobID); err != nil {
+	} else if _, err := tx.Exec(ctx, `UPDATE jobs SET failed_tasks = failed_tasks - 1, version = version + 1 WHERE id = $1`, jobID); err != nil {
 		return false, false, err
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -262,7 +262,8 @@ func bumpCounters(ctx context.Context, tx pgx.Tx, deltas map[string]*counts) ([]
 	b := &pgx.Batch{}
 	for _, id := range ids {
 		b.Queue(`
-			UPDATE jobs SET completed_tasks = completed_tasks + $2, failed_tasks = failed_tasks + $3
+			UPDATE jobs SET completed_tasks = completed_tasks + $2, failed_tasks = failed_tasks + $3,
+				version = version + 1
 			WHERE id = $1
 			RETURNING `+jobColumns,
 			id, deltas[id].completed, deltas[id].failed)

@@ -160,7 +160,7 @@ func markQueued(ctx context.Context, tx pgx.Tx, refs []store.TaskRef, now time.T
 		b = &pgx.Batch{}
 		b.Queue(`SELECT id FROM jobs WHERE id = ANY($1) AND state = 'pending' ORDER BY id FOR UPDATE`, check)
 		b.Queue(`
-			UPDATE jobs SET state = 'running', started_at = $2
+			UPDATE jobs SET state = 'running', started_at = $2, version = version + 1
 			WHERE id = ANY($1) AND state = 'pending'
 			  AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.job_id = jobs.id AND tasks.state = 'pending')`,
 			check, now)

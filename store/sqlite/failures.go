@@ -102,7 +102,7 @@ func (s *Store) ReopenTask(ctx context.Context, jobID string, taskID int64) (boo
 			if err := reopenJob(ctx, tx, jobID, 1); err != nil {
 				return err
 			}
-		} else if _, err := tx.ExecContext(ctx, `UPDATE jobs SET failed_tasks = failed_tasks - 1 WHERE id = ?`, jobID); err != nil {
+		} else if _, err := tx.ExecContext(ctx, `UPDATE jobs SET failed_tasks = failed_tasks - 1, version = version + 1 WHERE id = ?`, jobID); err != nil {
 			return err
 		}
 		reopened = true
@@ -132,7 +132,7 @@ func requeueTasks(ctx context.Context, tx *sql.Tx, id string, state warren.TaskS
 // by failed.
 func reopenJob(ctx context.Context, tx *sql.Tx, id string, failed int64) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE jobs SET state = 'running', failed_tasks = failed_tasks - ?,
-		finished_at = NULL, error = '', result_location = ''
+		finished_at = NULL, error = '', result_location = '', version = version + 1
 		WHERE id = ?`, failed, id); err != nil {
 		return err
 	}

@@ -194,7 +194,7 @@ func bumpCounters(ctx context.Context, tx *sql.Tx, deltas []jobCounts) ([]string
 			continue
 		}
 		j, _, err := scanJob(tx.QueryRowContext(ctx, `UPDATE jobs
-			SET completed_tasks = completed_tasks + ?, failed_tasks = failed_tasks + ?
+			SET completed_tasks = completed_tasks + ?, failed_tasks = failed_tasks + ?, version = version + 1
 			WHERE id = ? RETURNING `+jobColumns, d.completed, d.failed, d.id))
 		if err != nil {
 			return nil, fmt.Errorf("count results of job %s: %w", d.id, err)

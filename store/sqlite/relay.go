@@ -134,7 +134,7 @@ func (s *Store) markQueued(ctx context.Context, offered []store.OutboxTask, refs
 			}
 			marked += int(n)
 		}
-		start, err := tx.PrepareContext(ctx, `UPDATE jobs SET state = 'running', started_at = COALESCE(started_at, ?)
+		start, err := tx.PrepareContext(ctx, `UPDATE jobs SET state = 'running', started_at = COALESCE(started_at, ?), version = version + 1
 			WHERE id = ? AND state = 'pending'
 			AND NOT EXISTS (SELECT 1 FROM tasks WHERE job_id = ? AND state = 'pending')`)
 		if err != nil {

@@ -170,7 +170,10 @@ func mixedWrites(ctx context.Context, s *Store, jobs, tasks int) error {
 		if len(report.ReadyToClose) != 1 {
 			return fmt.Errorf("job %s: ReadyToClose %v", job.ID, report.ReadyToClose)
 		}
-		if _, err := s.FinishJob(ctx, job.ID, warren.JobCompleted, []byte(`[]`), ""); err != nil {
+		if job, err = s.GetJob(ctx, job.ID); err != nil {
+			return err
+		}
+		if _, err := s.FinishJob(ctx, job.ID, job.Version, warren.JobCompleted, []byte(`[]`), ""); err != nil {
 			return err
 		}
 	}

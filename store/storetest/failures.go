@@ -581,7 +581,7 @@ func testReconcileStale(t *testing.T, newStore func(t *testing.T) store.Store) {
 // finish closes job id with FinishJob, which must close it.
 func finish(t *testing.T, s store.Store, id string, state warren.JobState, result []byte, errMsg string) {
 	t.Helper()
-	ok, err := s.FinishJob(t.Context(), id, state, result, errMsg)
+	ok, err := s.FinishJob(t.Context(), id, getJob(t, s, id).Version, state, result, errMsg)
 	require.NoError(t, err)
 	require.True(t, ok, "FinishJob closes job %s", id)
 }

@@ -69,7 +69,7 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		// Task 2 fails after 4 runs; the redrive keeps that count and
 		// sends back task 1, which never ran.
 		apply(t, s, failed(job.ID, 2, "boom"))
-		ok, err := s.FinishJob(t.Context(), job.ID, warren.JobFailed, nil, "gave up")
+		ok, err := s.FinishJob(t.Context(), job.ID, getJob(t, s, job.ID).Version, warren.JobFailed, nil, "gave up")
 		require.NoError(t, err)
 		require.True(t, ok)
 		_, _, err = s.RedriveJob(t.Context(), job.ID)
@@ -189,7 +189,7 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		cancelled := newJob(t, s, 2)
 		relayAll(t, s)
 		apply(t, s, completed(finished.ID, 1, `1`))
-		ok, err := s.FinishJob(t.Context(), finished.ID, warren.JobFailed, nil, "gave up")
+		ok, err := s.FinishJob(t.Context(), finished.ID, getJob(t, s, finished.ID).Version, warren.JobFailed, nil, "gave up")
 		require.NoError(t, err)
 		require.True(t, ok)
 		_, err = s.CancelJob(t.Context(), cancelled.ID)
@@ -372,7 +372,7 @@ func testJobsToClose(t *testing.T, newStore func(t *testing.T) store.Store) {
 			completed(cancelled.ID, 1, `1`))
 		// A crash after the outcomes committed and before FinishJob leaves
 		// allDone and failFast open; closed and cancelled were closed.
-		ok, err := s.FinishJob(t.Context(), closed.ID, warren.JobCompleted, []byte(`[1]`), "")
+		ok, err := s.FinishJob(t.Context(), closed.ID, getJob(t, s, closed.ID).Version, warren.JobCompleted, []byte(`[1]`), "")
 		require.NoError(t, err)
 		require.True(t, ok)
 		_, err = s.CancelJob(t.Context(), cancelled.ID)
