@@ -74,6 +74,9 @@ type Hooks struct {
 	// dead-lettered with and the reason (a protocol Reason constant, or
 	// the broker's x-death reason).
 	OnDeadLetter func(routingKey, reason string)
+	// OnUnknownReducer is called each time a job ready to close was left
+	// open because its reducer is not in Config.Reducers.
+	OnUnknownReducer func(jobID, reducer string)
 }
 
 func (c Config) withDefaults() Config {
@@ -575,9 +578,20 @@ func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err 
 		state = warren.JobFailed
 		msg = fmt.Sprintf("%d of %d tasks failed, over the tolerance", job.FailedTasks, job.ExpectedTasks)
 	} else {
-		result, err = a.reduce(ctx, job)
-		if err != nil {
-			state, result, msg = warren.JobFailed, nil, err.Error()
+		var refused error
+		result, refused, err = a.reduce(ctx, job)
+		switch {
+		case errors.Is(err, reduce.ErrUnknownReducer):
+			a.cfg.Logger.Warn("aggregator: the job's reducer is not registered on this server; the job stays open for a server that has it",
+				"job_id", id, "reducer", reducerName(job), "error", err)
+			if a.cfg.Hooks.OnUnknownReducer != nil {
+				a.cfg.Hooks.OnUnknownReducer(id, reducerName(job))
+			}
+			return false, nil
+		case err != nil:
+			return false, err
+		case refused != nil:
+			state, result, msg = warren.JobFailed, nil, refused.Error()
 		}
 	}
 	closed, err := a.cfg.Store.FinishJob(ctx, id, job.Version, state, result, msg)
@@ -595,14 +609,41 @@ func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err 
 	return false, nil
 }
 
-func (a *Aggregator) reduce(ctx context.Context, job warren.Job) ([]byte, error) {
-	name := job.Policy.Reduce
-	if name == "" {
-		name = reduce.Default
-	}
-	return a.cfg.Reducers.Reduce(name, func(fn func(taskID int64, failed bool, result json.RawMessage) error) error {
-		return a.cfg.Store.ScanResults(ctx, job.ID, func(taskID int64, state warren.TaskState, result json.RawMessage) error {
-			return fn(taskID, state != warren.TaskCompleted, result)
+// reduce runs the job's reducer over its results. refused is the reducer
+// refusing them (a *reduce.Error, or a result it cannot make): the job
+// fails with it. err is what leaves the job open instead: a reducer this
+// server does not know (it wraps reduce.ErrUnknownReducer), or the store
+// failing while the results were scanned (a connection reset, a
+// timeout), which the next close retries.
+func (a *Aggregator) reduce(ctx context.Context, job warren.Job) (result []byte, refused, err error) {
+	var storeErr error
+	result, err = a.cfg.Reducers.Reduce(reducerName(job), func(fn func(taskID int64, failed bool, result json.RawMessage) error) error {
+		var fnErr error
+		err := a.cfg.Store.ScanResults(ctx, job.ID, func(taskID int64, state warren.TaskState, result json.RawMessage) error {
+			fnErr = fn(taskID, state != warren.TaskCompleted, result)
+			return fnErr
 		})
+		// ScanResults returns fn's error as it is; any other is the store's.
+		if err != nil && (fnErr == nil || !errors.Is(err, fnErr)) {
+			storeErr = err
+		}
+		return err
 	})
+	switch {
+	case storeErr != nil:
+		return nil, nil, fmt.Errorf("aggregator: scan the results of job %s: %w", job.ID, storeErr)
+	case errors.Is(err, reduce.ErrUnknownReducer):
+		return nil, nil, err
+	case err != nil:
+		return nil, err, nil
+	}
+	return result, nil, nil
+}
+
+// reducerName is the name of job's reducer.
+func reducerName(job warren.Job) string {
+	if job.Policy.Reduce == "" {
+		return reduce.Default
+	}
+	return job.Policy.Reduce
 }

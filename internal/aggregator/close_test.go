@@ -3,17 +3,22 @@ package aggregator_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/aggregator"
 	"github.com/warrenhq/warren/internal/broker/amqptest"
+	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/sqlite"
 )
@@ -210,4 +215,103 @@ func setupCloseOn(t *testing.T, st store.Store) *aggregator.Aggregator {
 	a, err := aggregator.New(aggregator.Config{Store: st, Conn: conn, Names: names})
 	require.NoError(t, err)
 	return a
+}
+
+// flakyScan is a store whose ScanResults fails, while down is set, after
+// feeding the first task: a connection reset in the middle of a scan.
+type flakyScan struct {
+	store.Store
+	down bool
+}
+
+var errConnReset = errors.New("read tcp 127.0.0.1:5432: connection reset by peer")
+
+func (s *flakyScan) ScanResults(ctx context.Context, id string, fn func(int64, warren.TaskState, json.RawMessage) error) error {
+	if !s.down {
+		return s.Store.ScanResults(ctx, id, fn)
+	}
+	first := true
+	err := s.Store.ScanResults(ctx, id, func(taskID int64, state warren.TaskState, result json.RawMessage) error {
+		if !first {
+			return errConnReset
+		}
+		first = false
+		return fn(taskID, state, result)
+	})
+	if errors.Is(err, errConnReset) {
+		return fmt.Errorf("postgres: scan results of job %q: %w", id, err)
+	}
+	return err
+}
+
+// A store error while the results are scanned leaves the job open and
+// CloseJob says so; the next close, with the store back, completes it.
+func TestCloseJobRetriesAStoreErrorWhileScanning(t *testing.T) {
+	t.Parallel()
+	flaky := &flakyScan{down: true}
+	b := setupClose(t, func(s store.Store) store.Store { flaky.Store = s; return flaky }, aggregator.Config{})
+	id := b.readyJob(t, 3, warren.Policy{Reduce: "collect"})
+
+	err := b.agg.CloseJob(b.ctx, id)
+	require.ErrorIs(t, err, errConnReset)
+	job, err := b.store.GetJob(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobRunning, job.State, "a store error never fails the job (error %q)", job.Error)
+
+	flaky.down = false
+	require.NoError(t, b.agg.CloseJob(b.ctx, id))
+	job, err = b.store.GetJob(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobCompleted, job.State, "error %q", job.Error)
+	result, err := b.store.JobResult(b.ctx, id)
+	require.NoError(t, err)
+	require.JSONEq(t, `[1,2,3]`, string(result))
+}
+
+// A job whose reducer this server does not know stays open, logged and
+// counted in warren_reduce_unknown_total{reducer}; a server with the
+// reducer closes it.
+func TestCloseJobLeavesAnUnknownReducerOpen(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	var unknown []string
+	b := setupClose(t, nil, aggregator.Config{Hooks: aggregator.NewMetrics(reg).Hooks(aggregator.Hooks{
+		OnUnknownReducer: func(id, reducer string) { unknown = append(unknown, id+" "+reducer) },
+	})})
+	id := b.readyJob(t, 2, warren.Policy{Reduce: "count"})
+
+	require.NoError(t, b.agg.CloseJob(b.ctx, id))
+	require.NoError(t, b.agg.CloseJob(b.ctx, id))
+	job, err := b.store.GetJob(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobRunning, job.State, "error %q", job.Error)
+	require.Equal(t, []string{id + " count", id + " count"}, unknown)
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP warren_reduce_unknown_total Closes of jobs left open because their reducer is not registered on this server, by reducer.
+# TYPE warren_reduce_unknown_total counter
+warren_reduce_unknown_total{reducer="count"} 2
+`), "warren_reduce_unknown_total"))
+
+	reducers := reduce.NewRegistry()
+	require.NoError(t, reducers.Register("count", func() reduce.Reducer { return &countReducer{} }))
+	names, conn := amqptest.Topology(t, nil)
+	a, err := aggregator.New(aggregator.Config{Store: b.store, Conn: conn, Names: names, Reducers: reducers})
+	require.NoError(t, err)
+	require.NoError(t, a.CloseJob(b.ctx, id))
+	job, err = b.store.GetJob(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobCompleted, job.State, "error %q", job.Error)
+}
+
+// Results the reducer refuses fail the job, with the reducer's reason.
+func TestCloseJobFailsAJobWhoseResultsTheReducerRefuses(t *testing.T) {
+	t.Parallel()
+	b := setupClose(t, nil, aggregator.Config{})
+	id := b.readyJob(t, 2, warren.Policy{Reduce: "concat"})
+
+	require.NoError(t, b.agg.CloseJob(b.ctx, id))
+	job, err := b.store.GetJob(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobFailed, job.State)
+	require.Contains(t, job.Error, `reduce "concat": task 1`)
 }
