@@ -79,7 +79,9 @@ type Store interface {
 	// only when a task row changed. Applying the same outcome twice is a
 	// no-op the second time. An outcome without Attempts records at least
 	// one (see Outcome.Attempts); one without Worker keeps the task's
-	// recorded worker (see Outcome.Worker). A batch with an outcome whose State is
+	// recorded worker (see Outcome.Worker). Error and Worker are stored as
+	// StoredText makes them (valid UTF-8 without NUL), results byte for
+	// byte. A batch with an outcome whose State is
 	// neither completed nor failed (ValidateOutcomes) is an error, and
 	// nothing of it is written.
 	ApplyOutcomes(ctx context.Context, outcomes []Outcome) (ApplyReport, error)
@@ -95,8 +97,9 @@ type Store interface {
 	// FinishJob closes an open job at version (warren.Job.Version, as read
 	// when the close was computed): it moves it to state (completed or
 	// failed) with finishedAt and errMsg, cancels its tasks that never
-	// finished, and, when result is not nil, stores result and records its
-	// location, all in one transaction. It returns false, changing
+	// finished, and, when result is not nil, stores result (byte for byte)
+	// and records its location, all in one transaction; errMsg is stored as
+	// StoredText makes it. It returns false, changing
 	// nothing, when the job was already closed or is no longer at version
 	// (an outcome, a redrive, a replay or the reconciler moved it since):
 	// the caller reads the job again and starts over. Of several
@@ -227,7 +230,8 @@ type Outcome struct {
 	State warren.TaskState
 	// Result is the handler's result (completed tasks).
 	Result json.RawMessage
-	// Error is the failure's text (failed tasks).
+	// Error is the failure's text (failed tasks). The store keeps it as
+	// StoredText makes it.
 	Error string
 	// Attempts is the number of runs the task had, when known (> 0). 0
 	// means unknown: the store keeps the task's recorded attempts, but

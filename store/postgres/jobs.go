@@ -298,6 +298,7 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, version int64, stat
 	if err := store.ValidateFinishState(state); err != nil {
 		return false, fmt.Errorf("postgres: finish job %q: %w", jobID, err)
 	}
+	errMsg = store.StoredText(errMsg)
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("postgres: finish job %q: %w", jobID, err)

@@ -63,6 +63,7 @@ func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (st
 	if len(outcomes) == 0 {
 		return report, nil
 	}
+	outcomes = store.SanitizeOutcomes(outcomes)
 	order := make([]int, len(outcomes))
 	for i := range order {
 		order[i] = i

@@ -64,6 +64,7 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, version int64, stat
 	if err := store.ValidateFinishState(state); err != nil {
 		return false, fmt.Errorf("sqlite: finish job %s: %w", jobID, err)
 	}
+	errMsg = store.StoredText(errMsg)
 	var closed bool
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		closed = false

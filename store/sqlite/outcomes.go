@@ -31,6 +31,7 @@ func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (st
 	if len(outcomes) == 0 {
 		return store.ApplyReport{}, nil
 	}
+	outcomes = store.SanitizeOutcomes(outcomes)
 	var report store.ApplyReport
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		a, err := newApplier(ctx, tx)
