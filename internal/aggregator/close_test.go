@@ -120,7 +120,7 @@ func TestCloseJobDoesNotUndoAConcurrentReopen(t *testing.T) {
 		name:   "Replay",
 		policy: tolerant,
 		reopen: func(t *testing.T, s store.Store, id string) {
-			ok, err := s.ReopenTask(context.Background(), id, 2)
+			_, ok, err := s.ReopenTask(context.Background(), id, 2)
 			require.NoError(t, err)
 			require.True(t, ok)
 		},
@@ -177,7 +177,7 @@ type movingStore struct {
 }
 
 func (s *movingStore) FinishJob(ctx context.Context, id string, version int64, state warren.JobState, result []byte, msg string) (bool, error) {
-	if _, err := s.ReopenTask(ctx, s.id, 2); err != nil {
+	if _, _, err := s.ReopenTask(ctx, s.id, 2); err != nil {
 		return false, err
 	}
 	now := time.Now().UTC()

@@ -200,7 +200,7 @@ func (q *Queue) replay(ctx context.Context, e entry) (bool, error) {
 	}
 	var reopened []protocol.Task
 	for _, t := range e.dead.Tasks {
-		ok, err := q.cfg.Store.ReopenTask(ctx, t.JobID, t.TaskID)
+		_, ok, err := q.cfg.Store.ReopenTask(ctx, t.JobID, t.TaskID)
 		switch {
 		case errors.Is(err, warren.ErrNotFound):
 			log.Info("dlq: not replaying a task the store does not know", "task", t.TaskID)

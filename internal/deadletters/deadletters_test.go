@@ -499,12 +499,12 @@ type cancellingStore struct {
 	calls  int
 }
 
-func (s *cancellingStore) ReopenTask(ctx context.Context, jobID string, taskID int64) (bool, error) {
+func (s *cancellingStore) ReopenTask(ctx context.Context, jobID string, taskID int64) (int, bool, error) {
 	s.calls++
 	if s.calls == 2 {
 		s.cancel()
 		<-ctx.Done()
-		return false, ctx.Err()
+		return 0, false, ctx.Err()
 	}
 	return s.Store.ReopenTask(ctx, jobID, taskID)
 }

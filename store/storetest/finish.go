@@ -179,7 +179,7 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		read := getJob(t, s, job.ID)
 		require.True(t, store.ReadyToClose(read))
 
-		ok, err := s.ReopenTask(t.Context(), job.ID, 2)
+		_, ok, err := s.ReopenTask(t.Context(), job.ID, 2)
 		require.NoError(t, err)
 		require.True(t, ok)
 		reopened := getJob(t, s, job.ID)
@@ -237,7 +237,7 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, last, getJob(t, s, job.ID).Version, "a duplicate changes nothing")
 		apply(t, s, failed(job.ID, 2, "boom"))
 		moved("a failed outcome")
-		ok, err := s.ReopenTask(t.Context(), job.ID, 2)
+		_, ok, err := s.ReopenTask(t.Context(), job.ID, 2)
 		require.NoError(t, err)
 		require.True(t, ok)
 		moved("a reopen")
