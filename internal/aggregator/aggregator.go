@@ -422,8 +422,11 @@ func decode(outcomes []store.Outcome, it item) ([]store.Outcome, string, error) 
 	if err != nil {
 		return outcomes, "", err
 	}
+	generation := wire.Generation(it.d)
 	for _, r := range rs {
-		outcomes = append(outcomes, resultOutcome(r))
+		o := resultOutcome(r)
+		o.Generation = generation
+		outcomes = append(outcomes, o)
 	}
 	return outcomes, "", nil
 }
@@ -479,7 +482,7 @@ func deadOutcome(dl wire.DeadLetter) store.Outcome {
 		finished = time.Now().UTC()
 	}
 	o := store.Outcome{State: warren.TaskFailed, Error: dl.TaskError(), Attempts: dl.Attempts(),
-		Worker: dl.Worker, FinishedAt: &finished}
+		Worker: dl.Worker, FinishedAt: &finished, Generation: dl.Generation}
 	if !dl.StartedAt.IsZero() {
 		started := dl.StartedAt
 		o.StartedAt = &started

@@ -392,8 +392,9 @@ func TestReplayRepublishesWithRetriesReset(t *testing.T) {
 	require.Equal(t, amqp.Table{
 		protocol.HeaderRetry:      int64(0),
 		protocol.HeaderMaxRetries: int64(3),
+		protocol.HeaderGeneration: int64(2),
 		"traceparent":             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-	}, d.Headers, "retries reset, failure headers dropped, the rest kept")
+	}, d.Headers, "retries reset, at the generation the store reopened the task at, failure headers dropped, the rest kept")
 	require.Equal(t, jobA, d.CorrelationId)
 	require.Equal(t, "echo", d.Type)
 	require.Equal(t, protocol.ContentType, d.ContentType)

@@ -255,15 +255,17 @@ func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask) ([]store.
 
 // group splits outbox tasks, in the order the store returns them, into
 // the groups that go out as one message each: runs of consecutive tasks
-// of one job, with the same attempts, of at most the job's batch size. A
-// job with batch size 1 gets one group per task.
+// of one job, with the same attempts and generation (the message carries
+// one of each), of at most the job's batch size. A job with batch size 1
+// gets one group per task.
 func group(tasks []store.OutboxTask) [][]store.OutboxTask {
 	groups := make([][]store.OutboxTask, 0, len(tasks))
 	for i := 0; i < len(tasks); {
 		size := min(max(tasks[i].BatchSize, 1), protocol.MaxBatchSize)
 		j := i + 1
 		for j < len(tasks) && j-i < size && tasks[j].JobID == tasks[i].JobID &&
-			tasks[j].Attempts == tasks[i].Attempts && tasks[j].TaskID > tasks[j-1].TaskID {
+			tasks[j].Attempts == tasks[i].Attempts && tasks[j].Generation == tasks[i].Generation &&
+			tasks[j].TaskID > tasks[j-1].TaskID {
 			j++
 		}
 		groups = append(groups, tasks[i:j:j])
@@ -274,10 +276,10 @@ func group(tasks []store.OutboxTask) [][]store.OutboxTask {
 
 // message returns the task message of a group from group: a single task
 // message for one task, else a task batch message. The group's tasks
-// share their job, type, attempts and retry budget.
+// share their job, type, attempts, generation and retry budget.
 func (r *Relay) message(g []store.OutboxTask) (wire.Outbound, error) {
 	m := wire.TaskMessage{JobID: g[0].JobID, Type: g[0].Type, Retries: g[0].Attempts, MaxRetries: g[0].MaxRetries,
-		Tasks: make([]protocol.BatchTask, len(g))}
+		Generation: g[0].Generation, Tasks: make([]protocol.BatchTask, len(g))}
 	for i, t := range g {
 		m.Tasks[i] = protocol.BatchTask{TaskID: t.TaskID, Payload: t.Payload}
 	}
