@@ -184,6 +184,11 @@ type Job struct {
 	ResultLocation string
 	// Error summarises why a job failed or was cancelled.
 	Error string
+	// Version counts the changes to the job's counters and state, as the
+	// store read them: a store's FinishJob closes the job only while its
+	// version is still the one the close was computed from. It is the
+	// store's, and not part of the API's JSON.
+	Version int64
 }
 
 // PendingTasks is the number of tasks that have not finished yet.

@@ -55,7 +55,9 @@ func (b *testBundle) finish(t *testing.T, id string) {
 	require.NoError(t, err)
 	result, err := json.Marshal(outcomes[len(outcomes)-1].TaskID)
 	require.NoError(t, err)
-	ok, err := b.store.FinishJob(ctx, id, warren.JobCompleted, result, "")
+	job, err := b.store.GetJob(ctx, id)
+	require.NoError(t, err)
+	ok, err := b.store.FinishJob(ctx, id, job.Version, warren.JobCompleted, result, "")
 	require.NoError(t, err)
 	require.True(t, ok)
 }

@@ -100,7 +100,9 @@ func TestRedrive(t *testing.T) {
 		{JobID: sub.ID, TaskID: 2, State: warren.TaskFailed, Error: "boom", Attempts: 4},
 	})
 	require.NoError(t, err)
-	closed, err := b.store.FinishJob(ctx, sub.ID, warren.JobFailed, nil, "1 task failed")
+	stored, err := b.store.GetJob(ctx, sub.ID)
+	require.NoError(t, err)
+	closed, err := b.store.FinishJob(ctx, sub.ID, stored.Version, warren.JobFailed, nil, "1 task failed")
 	require.NoError(t, err)
 	require.True(t, closed)
 

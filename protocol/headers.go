@@ -5,6 +5,15 @@ import (
 	"strconv"
 )
 
+// HeaderGeneration is the generation of the task(s) a message carries:
+// set by warren on every task message (an integer, 1 for a task's first
+// publish, more once it was redriven, replayed or republished by the
+// reconciler) and copied by workers onto the retries, dead letters and
+// result messages of that delivery. Warren ignores an outcome whose
+// generation is not its task's current one; a message without it is of an
+// unknown generation, and is accepted.
+const HeaderGeneration = "x-generation"
+
 // HeaderInt reads a non-negative integer header (at most MaxInt32) of any
 // AMQP integer type (clients in other languages pick different widths), an
 // integral float, or a decimal string. ok is false when the header is

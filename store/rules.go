@@ -2,6 +2,9 @@ package store
 
 import (
 	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/warrenhq/warren"
 )
@@ -121,4 +124,39 @@ func ValidateOutcomes(outcomes []Outcome) error {
 		}
 	}
 	return nil
+}
+
+// StoredText returns text from outside (a worker's error or name, a
+// reducer's error quoting a result) as both drivers store it: valid UTF-8
+// without NUL bytes, which PostgreSQL refuses in text (SQLSTATE 22021) and
+// would make a whole outcome batch fail again and again. Each run of
+// bytes that is not valid UTF-8 becomes one U+FFFD, and so does each NUL
+// byte; valid text without NUL comes back as it is.
+func StoredText(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// SanitizeOutcomes returns outcomes with their Error and Worker as
+// StoredText makes them, for ApplyOutcomes to store: outcomes itself when
+// none needs it, else a copy (the caller's slice is left as it is).
+// Results are not text: they are stored byte for byte.
+func SanitizeOutcomes(outcomes []Outcome) []Outcome {
+	var clean []Outcome
+	for i, o := range outcomes {
+		e, w := StoredText(o.Error), StoredText(o.Worker)
+		if e == o.Error && w == o.Worker {
+			continue
+		}
+		if clean == nil {
+			clean = slices.Clone(outcomes)
+		}
+		clean[i].Error, clean[i].Worker = e, w
+	}
+	if clean == nil {
+		return outcomes
+	}
+	return clean
 }

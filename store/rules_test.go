@@ -127,3 +127,35 @@ func TestResultLocationIsTheServersResultPath(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "/v1/jobs/01ABC/result", store.ResultLocation("01ABC"))
 }
+
+func TestStoredText(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ in, want string }{
+		{"", ""},
+		{"plain", "plain"},
+		{"naïve ✓", "naïve ✓"},
+		{"nul\x00byte", "nul\uFFFDbyte"},
+		{"\x00\x00", "\uFFFD\uFFFD"},
+		{"bad \xff\xfe run", "bad \uFFFD run"},
+		{"cut \xc3", "cut \uFFFD"},
+		{"both \x00\xff", "both \uFFFD\uFFFD"},
+		{"kept \uFFFD", "kept \uFFFD"},
+	} {
+		got := store.StoredText(tt.in)
+		require.Equal(t, tt.want, got, "StoredText(%q)", tt.in)
+		require.Equal(t, got, store.StoredText(got), "StoredText(%q) is stable", tt.in)
+	}
+}
+
+func TestSanitizeOutcomes(t *testing.T) {
+	t.Parallel()
+	clean := []store.Outcome{{Error: "boom", Worker: "w1"}, {Worker: "w2"}}
+	got := store.SanitizeOutcomes(clean)
+	require.Equal(t, clean, got)
+	require.Same(t, &clean[0], &got[0], "clean outcomes are not copied")
+
+	dirty := []store.Outcome{{Error: "boom", Worker: "w1"}, {Error: "a\x00b", Worker: "w\xff", Result: []byte(`"\u0000"`)}}
+	got = store.SanitizeOutcomes(dirty)
+	require.Equal(t, []store.Outcome{{Error: "boom", Worker: "w1"}, {Error: "a\uFFFDb", Worker: "w\uFFFD", Result: []byte(`"\u0000"`)}}, got)
+	require.Equal(t, "a\x00b", dirty[1].Error, "the caller's outcomes are left as they are")
+}

@@ -75,11 +75,17 @@ type Store interface {
 
 	// ApplyOutcomes records a batch of task outcomes in ONE transaction.
 	// Each outcome is a guarded transition: it changes its task only if the
-	// task is not terminal yet and its job is open; the job's counters move
-	// only when a task row changed. Applying the same outcome twice is a
+	// task is not terminal yet, its job is open, and the outcome is of the
+	// task's current generation (or of an unknown one, 0: see
+	// Outcome.Generation); the job's counters move only when a task row
+	// changed. An outcome of another generation is counted as a duplicate.
+	// Of several outcomes of one task in a batch, the first that the
+	// guard lets through counts. Applying the same outcome twice is a
 	// no-op the second time. An outcome without Attempts records at least
 	// one (see Outcome.Attempts); one without Worker keeps the task's
-	// recorded worker (see Outcome.Worker). A batch with an outcome whose State is
+	// recorded worker (see Outcome.Worker). Error and Worker are stored as
+	// StoredText makes them (valid UTF-8 without NUL), results byte for
+	// byte. A batch with an outcome whose State is
 	// neither completed nor failed (ValidateOutcomes) is an error, and
 	// nothing of it is written.
 	ApplyOutcomes(ctx context.Context, outcomes []Outcome) (ApplyReport, error)
@@ -92,23 +98,33 @@ type Store interface {
 	// its terminal state and result, streaming (results are never all in
 	// memory at once). An error from fn stops the scan and is returned.
 	ScanResults(ctx context.Context, jobID string, fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error
-	// FinishJob closes an open job: it moves it to state (completed or
+	// FinishJob closes an open job at version (warren.Job.Version, as read
+	// when the close was computed): it moves it to state (completed or
 	// failed) with finishedAt and errMsg, cancels its tasks that never
-	// finished, and, when result is not nil, stores result and records its
-	// location, all in one transaction. It returns false, changing nothing,
-	// when the job was already closed: of several concurrent callers exactly
-	// one gets true. Any other state than completed or failed
-	// (ValidateFinishState) is an error that changes nothing, whatever the
-	// job: a job is cancelled by CancelJob.
-	FinishJob(ctx context.Context, jobID string, state warren.JobState, result []byte, errMsg string) (bool, error)
+	// finished, and, when result is not nil, stores result (byte for byte)
+	// and records its location, all in one transaction; errMsg is stored as
+	// StoredText makes it. It returns false, changing
+	// nothing, when the job was already closed or is no longer at version
+	// (an outcome, a redrive, a replay or the reconciler moved it since):
+	// the caller reads the job again and starts over. Of several
+	// concurrent callers at one version exactly one gets true. Any other
+	// state than completed or failed (ValidateFinishState) is an error
+	// that changes nothing, whatever the job: a job is cancelled by
+	// CancelJob.
+	//
+	// Every change to a job's counters or state (ApplyOutcomes,
+	// ReconcileStale, RelayBatch starting it, RedriveJob, ReopenTask,
+	// CancelJob, FinishJob) increments its version.
+	FinishJob(ctx context.Context, jobID string, version int64, state warren.JobState, result []byte, errMsg string) (bool, error)
 	// JobResult returns a closed job's stored reduced result. A job without
 	// one: warren.ErrNotFound.
 	JobResult(ctx context.Context, jobID string) ([]byte, error)
 
 	// RedriveJob reopens a closed job that has failed tasks (a failed job,
 	// or one completed with tolerated failures), in one transaction: its
-	// failed tasks go back to pending (the relay publishes them again,
-	// their attempts kept, so OutboxTask.Attempts continues the count), the
+	// failed tasks go back to pending with their generation bumped (the
+	// relay publishes them again, their attempts kept, so
+	// OutboxTask.Attempts continues the count), the
 	// failed counter drops by as many, its stored result, result location,
 	// error and finished_at are cleared, and it is running again. It
 	// returns the reopened job and how many tasks were requeued. A job that
@@ -116,20 +132,23 @@ type Store interface {
 	RedriveJob(ctx context.Context, id string) (warren.Job, int, error)
 	// ReopenTask makes one failed task runnable again, for a dead-letter
 	// replay that republishes the task itself: the task becomes queued
-	// (queued_at now, attempts kept, error cleared), the job's failed
-	// counter drops by one and, if the job was closed as failed or
-	// completed, the job reopens as running (result, location, error and
-	// finished_at cleared). It returns false and changes nothing when the
-	// task is not failed or its job is cancelled. Unknown job or task:
-	// warren.ErrNotFound.
-	ReopenTask(ctx context.Context, jobID string, taskID int64) (bool, error)
+	// (queued_at now, attempts kept, error cleared) with its generation
+	// bumped, the job's failed counter drops by one and, if the job was
+	// closed as failed or completed, the job reopens as running (result,
+	// location, error and finished_at cleared). It returns the task's new
+	// generation, which the replayed message must carry, and true; or
+	// false, changing nothing, when the task is not failed or its job is
+	// cancelled. Unknown job or task: warren.ErrNotFound.
+	ReopenTask(ctx context.Context, jobID string, taskID int64) (generation int, reopened bool, err error)
 	// ReconcileStale looks at up to limit tasks of open jobs that are
 	// queued (not terminal) and were last queued (queued_at) more than
 	// their job's task timeout before now (limit <= 0 means
 	// DefaultPageSize). The lost run counts as an attempt (SplitLost): a
 	// task whose attempts+1 is at most its job's max_retries goes back to
-	// pending with attempts+1, for the relay to publish again (the relay's
-	// mark then sets a new queued_at); any other is failed with attempts+1
+	// pending with attempts+1 and its generation bumped (the lost copy's
+	// outcome, should it come after all, no longer counts), for the relay
+	// to publish again (the relay's mark then sets a new queued_at); any
+	// other is failed with attempts+1
 	// and the error LostError, counted as failed as ApplyOutcomes would.
 	// Several servers may call it at once without handling a task twice.
 	ReconcileStale(ctx context.Context, now time.Time, limit int) (ReconcileReport, error)
@@ -205,6 +224,9 @@ type OutboxTask struct {
 	// BatchSize is the job's warren.Policy.BatchSize (at least 1): how many
 	// consecutive tasks of the job the relay may send as one message.
 	BatchSize int
+	// Generation is the task's generation (1 for a new task), which its
+	// message carries and its outcomes report (Outcome.Generation).
+	Generation int
 }
 
 // Ref returns the task's reference.
@@ -219,7 +241,8 @@ type Outcome struct {
 	State warren.TaskState
 	// Result is the handler's result (completed tasks).
 	Result json.RawMessage
-	// Error is the failure's text (failed tasks).
+	// Error is the failure's text (failed tasks). The store keeps it as
+	// StoredText makes it.
 	Error string
 	// Attempts is the number of runs the task had, when known (> 0). 0
 	// means unknown: the store keeps the task's recorded attempts, but
@@ -231,6 +254,13 @@ type Outcome struct {
 	Worker     string
 	StartedAt  *time.Time
 	FinishedAt *time.Time
+	// Generation is the generation of the task's message that produced
+	// this outcome (OutboxTask.Generation, carried by its messages). An
+	// outcome of another generation than the task's current one (a copy
+	// from before a redrive, a replay or the reconciler's requeue) changes
+	// nothing. 0 means unknown (a worker that copies no header): the
+	// outcome is applied as one of the current generation.
+	Generation int
 }
 
 // ApplyReport says what ApplyOutcomes did with each outcome of a batch.
@@ -240,7 +270,8 @@ type ApplyReport struct {
 	// AppliedFailed counts the applied outcomes that failed their task
 	// (the rest of Applied completed theirs).
 	AppliedFailed int
-	// Duplicates counts outcomes for tasks that were already terminal.
+	// Duplicates counts outcomes for tasks that were already terminal, and
+	// outcomes of another generation than their task's.
 	Duplicates int
 	// Closed counts outcomes for jobs that are already closed.
 	Closed int

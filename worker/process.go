@@ -151,7 +151,7 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 		evs = append(evs, ev)
 	}
 	if len(results) > 0 {
-		out, err := wire.Results(s.w.names, results, d.msg.Batch)
+		out, err := d.msg.Results(s.w.names, results)
 		if err != nil {
 			// Only a bug can get here: the results were built above.
 			s.taskLog(runs[0].task).Error("worker: cannot encode results; the task goes back to the queue", "tasks", len(runs), "error", err)

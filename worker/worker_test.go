@@ -36,7 +36,9 @@ func TestRunPublishesTheResultThenAcks(t *testing.T) {
 			return square(ctx, task)
 		},
 	})
-	b.publishTask(t, taskType, "job-a", 7, `{"x": 7}`, retries(5))
+	headers := retries(5)
+	headers[protocol.HeaderGeneration] = int64(3)
+	b.publishTask(t, taskType, "job-a", 7, `{"x": 7}`, headers)
 
 	ev := rw.expect(t, worker.EventCompleted)[0]
 	require.Equal(t, worker.Event{Kind: worker.EventCompleted, JobID: "job-a", TaskID: 7, Type: taskType, Attempt: 1}, ev)
@@ -55,6 +57,7 @@ func TestRunPublishesTheResultThenAcks(t *testing.T) {
 	require.Equal(t, "job-a", d.CorrelationId)
 	require.Equal(t, protocol.ContentType, d.ContentType)
 	require.Equal(t, amqp.Persistent, d.DeliveryMode)
+	require.Equal(t, int64(3), d.Headers[protocol.HeaderGeneration], "the result carries the task's generation")
 	require.Equal(t, "job-a", r.JobID)
 	require.EqualValues(t, 7, r.TaskID)
 	require.Equal(t, protocol.StatusCompleted, r.Status)
@@ -192,7 +195,9 @@ func TestRunRetriesAPanicThenDeadLettersIt(t *testing.T) {
 			panic("boom")
 		},
 	})
-	b.publishTask(t, taskType, "job-e", 1, `{"x": 1}`, retries(2))
+	headers := retries(2)
+	headers[protocol.HeaderGeneration] = int64(4)
+	b.publishTask(t, taskType, "job-e", 1, `{"x": 1}`, headers)
 
 	evs := rw.expect(t, worker.EventRetried, worker.EventRetried, worker.EventDeadLettered)
 	for i, ev := range evs {
@@ -207,6 +212,7 @@ func TestRunRetriesAPanicThenDeadLettersIt(t *testing.T) {
 		requireDeadLetter(t, d, protocol.ReasonRetriesExhausted, "boom", "w-panic")
 		require.Equal(t, int64(2), d.Headers[protocol.HeaderRetry], "retries so far, in %s", q)
 		require.Equal(t, int64(2), d.Headers[protocol.HeaderMaxRetries], "in %s", q)
+		require.Equal(t, int64(4), d.Headers[protocol.HeaderGeneration], "the generation, through the retries, in %s", q)
 		require.Equal(t, protocol.MessageID("job-e", 1), d.MessageId)
 		require.Equal(t, "job-e", d.CorrelationId)
 		require.Equal(t, taskType, d.Type)

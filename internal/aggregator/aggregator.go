@@ -75,6 +75,9 @@ type Hooks struct {
 	// dead-lettered with and the reason (a protocol Reason constant, or
 	// the broker's x-death reason).
 	OnDeadLetter func(routingKey, reason string)
+	// OnUnknownReducer is called each time a job ready to close was left
+	// open because its reducer is not in Config.Reducers.
+	OnUnknownReducer func(jobID, reducer string)
 }
 
 func (c Config) withDefaults() Config {
@@ -507,8 +510,11 @@ func decode(outcomes []store.Outcome, it item) ([]store.Outcome, string, error) 
 	if err != nil {
 		return outcomes, "", err
 	}
+	generation := wire.Generation(it.d)
 	for _, r := range rs {
-		outcomes = append(outcomes, resultOutcome(r))
+		o := resultOutcome(r)
+		o.Generation = generation
+		outcomes = append(outcomes, o)
 	}
 	return outcomes, "", nil
 }
@@ -587,7 +593,7 @@ func deadOutcome(dl wire.DeadLetter) store.Outcome {
 		finished = time.Now().UTC()
 	}
 	o := store.Outcome{State: warren.TaskFailed, Error: dl.TaskError(), Attempts: dl.Attempts(),
-		Worker: dl.Worker, FinishedAt: &finished}
+		Worker: dl.Worker, FinishedAt: &finished, Generation: dl.Generation}
 	if !dl.StartedAt.IsZero() {
 		started := dl.StartedAt
 		o.StartedAt = &started
@@ -644,51 +650,114 @@ func (a *Aggregator) scan(ctx context.Context) {
 	}
 }
 
+// closeTries bounds how often CloseJob starts over when the job changed
+// between its read and its finish. A job that keeps changing (results
+// still arriving for a fail-fast job, replays in a row) is left to the
+// periodic scan.
+const closeTries = 5
+
 // CloseJob closes a job that is ready to close: completed, with its
 // reduced result, when its failures are within tolerance, else failed. It
 // is idempotent and safe to run from several aggregators at once: exactly
 // one of them closes the job; it returns nil when the job was already
 // closed or is not ready.
+//
+// The close applies only to the job as it was read: when the job changed
+// meanwhile (an outcome, a redrive, a replay, the reconciler), the store's
+// FinishJob refuses it and CloseJob reads the job again and starts over,
+// at most closeTries times; then it returns an error and the scan tries
+// later.
 func (a *Aggregator) CloseJob(ctx context.Context, id string) error {
+	for range closeTries {
+		again, err := a.closeOnce(ctx, id)
+		if err != nil || !again {
+			return err
+		}
+	}
+	return fmt.Errorf("aggregator: job %s changed under each of %d closes; the scan tries again", id, closeTries)
+}
+
+// closeOnce is one try of CloseJob. again says the job changed after it
+// was read, and the close was not applied.
+func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err error) {
 	job, err := a.cfg.Store.GetJob(ctx, id)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if job.State.Terminal() || !store.ReadyToClose(job) {
-		return nil
+		return false, nil
 	}
 	state, result, msg := warren.JobCompleted, []byte(nil), ""
 	if !job.Policy.Tolerates(job.FailedTasks, job.ExpectedTasks) {
 		state = warren.JobFailed
 		msg = fmt.Sprintf("%d of %d tasks failed, over the tolerance", job.FailedTasks, job.ExpectedTasks)
 	} else {
-		result, err = a.reduce(ctx, job)
-		if err != nil {
-			state, result, msg = warren.JobFailed, nil, err.Error()
+		var refused error
+		result, refused, err = a.reduce(ctx, job)
+		switch {
+		case errors.Is(err, reduce.ErrUnknownReducer):
+			a.cfg.Logger.Warn("aggregator: the job's reducer is not registered on this server; the job stays open for a server that has it",
+				"job_id", id, "reducer", reducerName(job), "error", err)
+			if a.cfg.Hooks.OnUnknownReducer != nil {
+				a.cfg.Hooks.OnUnknownReducer(id, reducerName(job))
+			}
+			return false, nil
+		case err != nil:
+			return false, err
+		case refused != nil:
+			state, result, msg = warren.JobFailed, nil, refused.Error()
 		}
 	}
-	closed, err := a.cfg.Store.FinishJob(ctx, id, state, result, msg)
+	closed, err := a.cfg.Store.FinishJob(ctx, id, job.Version, state, result, msg)
 	if err != nil {
-		return fmt.Errorf("aggregator: finish job %s: %w", id, err)
+		return false, fmt.Errorf("aggregator: finish job %s: %w", id, err)
 	}
-	if closed {
-		a.cfg.Logger.Info("job closed", "job_id", id, "state", state,
-			"completed", job.CompletedTasks, "failed", job.FailedTasks, "expected", job.ExpectedTasks)
-		if a.cfg.Hooks.OnJobClosed != nil {
-			a.cfg.Hooks.OnJobClosed(id, state)
-		}
+	if !closed {
+		return true, nil // changed since the read, or closed by another: read it again
 	}
-	return nil
+	a.cfg.Logger.Info("job closed", "job_id", id, "state", state,
+		"completed", job.CompletedTasks, "failed", job.FailedTasks, "expected", job.ExpectedTasks)
+	if a.cfg.Hooks.OnJobClosed != nil {
+		a.cfg.Hooks.OnJobClosed(id, state)
+	}
+	return false, nil
 }
 
-func (a *Aggregator) reduce(ctx context.Context, job warren.Job) ([]byte, error) {
-	name := job.Policy.Reduce
-	if name == "" {
-		name = reduce.Default
-	}
-	return a.cfg.Reducers.Reduce(name, func(fn func(taskID int64, failed bool, result json.RawMessage) error) error {
-		return a.cfg.Store.ScanResults(ctx, job.ID, func(taskID int64, state warren.TaskState, result json.RawMessage) error {
-			return fn(taskID, state != warren.TaskCompleted, result)
+// reduce runs the job's reducer over its results. refused is the reducer
+// refusing them (a *reduce.Error, or a result it cannot make): the job
+// fails with it. err is what leaves the job open instead: a reducer this
+// server does not know (it wraps reduce.ErrUnknownReducer), or the store
+// failing while the results were scanned (a connection reset, a
+// timeout), which the next close retries.
+func (a *Aggregator) reduce(ctx context.Context, job warren.Job) (result []byte, refused, err error) {
+	var storeErr error
+	result, err = a.cfg.Reducers.Reduce(reducerName(job), func(fn func(taskID int64, failed bool, result json.RawMessage) error) error {
+		var fnErr error
+		err := a.cfg.Store.ScanResults(ctx, job.ID, func(taskID int64, state warren.TaskState, result json.RawMessage) error {
+			fnErr = fn(taskID, state != warren.TaskCompleted, result)
+			return fnErr
 		})
+		// ScanResults returns fn's error as it is; any other is the store's.
+		if err != nil && (fnErr == nil || !errors.Is(err, fnErr)) {
+			storeErr = err
+		}
+		return err
 	})
+	switch {
+	case storeErr != nil:
+		return nil, nil, fmt.Errorf("aggregator: scan the results of job %s: %w", job.ID, storeErr)
+	case errors.Is(err, reduce.ErrUnknownReducer):
+		return nil, nil, err
+	case err != nil:
+		return nil, err, nil
+	}
+	return result, nil, nil
+}
+
+// reducerName is the name of job's reducer.
+func reducerName(job warren.Job) string {
+	if job.Policy.Reduce == "" {
+		return reduce.Default
+	}
+	return job.Policy.Reduce
 }

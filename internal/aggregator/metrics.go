@@ -17,6 +17,7 @@ type Metrics struct {
 	batchSize  prometheus.Histogram
 	closed     *prometheus.CounterVec
 	dead       *prometheus.CounterVec
+	unknownRed *prometheus.CounterVec
 }
 
 // NewMetrics creates the aggregator's metrics and registers them with reg.
@@ -55,11 +56,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "warren_dead_letters_total",
 			Help: "Dead-lettered tasks recorded as failed, by dead-letter routing key and reason.",
 		}, []string{"routing_key", "reason"}),
+		unknownRed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warren_reduce_unknown_total",
+			Help: "Closes of jobs left open because their reducer is not registered on this server, by reducer.",
+		}, []string{"reducer"}),
 	}
 	for _, s := range []warren.TaskState{warren.TaskCompleted, warren.TaskFailed} {
 		m.tasks.WithLabelValues(string(s))
 	}
-	reg.MustRegister(m.tasks, m.duplicates, m.late, m.unknown, m.invalid, m.batchSize, m.closed, m.dead)
+	reg.MustRegister(m.tasks, m.duplicates, m.late, m.unknown, m.invalid, m.batchSize, m.closed, m.dead, m.unknownRed)
 	return m
 }
 
@@ -88,6 +93,12 @@ func (m *Metrics) Hooks(next Hooks) Hooks {
 			m.dead.WithLabelValues(routingKey, reason).Inc()
 			if next.OnDeadLetter != nil {
 				next.OnDeadLetter(routingKey, reason)
+			}
+		},
+		OnUnknownReducer: func(id, reducer string) {
+			m.unknownRed.WithLabelValues(reducer).Inc()
+			if next.OnUnknownReducer != nil {
+				next.OnUnknownReducer(id, reducer)
 			}
 		},
 		OnInvalid: func(queue, reason string) {

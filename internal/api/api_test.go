@@ -305,7 +305,9 @@ func finish(t *testing.T, s store.Store, id string, n int, state warren.JobState
 	}
 	_, err := s.ApplyOutcomes(context.Background(), outcomes)
 	require.NoError(t, err)
-	closed, err := s.FinishJob(context.Background(), id, state, result, "")
+	job, err := s.GetJob(context.Background(), id)
+	require.NoError(t, err)
+	closed, err := s.FinishJob(context.Background(), id, job.Version, state, result, "")
 	require.NoError(t, err)
 	require.True(t, closed)
 }

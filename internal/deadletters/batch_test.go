@@ -52,6 +52,7 @@ func TestBatchDeadLetterListsAndReplaysPerTask(t *testing.T) {
 		require.NoError(t, err, "replayed as single task messages")
 		require.Equal(t, protocol.MessageID(job, task.TaskID), d.MessageId)
 		require.EqualValues(t, 0, d.Headers[protocol.HeaderRetry])
+		require.EqualValues(t, 2, d.Headers[protocol.HeaderGeneration], "the generation the store reopened it at")
 		require.NotContains(t, d.Headers, "x-death")
 		got = append(got, task.TaskID)
 	}

@@ -198,9 +198,9 @@ func (q *Queue) replay(ctx context.Context, e entry) (bool, error) {
 		log.Info("dlq: not replaying a message that is not a task", "error", e.dead.Malformed)
 		return false, nil
 	}
-	var reopened []protocol.Task
+	var reopened []reopenedTask
 	for _, t := range e.dead.Tasks {
-		ok, err := q.cfg.Store.ReopenTask(ctx, t.JobID, t.TaskID)
+		generation, ok, err := q.cfg.Store.ReopenTask(ctx, t.JobID, t.TaskID)
 		switch {
 		case errors.Is(err, warren.ErrNotFound):
 			log.Info("dlq: not replaying a task the store does not know", "task", t.TaskID)
@@ -210,7 +210,7 @@ func (q *Queue) replay(ctx context.Context, e entry) (bool, error) {
 		case !ok:
 			log.Info("dlq: not replaying a task that is not failed any more, or whose job was cancelled", "task", t.TaskID)
 		default:
-			reopened = append(reopened, t)
+			reopened = append(reopened, reopenedTask{t, generation})
 		}
 	}
 	if len(reopened) == 0 {
@@ -228,15 +228,22 @@ func (q *Queue) replay(ctx context.Context, e entry) (bool, error) {
 	return true, nil
 }
 
+// reopenedTask is a task the store reopened for a replay, and the
+// generation it reopened it at: the replayed message's.
+type reopenedTask struct {
+	protocol.Task
+	generation int
+}
+
 // republish publishes the reopened tasks of e and waits for the confirms.
 // When the broker surely did not take them, the tasks reopened for it are
 // failed again, so that the store matches the queue, which still holds e.
-func (q *Queue) republish(ctx context.Context, e entry, tasks []protocol.Task) error {
+func (q *Queue) republish(ctx context.Context, e entry, tasks []reopenedTask) error {
 	confs := make([]*broker.Confirmation, 0, len(tasks))
 	var err error
 	for _, t := range tasks {
 		var out wire.Outbound
-		if out, err = e.dead.Replay(q.cfg.Names, t); err != nil {
+		if out, err = e.dead.Replay(q.cfg.Names, t.Task, t.generation); err != nil {
 			break
 		}
 		var c *broker.Confirmation
@@ -252,7 +259,7 @@ func (q *Queue) republish(ctx context.Context, e entry, tasks []protocol.Task) e
 		tasks = tasks[:len(confs)]
 		err = fmt.Errorf("dlq: replay %s: %w", e.msg.MessageID, err)
 	}
-	var surelyLost []protocol.Task
+	var surelyLost []reopenedTask
 	for i, c := range confs {
 		werr := c.Wait(ctx)
 		switch {
@@ -274,8 +281,8 @@ func (q *Queue) republish(ctx context.Context, e entry, tasks []protocol.Task) e
 }
 
 // refail records tasks of e as failed again, with the error of its dead
-// letter.
-func (q *Queue) refail(e entry, tasks []protocol.Task) {
+// letter, at the generation they were reopened at.
+func (q *Queue) refail(e entry, tasks []reopenedTask) {
 	if len(tasks) == 0 {
 		return
 	}
@@ -285,7 +292,7 @@ func (q *Queue) refail(e entry, tasks []protocol.Task) {
 	outcomes := make([]store.Outcome, len(tasks))
 	for i, t := range tasks {
 		outcomes[i] = store.Outcome{JobID: t.JobID, TaskID: t.TaskID, State: warren.TaskFailed,
-			Error: e.dead.TaskError(), Attempts: e.dead.Attempts(), FinishedAt: &now}
+			Error: e.dead.TaskError(), Attempts: e.dead.Attempts(), FinishedAt: &now, Generation: t.generation}
 	}
 	if _, err := q.cfg.Store.ApplyOutcomes(ctx, outcomes); err != nil {
 		q.log.Error("dlq: replayed tasks were not published and could not be failed again; the reconciler will republish them",

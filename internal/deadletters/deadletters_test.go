@@ -392,8 +392,9 @@ func TestReplayRepublishesWithRetriesReset(t *testing.T) {
 	require.Equal(t, amqp.Table{
 		protocol.HeaderRetry:      int64(0),
 		protocol.HeaderMaxRetries: int64(3),
+		protocol.HeaderGeneration: int64(2),
 		"traceparent":             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-	}, d.Headers, "retries reset, failure headers dropped, the rest kept")
+	}, d.Headers, "retries reset, at the generation the store reopened the task at, failure headers dropped, the rest kept")
 	require.Equal(t, jobA, d.CorrelationId)
 	require.Equal(t, "echo", d.Type)
 	require.Equal(t, protocol.ContentType, d.ContentType)
@@ -405,7 +406,9 @@ func TestReplayReopensAClosedJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	id := b.failedJob(t, 1, 1)
-	closed, err := b.store.FinishJob(context.Background(), id, warren.JobFailed, nil, "1 task failed")
+	open, err := b.store.GetJob(context.Background(), id)
+	require.NoError(t, err)
+	closed, err := b.store.FinishJob(context.Background(), id, open.Version, warren.JobFailed, nil, "1 task failed")
 	require.NoError(t, err)
 	require.True(t, closed)
 	b.dead(t, id, 1, 1)
@@ -497,12 +500,12 @@ type cancellingStore struct {
 	calls  int
 }
 
-func (s *cancellingStore) ReopenTask(ctx context.Context, jobID string, taskID int64) (bool, error) {
+func (s *cancellingStore) ReopenTask(ctx context.Context, jobID string, taskID int64) (int, bool, error) {
 	s.calls++
 	if s.calls == 2 {
 		s.cancel()
 		<-ctx.Done()
-		return false, ctx.Err()
+		return 0, false, ctx.Err()
 	}
 	return s.Store.ReopenTask(ctx, jobID, taskID)
 }

@@ -74,3 +74,16 @@ func TestRefusalErrorNamesTheSize(t *testing.T) {
 	other := fmt.Errorf("%w: %w", broker.ErrRefused, &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - something else"})
 	require.Equal(t, "task message refused by the broker (10 bytes): PRECONDITION_FAILED - something else", refusalError(10, other))
 }
+
+// A message carries one generation: tasks of one job at different
+// generations (some redriven or requeued, some not) never share one.
+func TestGroupKeepsGenerationsApart(t *testing.T) {
+	t.Parallel()
+	at := func(id int64, generation int) store.OutboxTask {
+		task := outboxTask("a", id, 1, 4)
+		task.Generation = generation
+		return task
+	}
+	tasks := []store.OutboxTask{at(1, 2), at(2, 2), at(3, 1), at(4, 2), at(5, 2)}
+	require.Equal(t, [][]string{{"a:1", "a:2"}, {"a:3"}, {"a:4", "a:5"}}, groupIDs(group(tasks, DefaultMaxMessageBytes)))
+}

@@ -196,7 +196,7 @@ func (r *Relay) fail(ctx context.Context, failed []failure) error {
 	outcomes := make([]store.Outcome, len(failed))
 	for i, f := range failed {
 		outcomes[i] = store.Outcome{JobID: f.task.JobID, TaskID: f.task.TaskID, State: warren.TaskFailed,
-			Error: f.err, Attempts: f.task.Attempts, FinishedAt: &now}
+			Error: f.err, Attempts: f.task.Attempts, Generation: f.task.Generation, FinishedAt: &now}
 	}
 	report, err := r.cfg.Store.ApplyOutcomes(ctx, outcomes)
 	if err != nil {

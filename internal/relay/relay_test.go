@@ -96,6 +96,7 @@ func TestRelayPublishesEveryTaskOnceAndStartsTheJob(t *testing.T) {
 	require.Equal(t, amqp.Persistent, d.DeliveryMode)
 	require.EqualValues(t, 0, d.Headers[protocol.HeaderRetry])
 	require.EqualValues(t, 2, d.Headers[protocol.HeaderMaxRetries])
+	require.EqualValues(t, 1, d.Headers[protocol.HeaderGeneration], "a new task's generation")
 	task, err := protocol.DecodeTask(d.Body)
 	require.NoError(t, err)
 	require.Equal(t, protocol.Task{JobID: job.ID, TaskID: 1, Payload: json.RawMessage(`{"i":1}`)}, task)

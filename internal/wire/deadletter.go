@@ -69,6 +69,9 @@ type DeadLetter struct {
 	// time of the broker's most recent dead-lettering; zero when nothing
 	// says.
 	FailedAt time.Time
+	// Generation is x-generation, the generation of the dead-lettered
+	// task(s); 0 (unknown) when absent.
+	Generation int
 	// Retries is x-retry, the task's retries before it was dead-lettered.
 	// The queue's own x-delivery-count is not counted: it counts the
 	// deliveries of the dead letter, not runs of the task.
@@ -109,6 +112,7 @@ func ReadDeadLetter(d amqp.Delivery) DeadLetter {
 		StartedAt:  headerTime(h, protocol.HeaderStartedAt),
 		FailedAt:   headerTime(h, protocol.HeaderFailedAt),
 		Retries:    headerInt(h, protocol.HeaderRetry),
+		Generation: Generation(d),
 		Death:      lastDeath(h),
 		d:          d,
 	}
@@ -182,9 +186,10 @@ var failureHeaders = []string{
 
 // Replay returns the task message that runs task t of dl again, for the
 // work queue: the dead letter's body (for a task of a batch, the task's
-// own single task message) and properties, x-retry 0 and the failure
+// own single task message) and properties, x-retry 0, x-generation
+// generation (the one the store reopened the task at) and the failure
 // headers dropped. It fails only when t cannot be encoded.
-func (dl DeadLetter) Replay(names protocol.Names, t protocol.Task) (Outbound, error) {
+func (dl DeadLetter) Replay(names protocol.Names, t protocol.Task, generation int) (Outbound, error) {
 	if t.JobID == "" {
 		return Outbound{}, fmt.Errorf("%w: a replay needs a task", protocol.ErrMalformed)
 	}
@@ -200,6 +205,7 @@ func (dl DeadLetter) Replay(names protocol.Names, t protocol.Task) (Outbound, er
 		delete(msg.Headers, k)
 	}
 	msg.Headers[protocol.HeaderRetry] = int64(0)
+	setGeneration(msg.Headers, generation)
 	msg.ContentType = cmp.Or(msg.ContentType, protocol.ContentType)
 	return Outbound{Exchange: names.JobsExchange, Key: protocol.RoutingKeyTask, Msg: msg}, nil
 }

@@ -189,23 +189,26 @@ func TestReadDeadLetterOfABatch(t *testing.T) {
 	require.EqualValues(t, 2, dl.TaskID, "the first task names the message")
 }
 
-// A replay is the task message again: retries reset, the failure headers
-// dropped, the others kept; the user is left out.
+// A replay is the task message again: retries reset, at the generation the
+// store reopened the task at, the failure headers dropped, the others
+// kept; the user is left out.
 func TestReplay(t *testing.T) {
 	t.Parallel()
 	d := workerDead()
 	d.UserId, d.ContentType = "guest", ""
 	d.Headers["traceparent"] = "00-abc"
+	d.Headers[protocol.HeaderGeneration] = int64(1)
 	d.Headers["x-death"] = []any{tierDeath(deadAt)}
 	d.Headers["x-first-death-reason"], d.Headers["x-first-death-queue"], d.Headers["x-first-death-exchange"] = "expired", "q", "x"
 	dl := wire.ReadDeadLetter(d)
-	out, err := dl.Replay(names, dl.Tasks[0])
+	require.Equal(t, 1, dl.Generation)
+	out, err := dl.Replay(names, dl.Tasks[0], 2)
 	require.NoError(t, err)
 	require.Equal(t, names.JobsExchange, out.Exchange)
 	require.Equal(t, protocol.RoutingKeyTask, out.Key)
 	require.Equal(t, amqp.Table{
 		protocol.HeaderRetry: int64(0), protocol.HeaderMaxRetries: int64(3), "traceparent": "00-abc",
-		protocol.HeaderStartedAt: deadAt.Add(-time.Second).Format(time.RFC3339Nano),
+		protocol.HeaderStartedAt: deadAt.Add(-time.Second).Format(time.RFC3339Nano), protocol.HeaderGeneration: int64(2),
 	}, out.Msg.Headers)
 	require.Equal(t, d.Body, out.Msg.Body)
 	require.Equal(t, "job:1", out.Msg.MessageId)
@@ -215,12 +218,13 @@ func TestReplay(t *testing.T) {
 
 	batch := wire.ReadDeadLetter(amqp.Delivery{MessageId: "job:2+2", Headers: amqp.Table{},
 		Body: []byte(`{"job_id":"job","tasks":[{"task_id":2,"payload":"a"},{"task_id":3,"payload":"b"}]}`)})
-	out, err = batch.Replay(names, batch.Tasks[1])
+	out, err = batch.Replay(names, batch.Tasks[1], 3)
 	require.NoError(t, err)
 	require.Equal(t, "job:3", out.Msg.MessageId)
+	require.Equal(t, int64(3), out.Msg.Headers[protocol.HeaderGeneration])
 	require.JSONEq(t, `{"job_id":"job","task_id":3,"payload":"b"}`, string(out.Msg.Body))
 
-	_, err = batch.Replay(names, protocol.Task{})
+	_, err = batch.Replay(names, protocol.Task{}, 1)
 	require.ErrorIs(t, err, protocol.ErrMalformed)
 }
 

@@ -26,6 +26,9 @@ type TaskMessage struct {
 	Retries int
 	// MaxRetries is the job's retry budget (x-max-retries).
 	MaxRetries int
+	// Generation is the tasks' generation (x-generation), the same for
+	// all; 0 leaves the header out.
+	Generation int
 }
 
 // Tasks returns the publishing of m for the work queue: persistent,
@@ -52,7 +55,7 @@ func Tasks(names protocol.Names, m TaskMessage) (Outbound, error) {
 	if err != nil {
 		return Outbound{}, err
 	}
-	return Outbound{Exchange: names.JobsExchange, Key: protocol.RoutingKeyTask, Msg: amqp.Publishing{
+	out := Outbound{Exchange: names.JobsExchange, Key: protocol.RoutingKeyTask, Msg: amqp.Publishing{
 		ContentType:   protocol.ContentType,
 		DeliveryMode:  amqp.Persistent,
 		MessageId:     id,
@@ -64,13 +67,15 @@ func Tasks(names protocol.Names, m TaskMessage) (Outbound, error) {
 			protocol.HeaderMaxRetries: int64(m.MaxRetries),
 		},
 		Body: body,
-	}}, nil
+	}}
+	setGeneration(out.Msg.Headers, m.Generation)
+	return out, nil
 }
 
 // TaskDelivery is a delivery of the work queue as a worker reads it,
 // once, where it receives it: its tasks and what its properties and
 // headers say about them. It also builds the copies that settle its
-// tasks (Retry, DeadLetter, Split), from the delivery as it came.
+// tasks (Retry, DeadLetter, Split, Results), from the delivery as it came.
 type TaskDelivery struct {
 	// Tasks are the message's tasks: one for a single task message, each
 	// task of a batch in order. Empty when Malformed is set.
@@ -93,6 +98,9 @@ type TaskDelivery struct {
 	// of this message was not settled (its worker died, lost its
 	// connection, or shut down mid-way).
 	Redelivered bool
+	// Generation is x-generation, the tasks' generation; 0 (unknown) when
+	// absent. The copies that settle the tasks carry it.
+	Generation int
 
 	d amqp.Delivery // the source of every copy
 }
@@ -106,6 +114,7 @@ func ReadTask(d amqp.Delivery) TaskDelivery {
 		Retries:     headerInt(d.Headers, protocol.HeaderRetry),
 		MaxRetries:  warren.DefaultMaxRetries,
 		Redelivered: d.Redelivered,
+		Generation:  Generation(d),
 		d:           d,
 	}
 	if n, ok := protocol.HeaderInt(d.Headers, protocol.HeaderMaxRetries); ok {
@@ -131,6 +140,21 @@ func (m TaskDelivery) Retry(names protocol.Names, t protocol.Task, delay time.Du
 	msg.Headers[protocol.HeaderRetry] = int64(m.Retries + 1)
 	msg.Expiration = ""
 	return Outbound{Exchange: names.RetryExchange, Key: protocol.RetryTierName(delay), Msg: msg}
+}
+
+// Results returns the result message of the completed tasks of m (Results
+// with m's shape: a result batch for a batch message), carrying m's
+// generation, so that warren can tell it from an outcome of an earlier
+// copy of the tasks.
+func (m TaskDelivery) Results(names protocol.Names, results []protocol.Result) (Outbound, error) {
+	out, err := Results(names, results, m.Batch)
+	if err != nil {
+		return Outbound{}, err
+	}
+	if m.Generation > 0 {
+		out.Msg.Headers = amqp.Table{protocol.HeaderGeneration: int64(m.Generation)}
+	}
+	return out, nil
 }
 
 // Failure is why and where a worker dead-letters a task.

@@ -40,6 +40,23 @@ func headerInt(h amqp.Table, key string) int {
 	return n
 }
 
+// Generation is the x-generation header of a delivery: the generation of
+// the task(s) it carries; 0 (unknown) when it is absent or not a
+// non-negative integer.
+func Generation(d amqp.Delivery) int {
+	return headerInt(d.Headers, protocol.HeaderGeneration)
+}
+
+// setGeneration sets the x-generation header of h to g, or removes it when
+// g is 0 (unknown).
+func setGeneration(h amqp.Table, g int) {
+	if g > 0 {
+		h[protocol.HeaderGeneration] = int64(g)
+	} else {
+		delete(h, protocol.HeaderGeneration)
+	}
+}
+
 // headerString reads a string header; "" when it is absent or not a
 // string.
 func headerString(h amqp.Table, key string) string {

@@ -13,8 +13,8 @@ import (
 )
 
 // requeueSQL locks job $1's tasks in the states $2, in task id order, moves
-// them back to pending with their attempts kept and the rest of their last
-// run cleared (queued_at stays: the relay's mark replaces it), and counts
+// them back to pending at their next generation, with their attempts kept
+// and the rest of their last run cleared (queued_at stays: the relay's mark replaces it), and counts
 // how many were failed and how many it moved in all.
 const requeueSQL = `
 	WITH locked AS (
@@ -23,7 +23,8 @@ const requeueSQL = `
 		ORDER BY task_id
 		FOR UPDATE
 	), requeued AS (
-		UPDATE tasks SET state = 'pending', error = '', result = NULL, started_at = NULL, finished_at = NULL
+		UPDATE tasks SET state = 'pending', generation = tasks.generation + 1,
+			error = '', result = NULL, started_at = NULL, finished_at = NULL
 		FROM locked
 		WHERE tasks.job_id = $1 AND tasks.task_id = locked.task_id
 		RETURNING locked.state
@@ -34,7 +35,7 @@ const requeueSQL = `
 // error or result location, and drops its failed counter by $2.
 const reopenJobSQL = `
 	UPDATE jobs SET state = 'running', failed_tasks = failed_tasks - $2,
-		finished_at = NULL, error = '', result_location = ''
+		finished_at = NULL, error = '', result_location = '', version = version + 1
 	WHERE id = $1 AND state IN ('failed', 'completed')
 	RETURNING ` + jobColumns
 
@@ -96,47 +97,49 @@ func (s *Store) RedriveJob(ctx context.Context, id string) (warren.Job, int, err
 // closed between its first look and its lock.
 const reopenTries = 5
 
-// ReopenTask makes failed task taskID of job jobID queued again (queued_at
-// now, attempts kept, error, result and timestamps cleared) for a
-// dead-letter replay that republishes it, and drops the job's failed
-// counter by one, in one transaction. A closed job (failed or completed)
-// reopens as running, as RedriveJob leaves it, and its tasks that closing
-// it cancelled go back to pending: they never ran, and the job must be
-// able to close again with every task accounted for. It returns false,
-// changing nothing, when the task is not failed or the job is cancelled.
-// Unknown job or task: warren.ErrNotFound.
-func (s *Store) ReopenTask(ctx context.Context, jobID string, taskID int64) (bool, error) {
+// ReopenTask makes failed task taskID of job jobID queued again at its
+// next generation (queued_at now, attempts kept, error, result and
+// timestamps cleared) for a dead-letter replay that republishes it, and
+// drops the job's failed counter by one, in one transaction. A closed job
+// (failed or completed) reopens as running, as RedriveJob leaves it, and
+// its tasks that closing it cancelled go back to pending at their next
+// generation: they never ran, and the job must be able to close again
+// with every task accounted for. It returns the task's new generation and
+// true; or false, changing nothing, when the task is not failed or the job
+// is cancelled. Unknown job or task: warren.ErrNotFound.
+func (s *Store) ReopenTask(ctx context.Context, jobID string, taskID int64) (int, bool, error) {
 	for range reopenTries {
-		reopened, again, err := s.reopenTask(ctx, jobID, taskID)
+		generation, again, err := s.reopenTask(ctx, jobID, taskID)
 		if err != nil {
-			return false, fmt.Errorf("postgres: reopen task %d of job %q: %w", taskID, jobID, err)
+			return 0, false, fmt.Errorf("postgres: reopen task %d of job %q: %w", taskID, jobID, err)
 		}
 		if !again {
-			return reopened, nil
+			return generation, generation > 0, nil
 		}
 	}
-	return false, fmt.Errorf("postgres: reopen task %d of job %q: the job closed under it %d times", taskID, jobID, reopenTries)
+	return 0, false, fmt.Errorf("postgres: reopen task %d of job %q: the job closed under it %d times", taskID, jobID, reopenTries)
 }
 
 // reopenTask is one try of ReopenTask. It locks the task rows it changes
 // (the task, and for a closed job its cancelled tasks) in task id order
 // before the job row; which rows those are depends on the job's state as
 // first read, so when the locked job row shows the job closed meanwhile
-// it changes nothing and asks to start over (again).
-func (s *Store) reopenTask(ctx context.Context, jobID string, taskID int64) (reopened, again bool, err error) {
+// it changes nothing and asks to start over (again). generation is the
+// task's new one, 0 when it was not reopened.
+func (s *Store) reopenTask(ctx context.Context, jobID string, taskID int64) (generation int, again bool, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return false, false, err
+		return 0, false, err
 	}
 	defer rollback(ctx, tx)
 
 	var seen string
 	err = tx.QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1`, jobID).Scan(&seen)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, false, warren.ErrNotFound
+		return 0, false, warren.ErrNotFound
 	}
 	if err != nil {
-		return false, false, err
+		return 0, false, err
 	}
 	wasClosed := store.Reopenable(warren.JobState(seen))
 	rows, err := tx.Query(ctx, `
@@ -145,7 +148,7 @@ func (s *Store) reopenTask(ctx context.Context, jobID string, taskID int64) (reo
 		ORDER BY task_id
 		FOR UPDATE`, jobID, taskID, wasClosed)
 	if err != nil {
-		return false, false, err
+		return 0, false, err
 	}
 	var (
 		taskState string
@@ -159,49 +162,52 @@ func (s *Store) reopenTask(ctx context.Context, jobID string, taskID int64) (reo
 		}
 	})
 	if err != nil {
-		return false, false, err
+		return 0, false, err
 	}
 	if taskState == "" {
-		return false, false, fmt.Errorf("task %d: %w", taskID, warren.ErrNotFound)
+		return 0, false, fmt.Errorf("task %d: %w", taskID, warren.ErrNotFound)
 	}
 	if warren.TaskState(taskState) != warren.TaskFailed {
-		return false, false, nil
+		return 0, false, nil
 	}
 	var state string
 	if err := tx.QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1 FOR UPDATE`, jobID).Scan(&state); err != nil {
-		return false, false, err
+		return 0, false, err
 	}
 	isClosed := store.Reopenable(warren.JobState(state))
 	switch {
 	case warren.JobState(state) == warren.JobCancelled:
-		return false, false, nil
+		return 0, false, nil
 	case isClosed && !wasClosed:
-		return false, true, nil
+		return 0, true, nil
 	}
-	if _, err := tx.Exec(ctx, `
-		UPDATE tasks SET state = 'queued', queued_at = $3, error = '', result = NULL, started_at = NULL, finished_at = NULL
-		WHERE job_id = $1 AND task_id = $2`, jobID, taskID, s.clock()); err != nil {
-		return false, false, err
+	if err := tx.QueryRow(ctx, `
+		UPDATE tasks SET state = 'queued', queued_at = $3, generation = generation + 1,
+			error = '', result = NULL, started_at = NULL, finished_at = NULL
+		WHERE job_id = $1 AND task_id = $2
+		RETURNING generation`, jobID, taskID, s.clock()).Scan(&generation); err != nil {
+		return 0, false, err
 	}
 	if isClosed {
 		if _, err := tx.Exec(ctx, `
-			UPDATE tasks SET state = 'pending', error = '', result = NULL, started_at = NULL, finished_at = NULL
+			UPDATE tasks SET state = 'pending', generation = generation + 1,
+				error = '', result = NULL, started_at = NULL, finished_at = NULL
 			WHERE job_id = $1 AND task_id = ANY($2) AND state = 'cancelled'`, jobID, cancelled); err != nil {
-			return false, false, err
+			return 0, false, err
 		}
 		if _, err := tx.Exec(ctx, reopenJobSQL, jobID, 1); err != nil {
-			return false, false, err
+			return 0, false, err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM job_results WHERE job_id = $1`, jobID); err != nil {
-			return false, false, err
+			return 0, false, err
 		}
-	} else if _, err := tx.Exec(ctx, `UPDATE jobs SET failed_tasks = failed_tasks - 1 WHERE id = $1`, jobID); err != nil {
-		return false, false, err
+	} else if _, err := tx.Exec(ctx, `UPDATE jobs SET failed_tasks = failed_tasks - 1, version = version + 1 WHERE id = $1`, jobID); err != nil {
+		return 0, false, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, false, err
+		return 0, false, err
 	}
-	return true, false, nil
+	return generation, false, nil
 }
 
 // forEachRow calls fn with each (task_id, state) row of rows.
@@ -247,9 +253,9 @@ const claimStaleSQL = `
 	FOR UPDATE OF t SKIP LOCKED`
 
 // requeueLostSQL sends the tasks named by ($1, $2) that are still queued
-// back to pending with attempts+1.
+// back to pending with attempts+1, at their next generation.
 const requeueLostSQL = `
-	UPDATE tasks SET state = 'pending', attempts = tasks.attempts + 1
+	UPDATE tasks SET state = 'pending', attempts = tasks.attempts + 1, generation = tasks.generation + 1
 	FROM unnest($1::text[], $2::bigint[]) AS r(job_id, task_id)
 	WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id AND tasks.state = 'queued'`
 

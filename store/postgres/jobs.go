@@ -21,7 +21,7 @@ import (
 const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks,
 	reduce, max_retries, tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms,
 	batch_size, metadata, coalesce(idempotency_key, ''), created_at, started_at, finished_at,
-	result_location, error`
+	result_location, error, version`
 
 // scanJob reads one row of jobColumns.
 func scanJob(row pgx.Row) (warren.Job, error) {
@@ -34,7 +34,7 @@ func scanJob(row pgx.Row) (warren.Job, error) {
 	err := row.Scan(&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent, &j.Policy.FailFast,
 		&timeoutMS, &j.Policy.BatchSize, &metadata, &j.IdempotencyKey, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
-		&j.ResultLocation, &j.Error)
+		&j.ResultLocation, &j.Error, &j.Version)
 	if err != nil {
 		return warren.Job{}, err
 	}
@@ -239,7 +239,7 @@ func (s *Store) CancelJob(ctx context.Context, id string) (warren.Job, error) {
 		return warren.Job{}, err
 	}
 	job, err := scanJob(tx.QueryRow(ctx, `
-		UPDATE jobs SET state = 'cancelled', finished_at = $2, error = $3
+		UPDATE jobs SET state = 'cancelled', finished_at = $2, error = $3, version = version + 1
 		WHERE id = $1 AND state IN ('pending', 'running')
 		RETURNING `+jobColumns, id, now, store.CancelledError))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -281,18 +281,24 @@ func cancelUnfinishedTasks(ctx context.Context, tx pgx.Tx, id string, now time.T
 	return nil
 }
 
-// FinishJob closes an open job in one transaction: the guarded transition
-// of the job row to state (with the current time and errMsg), its
-// unfinished tasks cancelled, and result, when not nil, stored with its
-// location recorded (store.ResultLocation). It returns false, changing
-// nothing, when the job is already closed; of several concurrent callers
-// exactly one gets true. An unknown job: warren.ErrNotFound. Any other
-// state than completed or failed is an error (store.ValidateFinishState)
-// that changes nothing.
-func (s *Store) FinishJob(ctx context.Context, jobID string, state warren.JobState, result []byte, errMsg string) (bool, error) {
+// FinishJob closes an open job, still at version, in one transaction:
+// its unfinished tasks cancelled, the guarded transition of the job row
+// to state (with the current time and errMsg, the version bumped), and
+// result, when not nil, stored with its location recorded
+// (store.ResultLocation). It returns false, changing nothing, when the job
+// is already closed or no longer at version; of several concurrent callers
+// at one version exactly one gets true. The tasks are cancelled first, as
+// the lock order wants; when the guard then finds the job moved, by a
+// reopen that committed meanwhile or that holds the job row until it does
+// (the update waits for it and re-reads the row), the transaction is
+// rolled back, and a task the reopen made queued again stays queued. An
+// unknown job: warren.ErrNotFound. Any other state than completed or
+// failed is an error (store.ValidateFinishState) that changes nothing.
+func (s *Store) FinishJob(ctx context.Context, jobID string, version int64, state warren.JobState, result []byte, errMsg string) (bool, error) {
 	if err := store.ValidateFinishState(state); err != nil {
 		return false, fmt.Errorf("postgres: finish job %q: %w", jobID, err)
 	}
+	errMsg = store.StoredText(errMsg)
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("postgres: finish job %q: %w", jobID, err)
@@ -308,9 +314,9 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, state warren.JobSta
 		location = store.ResultLocation(jobID)
 	}
 	tag, err := tx.Exec(ctx, `
-		UPDATE jobs SET state = $2, finished_at = $3, error = $4, result_location = $5
-		WHERE id = $1 AND state IN ('pending', 'running')`,
-		jobID, string(state), now, errMsg, location)
+		UPDATE jobs SET state = $2, finished_at = $3, error = $4, result_location = $5, version = version + 1
+		WHERE id = $1 AND version = $6 AND state IN ('pending', 'running')`,
+		jobID, string(state), now, errMsg, location, version)
 	if err != nil {
 		return false, fmt.Errorf("postgres: finish job %q: %w", jobID, err)
 	}

@@ -310,13 +310,15 @@ func TestFinishJobConcurrentCallersExactlyOneWins(t *testing.T) {
 	_, err := b.store.ApplyOutcomes(b.ctx, []store.Outcome{completed(job.ID, 1), completed(job.ID, 2)})
 	require.NoError(t, err)
 	servers := []store.Store{b.store, open(t, b.url)}
+	before, err := b.store.GetJob(b.ctx, job.ID)
+	require.NoError(t, err)
 
 	var wg sync.WaitGroup
 	wins := make([]bool, 12)
 	errs := make([]error, len(wins))
 	for i := range wins {
 		wg.Go(func() {
-			wins[i], errs[i] = servers[i%2].FinishJob(b.ctx, job.ID, warren.JobCompleted, []byte(fmt.Sprintf(`[%d]`, i)), "")
+			wins[i], errs[i] = servers[i%2].FinishJob(b.ctx, job.ID, before.Version, warren.JobCompleted, []byte(fmt.Sprintf(`[%d]`, i)), "")
 		})
 	}
 	wg.Wait()
@@ -347,7 +349,7 @@ func TestFinishJobFailedWithoutResult(t *testing.T) {
 	b := setup(t)
 	job := b.createJob(t, 2, defaultPolicy)
 
-	ok, err := b.store.FinishJob(b.ctx, job.ID, warren.JobFailed, nil, "2 of 2 tasks failed")
+	ok, err := finish(b.ctx, b.store, job.ID, warren.JobFailed, nil, "2 of 2 tasks failed")
 	require.NoError(t, err)
 	require.True(t, ok)
 
@@ -359,9 +361,9 @@ func TestFinishJobFailedWithoutResult(t *testing.T) {
 	_, err = b.store.JobResult(b.ctx, job.ID)
 	require.ErrorIs(t, err, warren.ErrNotFound)
 
-	_, err = b.store.FinishJob(b.ctx, "nope", warren.JobFailed, nil, "")
+	_, err = b.store.FinishJob(b.ctx, "nope", 0, warren.JobFailed, nil, "")
 	require.ErrorIs(t, err, warren.ErrNotFound)
-	_, err = b.store.FinishJob(b.ctx, job.ID, warren.JobRunning, nil, "")
+	_, err = b.store.FinishJob(b.ctx, job.ID, 0, warren.JobRunning, nil, "")
 	require.ErrorContains(t, err, "not a closed state")
 }
 
@@ -423,7 +425,7 @@ func TestCreateJobWithoutTasksIsReadyToClose(t *testing.T) {
 	ids, err := b.store.JobsToClose(b.ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{job.ID}, ids)
-	ok, err := b.store.FinishJob(b.ctx, job.ID, warren.JobCompleted, []byte(`[]`), "")
+	ok, err := finish(b.ctx, b.store, job.ID, warren.JobCompleted, []byte(`[]`), "")
 	require.NoError(t, err)
 	require.True(t, ok)
 }

@@ -1,12 +1,10 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,26 +21,23 @@ const (
 	verdictDuplicate
 	verdictClosed
 	verdictUnknown
-	// verdictRecheck means an open task of an open job did not change;
-	// applyTasks, which locks the rows before it updates them, never
-	// leaves it so.
-	verdictRecheck
 )
 
-// judge classifies an outcome from whether its task changed and the job's
-// and task's states (nil when missing).
-func judge(changed bool, jobState, taskState *string) verdict {
+// judge classifies an outcome from whether it changed its task and the
+// job's and task's states (nil when missing). An outcome that changed
+// nothing although its task and job are open is of another generation
+// than the task's, or came after another outcome of its task in the same
+// batch: a duplicate either way.
+func judge(applied bool, jobState, taskState *string) verdict {
 	switch {
-	case changed:
+	case applied:
 		return verdictApplied
 	case jobState == nil || taskState == nil:
 		return verdictUnknown
 	case warren.JobState(*jobState).Terminal():
 		return verdictClosed
-	case warren.TaskState(*taskState).Terminal():
-		return verdictDuplicate
 	}
-	return verdictRecheck
+	return verdictDuplicate
 }
 
 // counts is how many tasks of one job a batch moved to each terminal state.
@@ -63,27 +58,20 @@ func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (st
 	if len(outcomes) == 0 {
 		return report, nil
 	}
-	order := make([]int, len(outcomes))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Or(strings.Compare(outcomes[a].JobID, outcomes[b].JobID), cmp.Compare(outcomes[a].TaskID, outcomes[b].TaskID))
-	})
-
+	outcomes = store.SanitizeOutcomes(outcomes)
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return report, fmt.Errorf("postgres: apply outcomes: %w", err)
 	}
 	defer rollback(ctx, tx)
 
-	verdicts, err := s.applyTasks(ctx, tx, outcomes, order)
+	verdicts, err := s.applyTasks(ctx, tx, outcomes)
 	if err != nil {
 		return report, err
 	}
 	deltas := make(map[string]*counts)
-	for _, i := range order {
-		switch verdicts[i] {
+	for i, v := range verdicts {
+		switch v {
 		case verdictApplied:
 			report.Applied++
 			d := deltas[outcomes[i].JobID]
@@ -105,7 +93,6 @@ func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (st
 			report.Unknown = append(report.Unknown, i)
 		}
 	}
-	slices.Sort(report.Unknown)
 
 	if report.ReadyToClose, err = bumpCounters(ctx, tx, deltas); err != nil {
 		return store.ApplyReport{}, fmt.Errorf("postgres: apply outcomes: %w", err)
@@ -125,46 +112,42 @@ func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (st
 // because closing a job cancels, and so locks, every task that is not
 // finished); the third reads the job's and task's states of every outcome,
 // to classify those that changed nothing. Of several outcomes of one task
-// in a batch, the first counts: the others are duplicates (or closed or
-// unknown, as the first). An outcome without attempts (0, unknown) keeps
-// the stored count, but at least 1: the task ran to produce it. One
-// without a worker ("", unknown) keeps the stored worker.
-func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outcome, order []int) ([]verdict, error) {
+// in a batch, the first whose generation the task accepts (its own, or 0)
+// counts: the others are duplicates (or closed or unknown, as the first).
+// An outcome without attempts (0, unknown) keeps the stored count, but at
+// least 1: the task ran to produce it. One without a worker ("", unknown)
+// keeps the stored worker.
+func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outcome) ([]verdict, error) {
 	now := s.clock()
-	verdicts := make([]verdict, len(outcomes))
-	firstOf := make(map[store.TaskRef]int, len(outcomes)) // task -> the outcome that counts
+	n := len(outcomes)
 	var (
-		jobIDs, states, errs, workers []string
-		taskIDs                       []int64
-		results                       [][]byte
-		attempts                      []int32
-		started                       []*time.Time
-		finished                      []time.Time
+		jobIDs, states, errs, workers = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		taskIDs                       = make([]int64, n)
+		results                       = make([][]byte, n)
+		attempts, generations         = make([]int32, n), make([]int32, n)
+		started                       = make([]*time.Time, n)
+		finished                      = make([]time.Time, n)
 	)
-	for _, i := range order {
-		o := outcomes[i]
-		ref := store.TaskRef{JobID: o.JobID, TaskID: o.TaskID}
-		if _, dup := firstOf[ref]; dup {
-			continue
-		}
-		firstOf[ref] = i
-		finishedAt := now
+	for i, o := range outcomes {
+		finished[i] = now
 		if o.FinishedAt != nil {
-			finishedAt = o.FinishedAt.UTC()
+			finished[i] = o.FinishedAt.UTC()
 		}
-		var result []byte
 		if len(o.Result) > 0 {
-			result = []byte(o.Result)
+			results[i] = []byte(o.Result)
 		}
-		jobIDs, taskIDs, states = append(jobIDs, o.JobID), append(taskIDs, o.TaskID), append(states, string(o.State))
-		results, errs, attempts = append(results, result), append(errs, o.Error), append(attempts, int32(o.Attempts))
-		workers, started, finished = append(workers, o.Worker), append(started, o.StartedAt), append(finished, finishedAt)
+		jobIDs[i], taskIDs[i], states[i] = o.JobID, o.TaskID, string(o.State)
+		errs[i], attempts[i], generations[i] = o.Error, int32(o.Attempts), int32(o.Generation)
+		workers[i], started[i] = o.Worker, o.StartedAt
 	}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT 1 FROM tasks
 		WHERE (job_id, task_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
 		ORDER BY job_id, task_id
 		FOR UPDATE`, jobIDs, taskIDs)
+	// i picks, for each task, the first outcome (by its position n) whose
+	// generation the task accepts; the update then applies it if the task
+	// and its job are open.
 	b.Queue(`
 		UPDATE tasks t
 		SET state = i.state, result = i.result, error = i.error,
@@ -172,15 +155,20 @@ func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outc
 		    worker = CASE WHEN i.worker <> '' THEN i.worker ELSE t.worker END,
 		    started_at = COALESCE(i.started_at, t.started_at),
 		    finished_at = i.finished_at
-		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::integer[], $7::text[],
-		            $8::timestamptz[], $9::timestamptz[])
-		     AS i(job_id, task_id, state, result, error, attempts, worker, started_at, finished_at),
-		     jobs j
+		FROM (
+		    SELECT DISTINCT ON (o.job_id, o.task_id) o.*
+		    FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::integer[], $7::text[],
+		                $8::timestamptz[], $9::timestamptz[], $10::integer[]) WITH ORDINALITY
+		         AS o(job_id, task_id, state, result, error, attempts, worker, started_at, finished_at, generation, n)
+		    JOIN tasks c ON c.job_id = o.job_id AND c.task_id = o.task_id
+		    WHERE o.generation = 0 OR o.generation = c.generation
+		    ORDER BY o.job_id, o.task_id, o.n
+		) AS i, jobs j
 		WHERE t.job_id = i.job_id AND t.task_id = i.task_id
 		  AND j.id = t.job_id AND j.state IN ('pending', 'running')
 		  AND t.state NOT IN ('completed', 'failed', 'cancelled')
-		RETURNING t.job_id, t.task_id`,
-		jobIDs, taskIDs, states, results, errs, attempts, workers, started, finished)
+		RETURNING i.n`,
+		jobIDs, taskIDs, states, results, errs, attempts, workers, started, finished, generations)
 	b.Queue(`
 		SELECT i.n, j.state, t.state
 		FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS i(job_id, task_id, n)
@@ -194,18 +182,18 @@ func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outc
 	if _, err := br.Exec(); err != nil {
 		return fail(err)
 	}
-	changed := make(map[store.TaskRef]bool, len(jobIDs))
+	applied := make([]bool, n)
 	rows, err := br.Query()
 	if err != nil {
 		return fail(err)
 	}
 	for rows.Next() {
-		var ref store.TaskRef
-		if err := rows.Scan(&ref.JobID, &ref.TaskID); err != nil {
+		var k int64
+		if err := rows.Scan(&k); err != nil {
 			rows.Close()
 			return fail(err)
 		}
-		changed[ref] = true
+		applied[k-1] = true
 	}
 	if err := rows.Err(); err != nil {
 		return fail(err)
@@ -214,6 +202,7 @@ func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outc
 	if err != nil {
 		return fail(err)
 	}
+	verdicts := make([]verdict, n)
 	for rows.Next() {
 		var (
 			k                   int64
@@ -223,30 +212,13 @@ func (s *Store) applyTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outc
 			rows.Close()
 			return fail(err)
 		}
-		ref := store.TaskRef{JobID: jobIDs[k-1], TaskID: taskIDs[k-1]}
-		v := judge(changed[ref], jobState, taskState)
-		if v == verdictRecheck {
-			// Open job, open task, yet unchanged although its row was
-			// locked first: cannot happen; count it as a duplicate rather
-			// than twice.
-			v = verdictDuplicate
-		}
-		verdicts[firstOf[ref]] = v
+		verdicts[k-1] = judge(applied[k-1], jobState, taskState)
 	}
 	if err := rows.Err(); err != nil {
 		return fail(err)
 	}
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("postgres: apply outcomes: %w", err)
-	}
-	// The other outcomes of a task: what the first was, never counted twice.
-	for i, o := range outcomes {
-		if first := firstOf[store.TaskRef{JobID: o.JobID, TaskID: o.TaskID}]; first != i {
-			verdicts[i] = verdicts[first]
-			if verdicts[i] == verdictApplied {
-				verdicts[i] = verdictDuplicate
-			}
-		}
 	}
 	return verdicts, nil
 }
@@ -262,7 +234,8 @@ func bumpCounters(ctx context.Context, tx pgx.Tx, deltas map[string]*counts) ([]
 	b := &pgx.Batch{}
 	for _, id := range ids {
 		b.Queue(`
-			UPDATE jobs SET completed_tasks = completed_tasks + $2, failed_tasks = failed_tasks + $3
+			UPDATE jobs SET completed_tasks = completed_tasks + $2, failed_tasks = failed_tasks + $3,
+				version = version + 1
 			WHERE id = $1
 			RETURNING `+jobColumns,
 			id, deltas[id].completed, deltas[id].failed)

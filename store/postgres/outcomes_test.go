@@ -75,7 +75,7 @@ func TestApplyOutcomesClosedAndUnknown(t *testing.T) {
 	open := b.createJob(t, 2, defaultPolicy)
 	closed := b.createJob(t, 2, defaultPolicy)
 	b.relayAll(t)
-	ok, err := b.store.FinishJob(b.ctx, closed.ID, warren.JobFailed, nil, "given up")
+	ok, err := finish(b.ctx, b.store, closed.ID, warren.JobFailed, nil, "given up")
 	require.NoError(t, err)
 	require.True(t, ok)
 
@@ -275,7 +275,7 @@ func TestRelayAggregatorAndFinishTogether(t *testing.T) {
 					return
 				}
 				for _, id := range report.ReadyToClose {
-					if _, err := s.FinishJob(ctx, id, warren.JobFailed, nil, "too many failures"); err != nil {
+					if _, err := finish(ctx, s, id, warren.JobFailed, nil, "too many failures"); err != nil {
 						t.Error(err)
 						return
 					}
@@ -306,7 +306,7 @@ func TestJobsToCloseFindsHalfClosedJobs(t *testing.T) {
 	b.relayAll(t)
 	_, err := b.store.ApplyOutcomes(b.ctx, []store.Outcome{completed(done.ID, 1), completed(busy.ID, 1), completed(closed.ID, 1)})
 	require.NoError(t, err)
-	ok, err := b.store.FinishJob(b.ctx, closed.ID, warren.JobCompleted, json.RawMessage(`[1]`), "")
+	ok, err := finish(b.ctx, b.store, closed.ID, warren.JobCompleted, json.RawMessage(`[1]`), "")
 	require.NoError(t, err)
 	require.True(t, ok)
 

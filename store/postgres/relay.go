@@ -61,7 +61,7 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx cont
 // claimPending locks and returns up to limit pending tasks of open jobs.
 func claimPending(ctx context.Context, tx pgx.Tx, limit int) ([]store.OutboxTask, error) {
 	rows, err := tx.Query(ctx, `
-		SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size
+		SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size, t.generation
 		FROM tasks t JOIN jobs j ON j.id = t.job_id
 		WHERE t.state = 'pending' AND j.state IN ('pending', 'running')
 		ORDER BY t.job_id, t.task_id
@@ -75,7 +75,7 @@ func claimPending(ctx context.Context, tx pgx.Tx, limit int) ([]store.OutboxTask
 			t       store.OutboxTask
 			payload []byte
 		)
-		err := row.Scan(&t.JobID, &t.TaskID, &t.Type, &payload, &t.MaxRetries, &t.Attempts, &t.BatchSize)
+		err := row.Scan(&t.JobID, &t.TaskID, &t.Type, &payload, &t.MaxRetries, &t.Attempts, &t.BatchSize, &t.Generation)
 		t.Payload = payload
 		return t, err
 	})
@@ -160,7 +160,7 @@ func markQueued(ctx context.Context, tx pgx.Tx, refs []store.TaskRef, now time.T
 		b = &pgx.Batch{}
 		b.Queue(`SELECT id FROM jobs WHERE id = ANY($1) AND state = 'pending' ORDER BY id FOR UPDATE`, check)
 		b.Queue(`
-			UPDATE jobs SET state = 'running', started_at = $2
+			UPDATE jobs SET state = 'running', started_at = $2, version = version + 1
 			WHERE id = ANY($1) AND state = 'pending'
 			  AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.job_id = jobs.id AND tasks.state = 'pending')`,
 			check, now)

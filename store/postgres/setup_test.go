@@ -122,3 +122,19 @@ func pgExec(t testing.TB, url, sql string, args ...any) error {
 	_, err = conn.Exec(context.Background(), sql, args...)
 	return err
 }
+
+// finish closes job id as an aggregator does: at the version it reads,
+// reading it again while the job moves under it. It returns false when
+// the job was closed already.
+func finish(ctx context.Context, s store.Store, id string, state warren.JobState, result []byte, msg string) (bool, error) {
+	for {
+		job, err := s.GetJob(ctx, id)
+		if err != nil || job.State.Terminal() {
+			return false, err
+		}
+		ok, err := s.FinishJob(ctx, id, job.Version, state, result, msg)
+		if err != nil || ok {
+			return ok, err
+		}
+	}
+}

@@ -62,19 +62,21 @@ func (s *Store) RedriveJob(ctx context.Context, id string) (warren.Job, int, err
 	return job, int(requeued), nil
 }
 
-// ReopenTask makes failed task taskID of job jobID queued again (queued_at
-// now, attempts kept, error, result and timestamps cleared) for a
-// dead-letter replay that republishes it, and drops the job's failed
-// counter by one, in one write transaction. A closed job (failed or
-// completed) reopens as running, as RedriveJob leaves it, and its tasks
-// that closing it cancelled go back to pending: they never ran, and the
-// job must be able to close again with every task accounted for. It
-// returns false, changing nothing, when the task is not failed or the job
-// is cancelled. An unknown job or task wraps warren.ErrNotFound.
-func (s *Store) ReopenTask(ctx context.Context, jobID string, taskID int64) (bool, error) {
-	var reopened bool
+// ReopenTask makes failed task taskID of job jobID queued again at its
+// next generation (queued_at now, attempts kept, error, result and
+// timestamps cleared) for a dead-letter replay that republishes it, and
+// drops the job's failed counter by one, in one write transaction. A
+// closed job (failed or completed) reopens as running, as RedriveJob
+// leaves it, and its tasks that closing it cancelled go back to pending
+// at their next generation: they never ran, and the job must be able to
+// close again with every task accounted for. It returns the task's new
+// generation and true; or false, changing nothing, when the task is not
+// failed or the job is cancelled. An unknown job or task wraps
+// warren.ErrNotFound.
+func (s *Store) ReopenTask(ctx context.Context, jobID string, taskID int64) (int, bool, error) {
+	var generation int
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		reopened = false
+		generation = 0
 		j, err := getJob(ctx, tx, "id = ?", jobID)
 		if err != nil {
 			return err
@@ -90,35 +92,32 @@ func (s *Store) ReopenTask(ctx context.Context, jobID string, taskID int64) (boo
 		if j.State == warren.JobCancelled || warren.TaskState(state) != warren.TaskFailed {
 			return nil
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'queued', queued_at = ?,
+		if err := tx.QueryRowContext(ctx, `UPDATE tasks SET state = 'queued', queued_at = ?, generation = generation + 1,
 			error = '', result = NULL, started_at = NULL, finished_at = NULL
-			WHERE job_id = ? AND task_id = ? AND state = 'failed'`, now().UnixMicro(), jobID, taskID); err != nil {
+			WHERE job_id = ? AND task_id = ? AND state = 'failed'
+			RETURNING generation`, now().UnixMicro(), jobID, taskID).Scan(&generation); err != nil {
 			return err
 		}
 		if store.Reopenable(j.State) {
 			if _, err := requeueTasks(ctx, tx, jobID, warren.TaskCancelled); err != nil {
 				return err
 			}
-			if err := reopenJob(ctx, tx, jobID, 1); err != nil {
-				return err
-			}
-		} else if _, err := tx.ExecContext(ctx, `UPDATE jobs SET failed_tasks = failed_tasks - 1 WHERE id = ?`, jobID); err != nil {
-			return err
+			return reopenJob(ctx, tx, jobID, 1)
 		}
-		reopened = true
-		return nil
+		_, err = tx.ExecContext(ctx, `UPDATE jobs SET failed_tasks = failed_tasks - 1, version = version + 1 WHERE id = ?`, jobID)
+		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("sqlite: reopen task %d of job %s: %w", taskID, jobID, err)
+		return 0, false, fmt.Errorf("sqlite: reopen task %d of job %s: %w", taskID, jobID, err)
 	}
-	return reopened, nil
+	return generation, generation > 0, nil
 }
 
-// requeueTasks moves job id's tasks in state back to pending, their
-// attempts kept and the rest of their last run cleared, and returns how
-// many it moved.
+// requeueTasks moves job id's tasks in state back to pending, at their
+// next generation, their attempts kept and the rest of their last run
+// cleared, and returns how many it moved.
 func requeueTasks(ctx context.Context, tx *sql.Tx, id string, state warren.TaskState) (int64, error) {
-	res, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'pending',
+	res, err := tx.ExecContext(ctx, `UPDATE tasks SET state = 'pending', generation = generation + 1,
 		error = '', result = NULL, started_at = NULL, finished_at = NULL
 		WHERE job_id = ? AND state = ?`, id, string(state))
 	if err != nil {
@@ -132,7 +131,7 @@ func requeueTasks(ctx context.Context, tx *sql.Tx, id string, state warren.TaskS
 // by failed.
 func reopenJob(ctx context.Context, tx *sql.Tx, id string, failed int64) error {
 	if _, err := tx.ExecContext(ctx, `UPDATE jobs SET state = 'running', failed_tasks = failed_tasks - ?,
-		finished_at = NULL, error = '', result_location = ''
+		finished_at = NULL, error = '', result_location = '', version = version + 1
 		WHERE id = ?`, failed, id); err != nil {
 		return err
 	}
@@ -222,8 +221,8 @@ func staleTasks(ctx context.Context, tx *sql.Tx, now time.Time, limit int) ([]st
 const refsSQL = `(SELECT value ->> 0 AS job_id, value ->> 1 AS task_id FROM json_each(?1))`
 
 // requeueLostSQL sends the tasks of the set ?1 (refsSQL) that are still
-// queued back to pending with attempts+1.
-const requeueLostSQL = `UPDATE tasks SET state = 'pending', attempts = attempts + 1
+// queued back to pending with attempts+1, at their next generation.
+const requeueLostSQL = `UPDATE tasks SET state = 'pending', attempts = attempts + 1, generation = generation + 1
 	FROM ` + refsSQL + ` AS r
 	WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id AND tasks.state = 'queued'`
 

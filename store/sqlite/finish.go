@@ -49,29 +49,34 @@ func (s *Store) ScanResults(ctx context.Context, jobID string, fn func(taskID in
 	return nil
 }
 
-// FinishJob closes open job jobID as completed or failed in one
-// transaction: it stamps finished_at, records errMsg, cancels the tasks
-// still pending or queued, and, when result is not nil, stores it and sets
-// the job's ResultLocation (store.ResultLocation). It returns false,
-// changing nothing, when the job is already closed. Writes are serialised,
-// so of several concurrent callers exactly one gets true. An unknown job
-// returns false and an error wrapping warren.ErrNotFound; any other state
-// than completed or failed is an error (store.ValidateFinishState) that
-// changes nothing.
-func (s *Store) FinishJob(ctx context.Context, jobID string, state warren.JobState, result []byte, errMsg string) (bool, error) {
+// FinishJob closes open job jobID, still at version, as completed or
+// failed in one transaction: it stamps finished_at, records errMsg,
+// bumps the version, cancels the tasks still pending or queued, and, when
+// result is not nil, stores it and sets the job's ResultLocation
+// (store.ResultLocation). It returns false, changing nothing, when the job
+// is already closed or no longer at version. Writes are serialised, so of
+// several concurrent callers at one version exactly one gets true, and no
+// reopen can come between the guard and the cancelling of the tasks. An
+// unknown job returns false and an error wrapping warren.ErrNotFound; any
+// other state than completed or failed is an error
+// (store.ValidateFinishState) that changes nothing.
+func (s *Store) FinishJob(ctx context.Context, jobID string, version int64, state warren.JobState, result []byte, errMsg string) (bool, error) {
 	if err := store.ValidateFinishState(state); err != nil {
 		return false, fmt.Errorf("sqlite: finish job %s: %w", jobID, err)
 	}
+	errMsg = store.StoredText(errMsg)
 	var closed bool
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		closed = false
 		at := now()
 		var location string
 		if result != nil {
 			location = store.ResultLocation(jobID)
 		}
-		res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, finished_at = ?, error = ?, result_location = ?
-			WHERE id = ? AND state IN ('pending', 'running')`,
-			string(state), at.UnixMicro(), errMsg, location, jobID)
+		res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, finished_at = ?, error = ?, result_location = ?,
+				version = version + 1
+			WHERE id = ? AND version = ? AND state IN ('pending', 'running')`,
+			string(state), at.UnixMicro(), errMsg, location, jobID, version)
 		if err != nil {
 			return err
 		}
@@ -81,7 +86,7 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, state warren.JobSta
 		}
 		if n == 0 {
 			_, err := getJob(ctx, tx, "id = ?", jobID)
-			return err // nil: already closed
+			return err // nil: closed, or moved since version
 		}
 		closed = true
 		if err := cancelUnfinished(ctx, tx, jobID, at); err != nil {

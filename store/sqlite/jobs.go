@@ -179,7 +179,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (warren.Job, error) {
 
 const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks, reduce, max_retries,
 	tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, metadata, COALESCE(idempotency_key, ''),
-	created_at, started_at, finished_at, result_location, error, seq`
+	created_at, started_at, finished_at, result_location, error, version, seq`
 
 // getJob returns the one job matching where, or warren.ErrNotFound.
 func getJob(ctx context.Context, q querier, where string, args ...any) (warren.Job, error) {
@@ -203,7 +203,7 @@ func scanJob(row interface{ Scan(...any) error }) (warren.Job, int64, error) {
 	err := row.Scan(&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent,
 		&j.Policy.FailFast, &timeoutMS, &j.Policy.BatchSize, &metadata, &j.IdempotencyKey, &created, &started, &finished,
-		&j.ResultLocation, &j.Error, &seq)
+		&j.ResultLocation, &j.Error, &j.Version, &seq)
 	if err != nil {
 		return warren.Job{}, 0, err
 	}
@@ -273,9 +273,9 @@ func (s *Store) CancelJob(ctx context.Context, id string) (warren.Job, error) {
 			return fmt.Errorf("job is %s: %w", j.State, warren.ErrConflict)
 		}
 		at := now()
-		j.State, j.FinishedAt, j.Error = warren.JobCancelled, &at, store.CancelledError
-		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, finished_at = ?, error = ? WHERE id = ?`,
-			string(j.State), at.UnixMicro(), j.Error, id); err != nil {
+		j, _, err = scanJob(tx.QueryRowContext(ctx, `UPDATE jobs SET state = ?, finished_at = ?, error = ?, version = version + 1
+			WHERE id = ? RETURNING `+jobColumns, string(warren.JobCancelled), at.UnixMicro(), store.CancelledError, id))
+		if err != nil {
 			return err
 		}
 		if err := cancelUnfinished(ctx, tx, id, at); err != nil {

@@ -15,7 +15,8 @@ import (
 // An outcome whose job does not exist, or whose task id is outside the
 // job's 1..N, is Unknown. An outcome for a closed job is Closed, whatever
 // its task. Otherwise the task row changes only if it is pending or queued
-// (Applied), else the outcome is a Duplicate; an outcome with Attempts 0
+// and the outcome's generation is the task's or 0 (Applied), else the
+// outcome is a Duplicate; an outcome with Attempts 0
 // keeps the stored attempts but records at least 1, one without Worker
 // keeps the stored worker, and one without FinishedAt is stamped with the
 // store's clock. Each job's counters move
@@ -31,6 +32,7 @@ func (s *Store) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (st
 	if len(outcomes) == 0 {
 		return store.ApplyReport{}, nil
 	}
+	outcomes = store.SanitizeOutcomes(outcomes)
 	var report store.ApplyReport
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		a, err := newApplier(ctx, tx)
@@ -82,7 +84,8 @@ func newApplier(ctx context.Context, tx *sql.Tx) (*applier, error) {
 			state = ?1, result = ?2, error = ?3,
 			attempts = CASE WHEN ?4 > 0 THEN ?4 ELSE MAX(attempts, 1) END,
 			worker = CASE WHEN ?5 <> '' THEN ?5 ELSE worker END, started_at = COALESCE(?6, started_at), finished_at = ?7
-		WHERE job_id = ?8 AND task_id = ?9 AND state IN ('pending', 'queued')`)
+		WHERE job_id = ?8 AND task_id = ?9 AND state IN ('pending', 'queued')
+		  AND (?10 = 0 OR generation = ?10)`)
 	if err != nil {
 		getJob.Close()
 		return nil, err
@@ -120,7 +123,7 @@ func (a *applier) apply(ctx context.Context, i int, o store.Outcome, report *sto
 		result = []byte(o.Result)
 	}
 	res, err := a.setTask.ExecContext(ctx, string(o.State), result, o.Error, o.Attempts, o.Worker,
-		micros(o.StartedAt), micros(finished), o.JobID, o.TaskID)
+		micros(o.StartedAt), micros(finished), o.JobID, o.TaskID, o.Generation)
 	if err != nil {
 		return err
 	}
@@ -194,7 +197,7 @@ func bumpCounters(ctx context.Context, tx *sql.Tx, deltas []jobCounts) ([]string
 			continue
 		}
 		j, _, err := scanJob(tx.QueryRowContext(ctx, `UPDATE jobs
-			SET completed_tasks = completed_tasks + ?, failed_tasks = failed_tasks + ?
+			SET completed_tasks = completed_tasks + ?, failed_tasks = failed_tasks + ?, version = version + 1
 			WHERE id = ? RETURNING `+jobColumns, d.completed, d.failed, d.id))
 		if err != nil {
 			return nil, fmt.Errorf("count results of job %s: %w", d.id, err)

@@ -53,7 +53,7 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx cont
 // pending tasks in task id order, so only the rows returned are read and
 // nothing is sorted; left to itself the planner may pick jobs_by_state and
 // sort every pending task of every open job on each call.
-const outboxSQL = `SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size
+const outboxSQL = `SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size, t.generation
 	FROM jobs AS j INDEXED BY jobs_open
 	JOIN tasks AS t ON t.job_id = j.id AND t.state = 'pending'
 	WHERE j.state IN ('pending', 'running')
@@ -71,7 +71,7 @@ func (s *Store) outbox(ctx context.Context, limit int) ([]store.OutboxTask, erro
 	var tasks []store.OutboxTask
 	for rows.Next() {
 		var t store.OutboxTask
-		if err := rows.Scan(&t.JobID, &t.TaskID, &t.Type, &t.Payload, &t.MaxRetries, &t.Attempts, &t.BatchSize); err != nil {
+		if err := rows.Scan(&t.JobID, &t.TaskID, &t.Type, &t.Payload, &t.MaxRetries, &t.Attempts, &t.BatchSize, &t.Generation); err != nil {
 			return nil, err
 		}
 		tasks = append(tasks, t)
@@ -80,33 +80,41 @@ func (s *Store) outbox(ctx context.Context, limit int) ([]store.OutboxTask, erro
 }
 
 // markQueued marks queued the offered tasks named in refs that are still
-// pending, and moves each offered job with no pending task left from
-// pending to running. It returns the number of tasks marked.
+// pending at the generation they were offered with, and moves each offered
+// job with no pending task left from pending to running. It returns the
+// number of tasks marked.
+//
+// No write transaction is held while the tasks are published, so a task
+// may have been cancelled and redriven meanwhile: pending again, at a new
+// generation that the published message does not carry. It stays pending,
+// for the relay to publish at its new generation.
 func (s *Store) markQueued(ctx context.Context, offered []store.OutboxTask, refs []store.TaskRef, at int64) (int, error) {
-	wasOffered := make(map[store.TaskRef]bool, len(offered))
+	generation := make(map[store.TaskRef]int, len(offered))
 	var jobs []string
 	for i, t := range offered {
-		wasOffered[t.Ref()] = true
+		generation[t.Ref()] = t.Generation
 		if i == 0 || offered[i-1].JobID != t.JobID {
 			jobs = append(jobs, t.JobID)
 		}
 	}
-	// Runs of consecutive task ids of one job, each id offered and
-	// confirmed, are marked by one statement each.
+	// Runs of consecutive task ids of one job at one generation, each id
+	// offered and confirmed, are marked by one statement each.
 	type run struct {
-		job      string
-		from, to int64
+		job        string
+		from, to   int64
+		generation int
 	}
 	var runs []run
 	for _, ref := range refs {
-		if !wasOffered[ref] {
+		g, ok := generation[ref]
+		if !ok {
 			continue
 		}
-		if n := len(runs); n > 0 && runs[n-1].job == ref.JobID && runs[n-1].to+1 == ref.TaskID {
+		if n := len(runs); n > 0 && runs[n-1].job == ref.JobID && runs[n-1].to+1 == ref.TaskID && runs[n-1].generation == g {
 			runs[n-1].to = ref.TaskID
 			continue
 		}
-		runs = append(runs, run{ref.JobID, ref.TaskID, ref.TaskID})
+		runs = append(runs, run{ref.JobID, ref.TaskID, ref.TaskID, g})
 	}
 	// A pending task gets queued_at now even if it has one: this publish
 	// (after a redrive or a reconciler's requeue) starts its task timeout
@@ -118,13 +126,14 @@ func (s *Store) markQueued(ctx context.Context, offered []store.OutboxTask, refs
 		mark, err := tx.PrepareContext(ctx, `UPDATE tasks
 			SET queued_at = CASE WHEN state = 'pending' THEN ?1 ELSE COALESCE(queued_at, ?1) END,
 			    state = CASE WHEN state = 'pending' THEN 'queued' ELSE state END
-			WHERE job_id = ?2 AND task_id BETWEEN ?3 AND ?4 AND (state = 'pending' OR queued_at IS NULL)`)
+			WHERE job_id = ?2 AND task_id BETWEEN ?3 AND ?4 AND generation = ?5
+			  AND (state = 'pending' OR queued_at IS NULL)`)
 		if err != nil {
 			return err
 		}
 		defer mark.Close()
 		for _, r := range runs {
-			res, err := mark.ExecContext(ctx, at, r.job, r.from, r.to)
+			res, err := mark.ExecContext(ctx, at, r.job, r.from, r.to, r.generation)
 			if err != nil {
 				return err
 			}
@@ -134,7 +143,7 @@ func (s *Store) markQueued(ctx context.Context, offered []store.OutboxTask, refs
 			}
 			marked += int(n)
 		}
-		start, err := tx.PrepareContext(ctx, `UPDATE jobs SET state = 'running', started_at = COALESCE(started_at, ?)
+		start, err := tx.PrepareContext(ctx, `UPDATE jobs SET state = 'running', started_at = COALESCE(started_at, ?), version = version + 1
 			WHERE id = ? AND state = 'pending'
 			AND NOT EXISTS (SELECT 1 FROM tasks WHERE job_id = ? AND state = 'pending')`)
 		if err != nil {

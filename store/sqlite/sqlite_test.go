@@ -170,7 +170,10 @@ func mixedWrites(ctx context.Context, s *Store, jobs, tasks int) error {
 		if len(report.ReadyToClose) != 1 {
 			return fmt.Errorf("job %s: ReadyToClose %v", job.ID, report.ReadyToClose)
 		}
-		if _, err := s.FinishJob(ctx, job.ID, warren.JobCompleted, []byte(`[]`), ""); err != nil {
+		if job, err = s.GetJob(ctx, job.ID); err != nil {
+			return err
+		}
+		if _, err := s.FinishJob(ctx, job.ID, job.Version, warren.JobCompleted, []byte(`[]`), ""); err != nil {
 			return err
 		}
 	}
@@ -269,6 +272,44 @@ func TestResultBeforeMarkKeepsStateAndGetsQueuedAt(t *testing.T) {
 	got, err := s.GetJob(ctx, job.ID)
 	require.NoError(t, err)
 	require.Equal(t, warren.JobRunning, got.State)
+}
+
+// The relay holds no write lock while it publishes: a task it offered may
+// be cancelled by a close and redriven meanwhile, pending again at a new
+// generation that the published message does not carry. The mark leaves
+// it pending, for the relay to publish at its new generation.
+func TestMarkSkipsATaskRedrivenWhilePublished(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, filepath.Join(t.TempDir(), "w.db"))
+	ctx := context.Background()
+	job, _, err := s.CreateJob(ctx, store.NewJob{Type: "t", Policy: warren.Policy{FailFast: true}}, payloads(2))
+	require.NoError(t, err)
+	_, err = s.RelayBatch(ctx, 1, publishAll)
+	require.NoError(t, err)
+	n, err := s.RelayBatch(ctx, 1, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+		require.Equal(t, 1, tasks[0].Generation)
+		_, err := s.ApplyOutcomes(ctx, []store.Outcome{{JobID: job.ID, TaskID: 1, State: warren.TaskFailed, Error: "boom"}})
+		require.NoError(t, err)
+		j, err := s.GetJob(ctx, job.ID)
+		require.NoError(t, err)
+		closed, err := s.FinishJob(ctx, job.ID, j.Version, warren.JobFailed, nil, "failed fast")
+		require.NoError(t, err)
+		require.True(t, closed)
+		_, requeued, err := s.RedriveJob(ctx, job.ID)
+		require.NoError(t, err)
+		require.Equal(t, 2, requeued)
+		return publishAll(ctx, tasks)
+	})
+	require.NoError(t, err)
+	require.Zero(t, n, "task 2 went out at generation 1; it is at 2 now")
+	var offered []store.OutboxTask
+	_, err = s.RelayBatch(ctx, 10, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+		offered = tasks
+		return publishAll(ctx, tasks)
+	})
+	require.NoError(t, err)
+	require.Len(t, offered, 2)
+	require.Equal(t, []int{2, 2}, []int{offered[0].Generation, offered[1].Generation})
 }
 
 // A slow upload streaming into CreateJob must not hold SQLite's single

@@ -25,7 +25,7 @@ func testCounts(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		newJob(t, s, 4)
 		apply(t, s, completed(running.ID, 1, `1`))
-		ok, err := s.FinishJob(t.Context(), running.ID, warren.JobCompleted, []byte(`[1]`), "")
+		ok, err := s.FinishJob(t.Context(), running.ID, getJob(t, s, running.ID).Version, warren.JobCompleted, []byte(`[1]`), "")
 		require.NoError(t, err)
 		require.True(t, ok)
 

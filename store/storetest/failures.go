@@ -241,7 +241,7 @@ func testReopenTask(t *testing.T, newStore func(t *testing.T) store.Store) {
 		broken.StartedAt = &started
 		apply(t, s, broken)
 
-		ok, err := s.ReopenTask(t.Context(), job.ID, 2)
+		_, ok, err := s.ReopenTask(t.Context(), job.ID, 2)
 		require.NoError(t, err)
 		require.True(t, ok)
 		reopened := task(t, s, job.ID, 2)
@@ -258,7 +258,7 @@ func testReopenTask(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Zero(t, got.FailedTasks)
 		require.Empty(t, relay(t, s, 10), "the replay publishes the task itself")
 
-		ok, err = s.ReopenTask(t.Context(), job.ID, 2)
+		_, ok, err = s.ReopenTask(t.Context(), job.ID, 2)
 		require.NoError(t, err)
 		require.False(t, ok, "a queued task is not failed")
 		requireSameJob(t, got, getJob(t, s, job.ID))
@@ -275,7 +275,7 @@ func testReopenTask(t *testing.T, newStore func(t *testing.T) store.Store) {
 		apply(t, s, completed(job.ID, 1, `1`), failed(job.ID, 2, "boom"))
 		finish(t, s, job.ID, warren.JobFailed, nil, "1 of 2 tasks failed")
 
-		ok, err := s.ReopenTask(t.Context(), job.ID, 2)
+		_, ok, err := s.ReopenTask(t.Context(), job.ID, 2)
 		require.NoError(t, err)
 		require.True(t, ok)
 		got := getJob(t, s, job.ID)
@@ -299,7 +299,7 @@ func testReopenTask(t *testing.T, newStore func(t *testing.T) store.Store) {
 		apply(t, s, completed(job.ID, 1, `1`), failed(job.ID, 2, "boom"))
 		finish(t, s, job.ID, warren.JobCompleted, []byte(`[1, null]`), "")
 
-		ok, err := s.ReopenTask(t.Context(), job.ID, 2)
+		_, ok, err := s.ReopenTask(t.Context(), job.ID, 2)
 		require.NoError(t, err)
 		require.True(t, ok)
 		got := getJob(t, s, job.ID)
@@ -319,7 +319,7 @@ func testReopenTask(t *testing.T, newStore func(t *testing.T) store.Store) {
 		apply(t, s, completed(job.ID, 1, `1`), failed(job.ID, 2, "boom"))
 		finish(t, s, job.ID, warren.JobFailed, nil, "failed fast")
 
-		ok, err := s.ReopenTask(t.Context(), job.ID, 2)
+		_, ok, err := s.ReopenTask(t.Context(), job.ID, 2)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, []warren.TaskState{warren.TaskCompleted, warren.TaskQueued, warren.TaskPending, warren.TaskPending},
@@ -338,7 +338,7 @@ func testReopenTask(t *testing.T, newStore func(t *testing.T) store.Store) {
 		before, tasks := getJob(t, s, job.ID), allTasks(t, s, job.ID, "")
 
 		for id, state := range map[int64]string{1: "completed", 2: "queued", 3: "pending"} {
-			ok, err := s.ReopenTask(t.Context(), job.ID, id)
+			_, ok, err := s.ReopenTask(t.Context(), job.ID, id)
 			require.NoError(t, err, state)
 			require.False(t, ok, state)
 		}
@@ -356,7 +356,7 @@ func testReopenTask(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		before, tasks := getJob(t, s, job.ID), allTasks(t, s, job.ID, "")
 
-		ok, err := s.ReopenTask(t.Context(), job.ID, 1)
+		_, ok, err := s.ReopenTask(t.Context(), job.ID, 1)
 		require.NoError(t, err)
 		require.False(t, ok)
 		requireSameJob(t, before, getJob(t, s, job.ID))
@@ -367,9 +367,9 @@ func testReopenTask(t *testing.T, newStore func(t *testing.T) store.Store) {
 		t.Parallel()
 		s := newStore(t)
 		job := newJob(t, s, 2)
-		_, err := s.ReopenTask(t.Context(), "no-such-job", 1)
+		_, _, err := s.ReopenTask(t.Context(), "no-such-job", 1)
 		require.ErrorIs(t, err, warren.ErrNotFound)
-		_, err = s.ReopenTask(t.Context(), job.ID, 3)
+		_, _, err = s.ReopenTask(t.Context(), job.ID, 3)
 		require.ErrorIs(t, err, warren.ErrNotFound, "task ids are 1..2")
 	})
 }
@@ -581,7 +581,7 @@ func testReconcileStale(t *testing.T, newStore func(t *testing.T) store.Store) {
 // finish closes job id with FinishJob, which must close it.
 func finish(t *testing.T, s store.Store, id string, state warren.JobState, result []byte, errMsg string) {
 	t.Helper()
-	ok, err := s.FinishJob(t.Context(), id, state, result, errMsg)
+	ok, err := s.FinishJob(t.Context(), id, getJob(t, s, id).Version, state, result, errMsg)
 	require.NoError(t, err)
 	require.True(t, ok, "FinishJob closes job %s", id)
 }

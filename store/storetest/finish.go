@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -22,7 +23,7 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		relayAll(t, s)
 		apply(t, s, completed(job.ID, 1, `1`), completed(job.ID, 2, `2`))
 
-		ok, err := s.FinishJob(t.Context(), job.ID, warren.JobCompleted, []byte(`[1, 2]`), "")
+		ok, err := s.FinishJob(t.Context(), job.ID, getJob(t, s, job.ID).Version, warren.JobCompleted, []byte(`[1, 2]`), "")
 		require.NoError(t, err)
 		require.True(t, ok)
 
@@ -37,7 +38,7 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		require.JSONEq(t, `[1, 2]`, string(result))
 
-		ok, err = s.FinishJob(t.Context(), job.ID, warren.JobFailed, nil, "too late")
+		ok, err = s.FinishJob(t.Context(), job.ID, getJob(t, s, job.ID).Version, warren.JobFailed, nil, "too late")
 		require.NoError(t, err)
 		require.False(t, ok, "the job is closed already")
 		requireSameJob(t, got, getJob(t, s, job.ID))
@@ -53,7 +54,7 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		relayAll(t, s)
 		apply(t, s, failed(job.ID, 1, "boom"))
 
-		ok, err := s.FinishJob(t.Context(), job.ID, warren.JobFailed, nil, "1 of 1 tasks failed")
+		ok, err := s.FinishJob(t.Context(), job.ID, getJob(t, s, job.ID).Version, warren.JobFailed, nil, "1 of 1 tasks failed")
 		require.NoError(t, err)
 		require.True(t, ok)
 
@@ -73,7 +74,7 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		relay(t, s, 2)
 		apply(t, s, completed(job.ID, 1, `1`))
 
-		ok, err := s.FinishJob(t.Context(), job.ID, warren.JobFailed, nil, "failed fast")
+		ok, err := s.FinishJob(t.Context(), job.ID, getJob(t, s, job.ID).Version, warren.JobFailed, nil, "failed fast")
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, []warren.TaskState{warren.TaskCompleted, warren.TaskCancelled, warren.TaskCancelled, warren.TaskCancelled},
@@ -93,6 +94,7 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		s := newStore(t)
 		job := newJob(t, s, 1)
 		apply(t, s, completed(job.ID, 1, `1`))
+		version := getJob(t, s, job.ID).Version
 		const callers = 8
 		var (
 			wg    sync.WaitGroup
@@ -103,7 +105,7 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		for i := range callers {
 			wg.Go(func() {
 				<-start
-				oks[i], errs[i] = s.FinishJob(t.Context(), job.ID, warren.JobCompleted, []byte(strconv.Itoa(i)), "")
+				oks[i], errs[i] = s.FinishJob(t.Context(), job.ID, version, warren.JobCompleted, []byte(strconv.Itoa(i)), "")
 			})
 		}
 		close(start)
@@ -131,7 +133,7 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		before, tasks := getJob(t, s, job.ID), allTasks(t, s, job.ID, "")
 
 		for _, state := range []warren.JobState{warren.JobCancelled, warren.JobRunning, warren.JobPending, "", "done"} {
-			ok, err := s.FinishJob(t.Context(), job.ID, state, []byte(`1`), "wrong state")
+			ok, err := s.FinishJob(t.Context(), job.ID, before.Version, state, []byte(`1`), "wrong state")
 			require.Error(t, err, "state %q is not completed or failed", state)
 			require.False(t, ok, "state %q", state)
 			requireSameJob(t, before, getJob(t, s, job.ID))
@@ -140,7 +142,7 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 			require.ErrorIs(t, err, warren.ErrNotFound, "state %q stores no result", state)
 		}
 
-		_, err := s.FinishJob(t.Context(), "no-such-job", warren.JobCancelled, nil, "")
+		_, err := s.FinishJob(t.Context(), "no-such-job", 0, warren.JobCancelled, nil, "")
 		require.Error(t, err)
 		require.NotErrorIs(t, err, warren.ErrNotFound, "the state is refused before the job is looked up")
 	})
@@ -148,7 +150,7 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("UnknownJob", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		ok, err := s.FinishJob(t.Context(), "no-such-job", warren.JobCompleted, []byte(`1`), "")
+		ok, err := s.FinishJob(t.Context(), "no-such-job", 0, warren.JobCompleted, []byte(`1`), "")
 		require.False(t, ok)
 		if err != nil {
 			require.ErrorIs(t, err, warren.ErrNotFound)
@@ -164,6 +166,93 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		_, err := s.JobResult(t.Context(), job.ID)
 		require.ErrorIs(t, err, warren.ErrNotFound)
 		require.Empty(t, getJob(t, s, job.ID).ResultLocation)
+	})
+
+	// A close computed from a job that a replay reopened since changes
+	// nothing: the reopened task stays queued, the job open.
+	t.Run("StaleVersionAfterReopenChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := createJob(t, s, store.NewJob{Policy: warren.Policy{ToleratedFailures: 1, ToleratedFailurePercent: 50}}, 2)
+		relayAll(t, s)
+		apply(t, s, completed(job.ID, 1, `1`), failed(job.ID, 2, "boom"))
+		read := getJob(t, s, job.ID)
+		require.True(t, store.ReadyToClose(read))
+
+		_, ok, err := s.ReopenTask(t.Context(), job.ID, 2)
+		require.NoError(t, err)
+		require.True(t, ok)
+		reopened := getJob(t, s, job.ID)
+		require.Greater(t, reopened.Version, read.Version, "a reopen moves the version")
+
+		ok, err = s.FinishJob(t.Context(), job.ID, read.Version, warren.JobCompleted, []byte(`[1,null]`), "")
+		require.NoError(t, err)
+		require.False(t, ok, "the job moved since the close read it")
+		requireSameJob(t, reopened, getJob(t, s, job.ID))
+		require.Equal(t, []warren.TaskState{warren.TaskCompleted, warren.TaskQueued}, taskStates(t, s, job.ID))
+		_, err = s.JobResult(t.Context(), job.ID)
+		require.ErrorIs(t, err, warren.ErrNotFound)
+	})
+
+	// A close computed before another server closed and redrove the job
+	// changes nothing: the redriven tasks stay pending.
+	t.Run("StaleVersionAfterRedriveChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 2)
+		relayAll(t, s)
+		apply(t, s, completed(job.ID, 1, `1`), failed(job.ID, 2, "boom"))
+		read := getJob(t, s, job.ID)
+		finish(t, s, job.ID, warren.JobFailed, nil, "1 of 2 tasks failed")
+		_, n, err := s.RedriveJob(t.Context(), job.ID)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		redriven := getJob(t, s, job.ID)
+
+		ok, err := s.FinishJob(t.Context(), job.ID, read.Version, warren.JobFailed, nil, "1 of 2 tasks failed")
+		require.NoError(t, err)
+		require.False(t, ok)
+		requireSameJob(t, redriven, getJob(t, s, job.ID))
+		require.Equal(t, []warren.TaskState{warren.TaskCompleted, warren.TaskPending}, taskStates(t, s, job.ID))
+	})
+
+	// Every change to a job's counters or state moves its version, so that
+	// a close computed before it is refused.
+	t.Run("EveryChangeMovesTheVersion", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := createJob(t, s, store.NewJob{Policy: warren.Policy{TaskTimeout: time.Second}}, 3)
+		last := getJob(t, s, job.ID).Version
+		moved := func(what string) {
+			t.Helper()
+			v := getJob(t, s, job.ID).Version
+			require.Greater(t, v, last, "%s moves the version", what)
+			last = v
+		}
+		relayAll(t, s)
+		moved("the relay starting the job")
+		apply(t, s, completed(job.ID, 1, `1`))
+		moved("a completed outcome")
+		apply(t, s, completed(job.ID, 1, `1`))
+		require.Equal(t, last, getJob(t, s, job.ID).Version, "a duplicate changes nothing")
+		apply(t, s, failed(job.ID, 2, "boom"))
+		moved("a failed outcome")
+		_, ok, err := s.ReopenTask(t.Context(), job.ID, 2)
+		require.NoError(t, err)
+		require.True(t, ok)
+		moved("a reopen")
+		report, err := s.ReconcileStale(t.Context(), time.Now().Add(time.Hour), 0)
+		require.NoError(t, err)
+		require.Equal(t, 2, report.Failed)
+		moved("the reconciler failing lost tasks")
+		finish(t, s, job.ID, warren.JobFailed, nil, "2 of 3 tasks failed")
+		moved("a close")
+		_, _, err = s.RedriveJob(t.Context(), job.ID)
+		require.NoError(t, err)
+		moved("a redrive")
+		_, err = s.CancelJob(t.Context(), job.ID)
+		require.NoError(t, err)
+		moved("a cancel")
 	})
 }
 
@@ -213,7 +302,7 @@ func testScanResults(t *testing.T, newStore func(t *testing.T) store.Store) {
 		s := newStore(t)
 		job := newJob(t, s, 3)
 		apply(t, s, completed(job.ID, 2, `"two"`))
-		ok, err := s.FinishJob(t.Context(), job.ID, warren.JobFailed, nil, "stopped")
+		ok, err := s.FinishJob(t.Context(), job.ID, getJob(t, s, job.ID).Version, warren.JobFailed, nil, "stopped")
 		require.NoError(t, err)
 		require.True(t, ok)
 

@@ -436,7 +436,7 @@ func testCancelJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 
 		done := newJob(t, s, 1)
 		apply(t, s, completed(done.ID, 1, `1`))
-		ok, err := s.FinishJob(t.Context(), done.ID, warren.JobCompleted, []byte(`[1]`), "")
+		ok, err := s.FinishJob(t.Context(), done.ID, getJob(t, s, done.ID).Version, warren.JobCompleted, []byte(`[1]`), "")
 		require.NoError(t, err)
 		require.True(t, ok)
 		_, err = s.CancelJob(t.Context(), done.ID)

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -69,7 +70,7 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		// Task 2 fails after 4 runs; the redrive keeps that count and
 		// sends back task 1, which never ran.
 		apply(t, s, failed(job.ID, 2, "boom"))
-		ok, err := s.FinishJob(t.Context(), job.ID, warren.JobFailed, nil, "gave up")
+		ok, err := s.FinishJob(t.Context(), job.ID, getJob(t, s, job.ID).Version, warren.JobFailed, nil, "gave up")
 		require.NoError(t, err)
 		require.True(t, ok)
 		_, _, err = s.RedriveJob(t.Context(), job.ID)
@@ -117,6 +118,56 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Error(t, err)
 		require.Equal(t, repeat(warren.TaskQueued, 2), taskStates(t, s, job.ID), "nothing of the batch is written")
 		require.Zero(t, getJob(t, s, job.ID).CompletedTasks)
+	})
+
+	// PostgreSQL refuses NUL and invalid UTF-8 in text: worker-supplied
+	// text is stored as store.StoredText makes it, on every store, and the
+	// rest of the batch is recorded with it.
+	t.Run("WorkerTextIsStoredAsValidUTF8", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 2)
+		relayAll(t, s)
+		report := apply(t, s,
+			store.Outcome{JobID: job.ID, TaskID: 1, State: warren.TaskFailed, Error: "nul\x00here, bad \xff\xfe bytes",
+				Attempts: 1, Worker: "w\x00\xc3"},
+			completed(job.ID, 2, `2`))
+		require.Equal(t, store.ApplyReport{Applied: 2, AppliedFailed: 1, ReadyToClose: []string{job.ID}}, withoutEmpty(report))
+
+		tasks := allTasks(t, s, job.ID, "")
+		require.Equal(t, "nul\uFFFDhere, bad \uFFFD bytes", tasks[0].Error)
+		require.Equal(t, "w\uFFFD\uFFFD", tasks[0].Worker)
+		errs, err := s.JobErrors(t.Context(), job.ID, 0)
+		require.NoError(t, err)
+		require.Equal(t, []warren.TaskError{{TaskID: 1, Error: "nul\uFFFDhere, bad \uFFFD bytes"}}, errs)
+
+		finish(t, s, job.ID, warren.JobFailed, nil, "task 1: \x00\xff")
+		require.Equal(t, "task 1: \uFFFD\uFFFD", getJob(t, s, job.ID).Error)
+	})
+
+	// A result is JSON, not text: one holding \u0000 (which jsonb
+	// refuses) comes back byte for byte, spacing and escapes included.
+	t.Run("ResultsAreStoredByteForByte", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 1)
+		relayAll(t, s)
+		result := json.RawMessage(`{ "s" : "nul \u0000 and \ud800 kept",  "n": 1.50 }`)
+		apply(t, s, store.Outcome{JobID: job.ID, TaskID: 1, State: warren.TaskCompleted, Result: result, Attempts: 1})
+
+		require.Equal(t, string(result), string(allTasks(t, s, job.ID, "")[0].Result), "ListTasks")
+		var scanned []byte
+		require.NoError(t, s.ScanResults(t.Context(), job.ID, func(_ int64, _ warren.TaskState, r json.RawMessage) error {
+			scanned = append([]byte(nil), r...)
+			return nil
+		}))
+		require.Equal(t, string(result), string(scanned), "ScanResults")
+
+		reduced := []byte(`[{ "s" : "nul \u0000 and \ud800 kept",  "n": 1.50 }]`)
+		finish(t, s, job.ID, warren.JobCompleted, reduced, "")
+		got, err := s.JobResult(t.Context(), job.ID)
+		require.NoError(t, err)
+		require.Equal(t, string(reduced), string(got), "JobResult")
 	})
 
 	t.Run("EmptyBatch", func(t *testing.T) {
@@ -189,7 +240,7 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		cancelled := newJob(t, s, 2)
 		relayAll(t, s)
 		apply(t, s, completed(finished.ID, 1, `1`))
-		ok, err := s.FinishJob(t.Context(), finished.ID, warren.JobFailed, nil, "gave up")
+		ok, err := s.FinishJob(t.Context(), finished.ID, getJob(t, s, finished.ID).Version, warren.JobFailed, nil, "gave up")
 		require.NoError(t, err)
 		require.True(t, ok)
 		_, err = s.CancelJob(t.Context(), cancelled.ID)
@@ -372,7 +423,7 @@ func testJobsToClose(t *testing.T, newStore func(t *testing.T) store.Store) {
 			completed(cancelled.ID, 1, `1`))
 		// A crash after the outcomes committed and before FinishJob leaves
 		// allDone and failFast open; closed and cancelled were closed.
-		ok, err := s.FinishJob(t.Context(), closed.ID, warren.JobCompleted, []byte(`[1]`), "")
+		ok, err := s.FinishJob(t.Context(), closed.ID, getJob(t, s, closed.ID).Version, warren.JobCompleted, []byte(`[1]`), "")
 		require.NoError(t, err)
 		require.True(t, ok)
 		_, err = s.CancelJob(t.Context(), cancelled.ID)

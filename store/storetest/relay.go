@@ -123,7 +123,7 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 		open := newJob(t, s, 2)
 		_, err := s.CancelJob(t.Context(), cancelled.ID)
 		require.NoError(t, err)
-		ok, err := s.FinishJob(t.Context(), finished.ID, warren.JobFailed, nil, "given up")
+		ok, err := s.FinishJob(t.Context(), finished.ID, getJob(t, s, finished.ID).Version, warren.JobFailed, nil, "given up")
 		require.NoError(t, err)
 		require.True(t, ok)
 

@@ -53,6 +53,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RedriveJob", testRedriveJob},
 		{"ReopenTask", testReopenTask},
 		{"ReconcileStale", testReconcileStale},
+		{"Generations", testGenerations},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

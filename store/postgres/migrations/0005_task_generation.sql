@@ -1,0 +1,6 @@
+-- Fenced outcomes (issue 11): each task's generation, which a redrive, a
+-- dead-letter replay and the reconciler's requeue bump. Its messages carry
+-- it, and an outcome of an older generation never changes the task.
+-- Existing tasks start at 1, as new ones do; a constant default, so the
+-- table is not rewritten.
+ALTER TABLE tasks ADD COLUMN generation integer NOT NULL DEFAULT 1;
