@@ -419,4 +419,3 @@ func (m *model) collect() string {
 	}
 	return out + "]"
 }
-
