@@ -80,12 +80,12 @@ type interleaving struct {
 	beforeFinish func()
 }
 
-func (s *interleaving) FinishJob(ctx context.Context, jobID string, state warren.JobState, result []byte, errMsg string) (bool, error) {
+func (s *interleaving) FinishJob(ctx context.Context, jobID string, version int64, state warren.JobState, result []byte, errMsg string) (bool, error) {
 	if f := s.beforeFinish; f != nil {
 		s.beforeFinish = nil
 		f()
 	}
-	return s.Store.FinishJob(ctx, jobID, state, result, errMsg)
+	return s.Store.FinishJob(ctx, jobID, version, state, result, errMsg)
 }
 
 func runModel(rt *rapid.T, base store.Store) {
@@ -171,18 +171,24 @@ func (m *model) relay(rt *rapid.T) {
 func (m *model) outcome(rt *rapid.T) {
 	i := rapid.IntRange(0, len(m.tasks)-1).Draw(rt, "task")
 	t := &m.tasks[i]
-	if t.state == warren.TaskPending {
-		return // never published: no worker has it
-	}
 	gen := t.gen
-	if gen > 1 && rapid.Bool().Draw(rt, "stale") {
+	switch {
+	case t.state == warren.TaskPending && gen == 1:
+		return // never published: no worker has it
+	case t.state == warren.TaskPending || (gen > 1 && rapid.Bool().Draw(rt, "stale")):
+		// A copy of an earlier run: still queued somewhere, or redelivered.
 		gen = rapid.IntRange(1, gen-1).Draw(rt, "stale_gen")
+	case rapid.IntRange(0, 9).Draw(rt, "no_generation") == 0:
+		// A worker that copies no header: the outcome counts for the
+		// current run.
+		gen = 0
 	}
-	o := store.Outcome{JobID: m.job.ID, TaskID: int64(i + 1), State: warren.TaskCompleted, Attempts: t.attempts + 1, Worker: "w"}
+	o := store.Outcome{JobID: m.job.ID, TaskID: int64(i + 1), State: warren.TaskCompleted, Attempts: t.attempts + 1,
+		Worker: "w", Generation: gen}
 	if rapid.Bool().Draw(rt, "fails") {
 		o.State, o.Error = warren.TaskFailed, "failed in run "+strconv.Itoa(gen)
 	} else {
-		o.Result = json.RawMessage(strconv.Itoa(100*gen + i + 1))
+		o.Result = json.RawMessage(strconv.Itoa(100*t.gen + 10*gen + i + 1))
 	}
 	m.apply(rt, o, gen)
 	m.sent = append(m.sent, o)
@@ -205,7 +211,7 @@ func (m *model) apply(rt *rapid.T, o store.Outcome, gen int) {
 		rt.Fatalf("apply: %v", err)
 	}
 	t := &m.tasks[o.TaskID-1]
-	if !m.open() || t.state.Terminal() || gen != t.gen {
+	if !m.open() || t.state.Terminal() || (gen != 0 && gen != t.gen) {
 		return
 	}
 	t.state = o.State
@@ -236,8 +242,14 @@ func (m *model) redrive(rt *rapid.T) {
 		}
 		return
 	}
-	if err != nil || int64(n) != failed {
-		rt.Fatalf("redrive: requeued %d of %d failed tasks: %v", n, failed, err)
+	var cancelled int64
+	for _, t := range m.tasks {
+		if t.state == warren.TaskCancelled {
+			cancelled++
+		}
+	}
+	if err != nil || int64(n) != failed+cancelled {
+		rt.Fatalf("redrive: requeued %d tasks, want the %d failed and the %d the close cancelled: %v", n, failed, cancelled, err)
 	}
 	for i := range m.tasks {
 		if m.tasks[i].state == warren.TaskFailed {
@@ -245,13 +257,26 @@ func (m *model) redrive(rt *rapid.T) {
 			m.tasks[i].gen++
 		}
 	}
+	m.requeueCancelled()
 	m.state = warren.JobRunning
+}
+
+// requeueCancelled sends back to the outbox, at their next run, the tasks
+// a close cancelled: reopening a closed job must let it close again with
+// every task accounted for.
+func (m *model) requeueCancelled() {
+	for i := range m.tasks {
+		if m.tasks[i].state == warren.TaskCancelled {
+			m.tasks[i].state = warren.TaskPending
+			m.tasks[i].gen++
+		}
+	}
 }
 
 // replay reopens one failed task, as a dead-letter replay does.
 func (m *model) replay(rt *rapid.T) {
 	i := rapid.IntRange(0, len(m.tasks)-1).Draw(rt, "task")
-	ok, err := m.st.ReopenTask(m.ctx, m.job.ID, int64(i+1))
+	gen, ok, err := m.st.ReopenTask(m.ctx, m.job.ID, int64(i+1))
 	if err != nil {
 		rt.Fatalf("reopen: %v", err)
 	}
@@ -263,6 +288,12 @@ func (m *model) replay(rt *rapid.T) {
 	if ok {
 		t.state = warren.TaskQueued
 		t.gen++
+		if gen != t.gen {
+			rt.Fatalf("reopen gave generation %d, the model says %d", gen, t.gen)
+		}
+		if !m.open() {
+			m.requeueCancelled()
+		}
 		m.state = warren.JobRunning
 	}
 }
