@@ -81,6 +81,10 @@ func (s TaskState) Valid() bool {
 // run when the job does not say otherwise.
 const DefaultMaxRetries = 3
 
+// UnlimitedFailures is the Policy.ToleratedFailures of a job whose
+// failures only its percent limits: no count of failed tasks exceeds it.
+const UnlimitedFailures = math.MaxInt64
+
 // Policy is how a job runs and closes: its reducer, retry budget and
 // failure tolerance.
 type Policy struct {
@@ -91,10 +95,18 @@ type Policy struct {
 	// MaxRetries is how many times a transiently failing task is retried
 	// after its first run.
 	MaxRetries int
-	// ToleratedFailures is how many failed tasks a completed job may have.
+	// ToleratedFailures is how many failed tasks a completed job may have;
+	// UnlimitedFailures when only the percent limits them.
 	ToleratedFailures int64
 	// ToleratedFailurePercent is the share of failed tasks (0-100) a
-	// completed job may have. Both tolerances must hold.
+	// completed job may have; 100 when only the count limits them. Both
+	// tolerances must hold.
+	//
+	// The API takes a tolerance that is not given as one that does not
+	// limit, as AWS Step Functions does: a job with only
+	// tolerated_failures 3 is stored with percent 100, one with only
+	// tolerated_failure_percent 10 with UnlimitedFailures, and one with
+	// neither tolerates no failure (0 and 0).
 	ToleratedFailurePercent float64
 	// FailFast closes the job as failed as soon as its failures exceed the
 	// tolerance, without waiting for the remaining tasks.

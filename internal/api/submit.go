@@ -146,12 +146,7 @@ func (sp jobSpec) newJob(reducers *reduce.Registry) (store.NewJob, *apiError) {
 	if sp.MaxRetries != nil {
 		p.MaxRetries = *sp.MaxRetries
 	}
-	if sp.ToleratedFailures != nil {
-		p.ToleratedFailures = *sp.ToleratedFailures
-	}
-	if sp.ToleratedFailurePercent != nil {
-		p.ToleratedFailurePercent = *sp.ToleratedFailurePercent
-	}
+	p.ToleratedFailures, p.ToleratedFailurePercent = tolerances(sp.ToleratedFailures, sp.ToleratedFailurePercent)
 	if sp.TaskTimeout != nil {
 		secs := *sp.TaskTimeout
 		if !(secs >= 1 && secs <= maxTaskTimeout.Seconds()) {
@@ -171,6 +166,24 @@ func (sp jobSpec) newJob(reducers *reduce.Registry) (store.NewJob, *apiError) {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "%v", err)
 	}
 	return store.NewJob{Type: sp.Type, Policy: p, Metadata: sp.Metadata}, nil
+}
+
+// tolerances returns the policy's tolerances for the count and percent a
+// job gave (nil when not given), with the meaning of AWS Step Functions: a
+// tolerance that is not given does not limit, both given must both hold,
+// and neither tolerates no failure. What does not limit is stored as a
+// value that warren.Policy.Tolerates reads as such: percent 100, count
+// warren.UnlimitedFailures.
+func tolerances(count *int64, percent *float64) (int64, float64) {
+	switch {
+	case count == nil && percent == nil:
+		return 0, 0
+	case count == nil:
+		return warren.UnlimitedFailures, *percent
+	case percent == nil:
+		return *count, 100
+	}
+	return *count, *percent
 }
 
 // noTasks is the error for a job without tasks.
