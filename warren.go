@@ -81,6 +81,11 @@ func (s TaskState) Valid() bool {
 // run when the job does not say otherwise.
 const DefaultMaxRetries = 3
 
+// MaxRetriesLimit is the largest Policy.MaxRetries: past a hundred
+// retries a task is not failing transiently, and its retry delays would
+// outlast any task timeout.
+const MaxRetriesLimit = 100
+
 // UnlimitedFailures is the Policy.ToleratedFailures of a job whose
 // failures only its percent limits: no count of failed tasks exceeds it.
 const UnlimitedFailures = math.MaxInt64
@@ -145,8 +150,8 @@ func (p Policy) EffectiveTaskTimeout() time.Duration {
 // Validate returns an error naming the first field that is out of range.
 func (p Policy) Validate() error {
 	switch {
-	case p.MaxRetries < 0:
-		return fmt.Errorf("max_retries must be >= 0, got %d", p.MaxRetries)
+	case p.MaxRetries < 0 || p.MaxRetries > MaxRetriesLimit:
+		return fmt.Errorf("max_retries must be between 0 and %d, got %d", MaxRetriesLimit, p.MaxRetries)
 	case p.ToleratedFailures < 0:
 		return fmt.Errorf("tolerated_failures must be >= 0, got %d", p.ToleratedFailures)
 	case math.IsNaN(p.ToleratedFailurePercent) || p.ToleratedFailurePercent < 0 || p.ToleratedFailurePercent > 100:

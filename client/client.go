@@ -76,7 +76,8 @@ type JobSpec struct {
 	Tasks []json.RawMessage `json:"tasks,omitempty"`
 	// Reduce names the reducer ("" for the server's default, collect).
 	Reduce string `json:"reduce,omitempty"`
-	// MaxRetries is the retry budget; nil for the server's default.
+	// MaxRetries is the retry budget (0 to 100); nil for the server's
+	// default (3).
 	MaxRetries *int `json:"max_retries,omitempty"`
 	// ToleratedFailures is how many failed tasks a completed job may
 	// have, and ToleratedFailurePercent what share of its tasks (0-100).
@@ -87,7 +88,10 @@ type JobSpec struct {
 	ToleratedFailures       int64   `json:"tolerated_failures,omitempty"`
 	ToleratedFailurePercent float64 `json:"tolerated_failure_percent,omitempty"`
 	FailFast                bool    `json:"fail_fast,omitempty"`
-	// TaskTimeout is in seconds; 0 for the server's default (1 h).
+	// TaskTimeout is in seconds; 0 for the server's default (1 h). It
+	// must outlast the retry delays a task may wait between its runs
+	// (with the default tiers and 3 retries, 36 s), or the job is
+	// refused.
 	TaskTimeout float64 `json:"task_timeout,omitempty"`
 	// BatchSize is how many consecutive tasks go out as one task message;
 	// 0 for one message per task.

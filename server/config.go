@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/warrenhq/warren"
@@ -15,6 +16,7 @@ import (
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/reconciler"
 	"github.com/warrenhq/warren/internal/relay"
+	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/open"
@@ -58,8 +60,11 @@ type Config struct {
 	// Prefix is prepended to every exchange and queue name, so that
 	// several installations share one broker.
 	Prefix string
-	// RetryTiers are the delays of the retry tiers; nil means
-	// protocol.DefaultRetryTiers. Servers and workers must agree.
+	// RetryTiers are the delays of the retry tiers, positive whole
+	// milliseconds in increasing order; nil means
+	// protocol.DefaultRetryTiers. Servers and workers must agree. The API
+	// refuses a job whose task_timeout does not outlast the delays its
+	// retries may wait in them.
 	RetryTiers []time.Duration
 	// DeliveryLimit is the quorum queues' x-delivery-limit: how many
 	// times a message is delivered without an ack before the broker
@@ -190,6 +195,9 @@ func (c Config) validate() error {
 		if err := broker.CheckRetryTiers(c.RetryTiers); err != nil {
 			return fmt.Errorf("server: Config.RetryTiers: %v", err)
 		}
+		if err := checkTiersIncrease(c.RetryTiers); err != nil {
+			return fmt.Errorf("server: Config.RetryTiers: %v", err)
+		}
 	}
 	if _, err := c.registry(); err != nil {
 		return err
@@ -198,6 +206,28 @@ func (c Config) validate() error {
 		return requireLoopback(c.Listen)
 	}
 	return nil
+}
+
+// checkTiersIncrease refuses retry tiers that do not strictly increase: a
+// later retry never waits less than an earlier one, and two equal tiers
+// would be one queue.
+func checkTiersIncrease(tiers []time.Duration) error {
+	for i := 1; i < len(tiers); i++ {
+		if tiers[i] <= tiers[i-1] {
+			return fmt.Errorf("retry tier %d (%s) is not longer than tier %d (%s); tiers must increase, such as %s",
+				i, tiers[i], i-1, tiers[i-1], tierList(protocol.DefaultRetryTiers))
+		}
+	}
+	return nil
+}
+
+// tierList writes tiers as --retry-tiers takes them.
+func tierList(tiers []time.Duration) string {
+	names := make([]string, len(tiers))
+	for i, d := range tiers {
+		names[i] = protocol.RetryTierName(d)
+	}
+	return strings.Join(names, ",")
 }
 
 // requireLoopback refuses a listen address reachable from other hosts,

@@ -141,3 +141,21 @@ func TestStartFailsInOneLineWhenTheBrokerIsDown(t *testing.T) {
 	require.NotContains(t, err.Error(), "secret", "the password is redacted")
 	require.NoError(t, srv.Stop(), "nothing ran, so nothing failed")
 }
+
+// Retry tiers must increase: a later retry never waits less than an
+// earlier one, and two equal tiers would be one queue.
+func TestNewRefusesRetryTiersThatDoNotIncrease(t *testing.T) {
+	t.Parallel()
+	for _, tiers := range [][]time.Duration{
+		{5 * time.Second, time.Second},
+		{time.Second, 30 * time.Second, 30 * time.Second},
+		{time.Second, time.Minute, 10 * time.Second},
+	} {
+		_, err := server.New(server.Config{RetryTiers: tiers})
+		require.Error(t, err, "%v", tiers)
+		require.ErrorContains(t, err, "Config.RetryTiers")
+		require.ErrorContains(t, err, "tiers must increase, such as 1s,5s,30s,2m,10m")
+	}
+	_, err := server.New(server.Config{RetryTiers: []time.Duration{time.Second, 2 * time.Second}})
+	require.NoError(t, err)
+}

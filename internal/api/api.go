@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 )
@@ -57,6 +58,10 @@ type Config struct {
 	// MaxBodyBytes is the largest request body accepted; a larger one is
 	// refused with 413 and writes nothing. 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// RetryTiers are the server's retry tiers: a job whose task_timeout
+	// does not outlast the retry delays its tasks may wait in them is
+	// refused with 422. nil means protocol.DefaultRetryTiers.
+	RetryTiers []time.Duration
 	// Ready reports whether the dependencies other than the store (the
 	// broker, say) are ready; /readyz checks Store.Ping and then Ready. Its
 	// error text is shown to unauthenticated callers of /readyz, so it must
@@ -97,6 +102,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if len(c.RetryTiers) == 0 {
+		c.RetryTiers = protocol.DefaultRetryTiers
+	}
 	if c.Gatherer == nil {
 		c.Gatherer = prometheus.DefaultGatherer
 	}
@@ -116,6 +124,11 @@ func (c Config) validate() error {
 	if c.MaxBodyBytes < 0 {
 		return fmt.Errorf("api: Config.MaxBodyBytes must be >= 0, got %d", c.MaxBodyBytes)
 	}
+	for i, d := range c.RetryTiers {
+		if d <= 0 {
+			return fmt.Errorf("api: Config.RetryTiers[%d] must be > 0, got %s", i, d)
+		}
+	}
 	for i, tok := range c.Tokens {
 		if err := tok.validate(); err != nil {
 			return fmt.Errorf("api: Config.Tokens[%d]: %w", i, err)
@@ -127,6 +140,7 @@ func (c Config) validate() error {
 // server holds what the handlers share.
 type server struct {
 	cfg     Config
+	rules   rules // what a submission is checked against
 	log     *slog.Logger
 	auth    *authenticator
 	mux     *http.ServeMux
@@ -172,7 +186,8 @@ func New(cfg Config) (http.Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &server{cfg: cfg, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux()}
+	s := &server{cfg: cfg, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(),
+		rules: rules{reducers: cfg.Reducers, tiers: cfg.RetryTiers}}
 	s.metrics = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 		ErrorLog:      promLogger{cfg.Logger},
 		ErrorHandling: promhttp.ContinueOnError, // a failing collector is logged and left out

@@ -10,7 +10,6 @@ import (
 	"iter"
 	"net/http"
 
-	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -35,9 +34,9 @@ import (
 // whole job back.
 
 // parseJSON reads an application/json submission up to its tasks (or, when
-// it must, to its end) and returns the job, its reducer checked against
-// reducers, and its task stream.
-func parseJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
+// it must, to its end) and returns the job, checked against r, and its task
+// stream.
+func parseJSON(body io.Reader, r rules) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
 	dec := json.NewDecoder(body)
 	if err := expectObject(dec); err != nil {
 		return store.NewJob{}, nil, err
@@ -59,7 +58,7 @@ func parseJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.Se
 			continue
 		}
 		if len(seen) == len(specFields)+1 { // every field is known: stream
-			return streamJSONTasks(dec, sp, seen, reducers)
+			return streamJSONTasks(dec, sp, seen, r)
 		}
 		if err := decodeTasksArray(dec, &buffered); err != nil {
 			return store.NewJob{}, nil, err
@@ -71,7 +70,7 @@ func parseJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.Se
 	if buffered == nil {
 		return store.NewJob{}, nil, errorf(http.StatusUnprocessableEntity, codeValidation, "tasks is required: a non-empty array of task payloads")
 	}
-	job, err := sp.newJob(reducers)
+	job, err := sp.newJob(r)
 	if err != nil {
 		return store.NewJob{}, nil, err
 	}
@@ -85,8 +84,8 @@ func parseJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.Se
 
 // streamJSONTasks returns the job of sp and a task stream that reads the
 // tasks array from dec, then checks that the body ends with the object.
-func streamJSONTasks(dec *json.Decoder, sp jobSpec, seen map[string]bool, reducers *reduce.Registry) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
-	job, err := sp.newJob(reducers)
+func streamJSONTasks(dec *json.Decoder, sp jobSpec, seen map[string]bool, r rules) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
+	job, err := sp.newJob(r)
 	if err != nil {
 		return store.NewJob{}, nil, err
 	}
@@ -148,9 +147,8 @@ func arrayElements(dec *json.Decoder, after func() *apiError) iter.Seq2[json.Raw
 }
 
 // parseNDJSON reads the job line of an application/x-ndjson submission and
-// returns the job, its reducer checked against reducers, and the stream of
-// its task lines.
-func parseNDJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
+// returns the job, checked against r, and the stream of its task lines.
+func parseNDJSON(body io.Reader, r rules) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
 	lines := &lineReader{r: bufio.NewReaderSize(body, 64<<10)}
 	head, err := lines.next()
 	if err == io.EOF {
@@ -179,7 +177,7 @@ func parseNDJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.
 	if err := endObject(dec); err != nil {
 		return store.NewJob{}, nil, lineError(lines.n, err)
 	}
-	job, aerr := sp.newJob(reducers)
+	job, aerr := sp.newJob(r)
 	if aerr != nil {
 		return store.NewJob{}, nil, aerr
 	}

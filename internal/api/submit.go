@@ -2,8 +2,8 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"iter"
-	"math"
 	"mime"
 	"net/http"
 	"strings"
@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 )
@@ -91,9 +92,9 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 		perr  *apiError
 	)
 	if media == mediaNDJSON {
-		spec, tasks, perr = parseNDJSON(body, s.cfg.Reducers)
+		spec, tasks, perr = parseNDJSON(body, s.rules)
 	} else {
-		spec, tasks, perr = parseJSON(body, s.cfg.Reducers)
+		spec, tasks, perr = parseJSON(body, s.rules)
 	}
 	if perr != nil {
 		writeError(w, perr)
@@ -121,9 +122,18 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, submitResponse{ID: job.ID, State: job.State, StatusURL: url})
 }
 
-// newJob validates the spec, its reducer against reducers, and returns it
-// as a store.NewJob with the defaults filled in; problems are 422s.
-func (sp jobSpec) newJob(reducers *reduce.Registry) (store.NewJob, *apiError) {
+// rules are what a submission is checked against.
+type rules struct {
+	// reducers are the reducers a job may name.
+	reducers *reduce.Registry
+	// tiers are the server's retry tiers, which a job's task_timeout must
+	// outlast (retryWait).
+	tiers []time.Duration
+}
+
+// newJob validates the spec against r and returns it as a store.NewJob
+// with the defaults filled in; problems are 422s.
+func (sp jobSpec) newJob(r rules) (store.NewJob, *apiError) {
 	switch {
 	case sp.Type == "":
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "type is required: it names the handler that runs the tasks")
@@ -131,17 +141,14 @@ func (sp jobSpec) newJob(reducers *reduce.Registry) (store.NewJob, *apiError) {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "type must be at most %d bytes", maxTypeLen)
 	case strings.ContainsFunc(sp.Type, isControl):
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "type must not contain control characters")
-	case sp.MaxRetries != nil && *sp.MaxRetries > math.MaxInt32:
-		// The stores keep it in a 32-bit column.
-		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "max_retries must be at most %d", math.MaxInt32)
 	}
 	p := warren.Policy{Reduce: sp.Reduce, MaxRetries: warren.DefaultMaxRetries, FailFast: sp.FailFast}
 	if p.Reduce == "" {
 		p.Reduce = reduce.Default
 	}
-	if _, ok := reducers.Lookup(p.Reduce); !ok {
+	if _, ok := r.reducers.Lookup(p.Reduce); !ok {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "unknown reducer %q (known: %s)",
-			p.Reduce, strings.Join(reducers.Names(), ", "))
+			p.Reduce, strings.Join(r.reducers.Names(), ", "))
 	}
 	if sp.MaxRetries != nil {
 		p.MaxRetries = *sp.MaxRetries
@@ -165,6 +172,9 @@ func (sp jobSpec) newJob(reducers *reduce.Registry) (store.NewJob, *apiError) {
 	if err := p.Validate(); err != nil {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "%v", err)
 	}
+	if err := checkRetryWait(p, sp.TaskTimeout != nil, r.tiers); err != nil {
+		return store.NewJob{}, err
+	}
 	return store.NewJob{Type: sp.Type, Policy: p, Metadata: sp.Metadata}, nil
 }
 
@@ -184,6 +194,43 @@ func tolerances(count *int64, percent *float64) (int64, float64) {
 		return *count, 100
 	}
 	return *count, *percent
+}
+
+// retryWait returns the longest a task of a job with maxRetries may wait
+// in the retry tiers between its runs: its nth retry waits in the nth
+// tier, every retry past the last tier in the last.
+func retryWait(maxRetries int, tiers []time.Duration) time.Duration {
+	var wait time.Duration
+	for n := 1; n <= maxRetries; n++ {
+		wait += tiers[protocol.RetryTier(n, len(tiers))]
+	}
+	return wait
+}
+
+// checkRetryWait refuses a policy whose task timeout does not outlast the
+// retry delays its tasks may wait: the timeout runs from a task's last
+// publish, and a retry waiting in a tier is not republished, so the
+// reconciler would take a task that is only waiting for its next run for
+// lost. given says whether the job gave its task_timeout.
+func checkRetryWait(p warren.Policy, given bool, tiers []time.Duration) *apiError {
+	wait := retryWait(p.MaxRetries, tiers)
+	timeout := p.EffectiveTaskTimeout()
+	if timeout > wait {
+		return nil
+	}
+	which := fmt.Sprintf("task_timeout %g s", timeout.Seconds())
+	if !given {
+		which = "the default " + which
+	}
+	names := make([]string, len(tiers))
+	for i, d := range tiers {
+		names[i] = protocol.RetryTierName(d)
+	}
+	return errorf(http.StatusUnprocessableEntity, codeValidation,
+		"%s does not outlast the retry delays: with max_retries %d a task may wait %g s between its runs "+
+			"in the server's retry tiers (%s, the last repeating), and would be taken for lost meanwhile; "+
+			"give a task_timeout above %g s plus the time the runs take, or fewer retries",
+		which, p.MaxRetries, wait.Seconds(), strings.Join(names, ", "), wait.Seconds())
 }
 
 // noTasks is the error for a job without tasks.
