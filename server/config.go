@@ -37,6 +37,9 @@ const (
 	// DefaultMaxBodyBytes is the largest request body the API accepts
 	// when Config.MaxBodyBytes is 0.
 	DefaultMaxBodyBytes = api.DefaultMaxBodyBytes
+	// DefaultMaxTaskBytes is the largest task payload the API accepts
+	// when Config.MaxTaskBytes is 0: 1 MiB.
+	DefaultMaxTaskBytes = api.DefaultMaxTaskBytes
 	// DefaultRelayBatchSize is Config.RelayBatchSize's default.
 	DefaultRelayBatchSize = relay.DefaultBatchSize
 	// DefaultAggregatorBatchSize is Config.AggregatorBatchSize's default.
@@ -83,6 +86,13 @@ type Config struct {
 	// MaxBodyBytes is the largest request body accepted; 0 means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxTaskBytes is the largest task payload a submission may hold, in
+	// bytes as submitted; a larger one is refused with 413 naming the
+	// task, and nothing is written. 0 means DefaultMaxTaskBytes. A task
+	// message carries its payload whole, and RabbitMQ refuses messages
+	// over its max_message_size (16 MiB by default on RabbitMQ 4), with
+	// batch_size payloads in one message.
+	MaxTaskBytes int64
 	// ShutdownTimeout bounds how long requests in progress may take to
 	// finish when the server stops; 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
@@ -149,6 +159,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if c.MaxTaskBytes == 0 {
+		c.MaxTaskBytes = DefaultMaxTaskBytes
+	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
@@ -178,6 +191,8 @@ func (c Config) validate() error {
 	switch {
 	case c.MaxBodyBytes < 1:
 		return fmt.Errorf("server: Config.MaxBodyBytes must be >= 1, got %d", c.MaxBodyBytes)
+	case c.MaxTaskBytes < 1:
+		return fmt.Errorf("server: Config.MaxTaskBytes must be >= 1, got %d", c.MaxTaskBytes)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("server: Config.ShutdownTimeout must be > 0, got %s", c.ShutdownTimeout)
 	case c.DeliveryLimit < 0:

@@ -147,7 +147,7 @@ func (s *Server) start(ctx context.Context) (err error) {
 	}
 	handler, err := api.New(api.Config{
 		Store: s.store, Reducers: s.reducers, Tokens: s.cfg.Tokens, MaxBodyBytes: s.cfg.MaxBodyBytes, Gatherer: s.registry, Metrics: apiMetrics,
-		RetryTiers:  s.tiers,
+		MaxTaskBytes: s.cfg.MaxTaskBytes, RetryTiers: s.tiers,
 		DeadLetters: deadLetters{s},
 		Ready:       s.brokerReady,
 		OnSubmit:    func(string) { s.WakeRelay() },

@@ -24,6 +24,7 @@ func TestNewNamesTheFieldThatIsWrong(t *testing.T) {
 		want string
 	}{
 		{server.Config{MaxBodyBytes: -1}, "Config.MaxBodyBytes must be >= 1"},
+		{server.Config{MaxTaskBytes: -1}, "Config.MaxTaskBytes must be >= 1"},
 		{server.Config{RelayBatchSize: -1}, "Config.RelayBatchSize must be >= 1"},
 		{server.Config{AggregatorBatchSize: -2}, "Config.AggregatorBatchSize must be >= 1"},
 		{server.Config{AggregatorLinger: -time.Second}, "Config.AggregatorLinger must be >= 0"},

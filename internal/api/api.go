@@ -40,6 +40,10 @@ import (
 // Config.MaxBodyBytes is 0: 64 MiB.
 const DefaultMaxBodyBytes = 64 << 20
 
+// DefaultMaxTaskBytes is the largest task payload accepted when
+// Config.MaxTaskBytes is 0: 1 MiB.
+const DefaultMaxTaskBytes = 1 << 20
+
 // probeTimeout bounds the store (and Ready) checks of /readyz and the
 // store check that tells 503 from 500 after a failed store call.
 const probeTimeout = 2 * time.Second
@@ -58,6 +62,11 @@ type Config struct {
 	// MaxBodyBytes is the largest request body accepted; a larger one is
 	// refused with 413 and writes nothing. 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxTaskBytes is the largest task payload a submission may hold, in
+	// bytes as submitted; a submission with a larger one is refused with
+	// 413 naming the task, and writes nothing. 0 means
+	// DefaultMaxTaskBytes.
+	MaxTaskBytes int64
 	// RetryTiers are the server's retry tiers: a job whose task_timeout
 	// does not outlast the retry delays its tasks may wait in them is
 	// refused with 422. nil means protocol.DefaultRetryTiers.
@@ -102,6 +111,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if c.MaxTaskBytes == 0 {
+		c.MaxTaskBytes = DefaultMaxTaskBytes
+	}
 	if len(c.RetryTiers) == 0 {
 		c.RetryTiers = protocol.DefaultRetryTiers
 	}
@@ -123,6 +135,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		return fmt.Errorf("api: Config.MaxBodyBytes must be >= 0, got %d", c.MaxBodyBytes)
+	}
+	if c.MaxTaskBytes < 0 {
+		return fmt.Errorf("api: Config.MaxTaskBytes must be >= 0, got %d", c.MaxTaskBytes)
 	}
 	for i, d := range c.RetryTiers {
 		if d <= 0 {
@@ -187,7 +202,7 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	s := &server{cfg: cfg, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(),
-		rules: rules{reducers: cfg.Reducers, tiers: cfg.RetryTiers}}
+		rules: rules{reducers: cfg.Reducers, tiers: cfg.RetryTiers, maxTaskBytes: cfg.MaxTaskBytes}}
 	s.metrics = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 		ErrorLog:      promLogger{cfg.Logger},
 		ErrorHandling: promhttp.ContinueOnError, // a failing collector is logged and left out

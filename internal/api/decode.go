@@ -30,8 +30,8 @@ import (
 // later line one task payload (blank lines are skipped). It always streams.
 //
 // A problem found while the tasks stream (malformed JSON, an empty array,
-// the body limit) is yielded by the task iterator, so CreateJob rolls the
-// whole job back.
+// the body limit, a task over the per-task limit or nested too deep) is
+// yielded by the task iterator, so CreateJob rolls the whole job back.
 
 // parseJSON reads an application/json submission up to its tasks (or, when
 // it must, to its end) and returns the job, checked against r, and its task
@@ -79,7 +79,7 @@ func parseJSON(body io.Reader, r rules) (store.NewJob, iter.Seq2[json.RawMessage
 	}
 	dec = json.NewDecoder(bytes.NewReader(buffered))
 	_, _ = dec.Token() // '[': buffered is a valid array
-	return job, arrayElements(dec, nil), nil
+	return job, arrayElements(dec, r.maxTaskBytes, nil), nil
 }
 
 // streamJSONTasks returns the job of sp and a task stream that reads the
@@ -109,14 +109,15 @@ func streamJSONTasks(dec *json.Decoder, sp jobSpec, seen map[string]bool, r rule
 		}
 		return endObject(dec)
 	}
-	return job, arrayElements(dec, rest), nil
+	return job, arrayElements(dec, r.maxTaskBytes, rest), nil
 }
 
 // arrayElements yields the elements of the array whose '[' dec has just
 // read, then reads its ']' and runs after (when not nil). An empty array,
-// malformed JSON, or an error from after is yielded as an error, once, and
-// ends the stream.
-func arrayElements(dec *json.Decoder, after func() *apiError) iter.Seq2[json.RawMessage, error] {
+// malformed JSON, an element that checkTask refuses (over maxTaskBytes, or
+// nested too deep), or an error from after is yielded as an error, once,
+// and ends the stream.
+func arrayElements(dec *json.Decoder, maxTaskBytes int64, after func() *apiError) iter.Seq2[json.RawMessage, error] {
 	return func(yield func(json.RawMessage, error) bool) {
 		n := 0
 		for dec.More() {
@@ -126,6 +127,10 @@ func arrayElements(dec *json.Decoder, after func() *apiError) iter.Seq2[json.Raw
 				return
 			}
 			n++
+			if err := checkTask(n, 0, raw, maxTaskBytes); err != nil {
+				yield(nil, err)
+				return
+			}
 			if !yield(raw, nil) {
 				return
 			}
@@ -150,7 +155,7 @@ func arrayElements(dec *json.Decoder, after func() *apiError) iter.Seq2[json.Raw
 // returns the job, checked against r, and the stream of its task lines.
 func parseNDJSON(body io.Reader, r rules) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
 	lines := &lineReader{r: bufio.NewReaderSize(body, 64<<10)}
-	head, err := lines.next()
+	head, err := lines.next(0)
 	if err == io.EOF {
 		return store.NewJob{}, nil, errorf(http.StatusBadRequest, codeInvalidJSON, "empty body: the first line must be the job spec")
 	}
@@ -184,9 +189,13 @@ func parseNDJSON(body io.Reader, r rules) (store.NewJob, iter.Seq2[json.RawMessa
 	tasks := func(yield func(json.RawMessage, error) bool) {
 		n := 0
 		for {
-			line, err := lines.next()
+			line, err := lines.next(r.maxTaskBytes)
 			if err == io.EOF {
 				break
+			}
+			if err == errLineTooLong {
+				yield(nil, taskTooLarge(n+1, lines.n, -1, r.maxTaskBytes))
+				return
 			}
 			if err != nil {
 				yield(nil, bodyError(err))
@@ -197,6 +206,10 @@ func parseNDJSON(body io.Reader, r rules) (store.NewJob, iter.Seq2[json.RawMessa
 				return
 			}
 			n++
+			if err := checkTask(n, lines.n, line, r.maxTaskBytes); err != nil {
+				yield(nil, err)
+				return
+			}
 			if !yield(line, nil) {
 				return
 			}
@@ -215,12 +228,17 @@ type lineReader struct {
 	n int // number of the line last returned
 }
 
+// errLineTooLong is next's error for a line over its limit.
+var errLineTooLong = errors.New("line too long")
+
 // next returns the next non-blank line without its surrounding white
-// space, or io.EOF after the last.
-func (l *lineReader) next() ([]byte, error) {
+// space, or io.EOF after the last. A line whose bytes, white space around
+// them aside, are more than limit (when limit > 0) is errLineTooLong as
+// soon as that many are read: it is never held whole.
+func (l *lineReader) next(limit int64) ([]byte, error) {
 	for {
-		line, err := l.r.ReadBytes('\n')
-		if len(line) > 0 {
+		line, err := l.readLine(limit)
+		if len(line) > 0 || err == errLineTooLong {
 			l.n++
 		}
 		if err != nil && err != io.EOF {
@@ -231,6 +249,23 @@ func (l *lineReader) next() ([]byte, error) {
 		}
 		if err == io.EOF {
 			return nil, io.EOF
+		}
+	}
+}
+
+// readLine returns the rest of the current line, its newline included, in
+// a slice of its own, or errLineTooLong once more than limit bytes of it
+// (white space around them aside) are read, when limit > 0.
+func (l *lineReader) readLine(limit int64) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := l.r.ReadSlice('\n')
+		line = append(line, frag...)
+		if err != bufio.ErrBufferFull {
+			return line, err
+		}
+		if limit > 0 && int64(len(bytes.TrimSpace(line))) > limit {
+			return nil, errLineTooLong
 		}
 	}
 }

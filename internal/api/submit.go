@@ -129,6 +129,8 @@ type rules struct {
 	// tiers are the server's retry tiers, which a job's task_timeout must
 	// outlast (retryWait).
 	tiers []time.Duration
+	// maxTaskBytes is the largest task payload accepted.
+	maxTaskBytes int64
 }
 
 // newJob validates the spec against r and returns it as a store.NewJob
@@ -231,6 +233,41 @@ func checkRetryWait(p warren.Policy, given bool, tiers []time.Duration) *apiErro
 			"in the server's retry tiers (%s, the last repeating), and would be taken for lost meanwhile; "+
 			"give a task_timeout above %g s plus the time the runs take, or fewer retries",
 		which, p.MaxRetries, wait.Seconds(), strings.Join(names, ", "), wait.Seconds())
+}
+
+// checkTask refuses the payload of task number task (on NDJSON line line,
+// 0 for JSON) when it is over maxBytes (413) or nested deeper than the
+// protocol carries (422).
+func checkTask(task int, line int, raw json.RawMessage, maxBytes int64) *apiError {
+	if int64(len(raw)) > maxBytes {
+		return taskTooLarge(task, line, int64(len(raw)), maxBytes)
+	}
+	if d := protocol.Depth(raw); d > protocol.MaxPayloadDepth {
+		return errorf(http.StatusUnprocessableEntity, codeValidation,
+			"%s is nested %d levels deep: payloads may nest arrays and objects at most %d levels (the wire protocol's limit)",
+			taskName(task, line), d, protocol.MaxPayloadDepth)
+	}
+	return nil
+}
+
+// taskTooLarge is the error for task number task (on NDJSON line line, 0
+// for JSON) whose payload is size bytes (-1 when it was cut short) and over
+// limit.
+func taskTooLarge(task, line int, size, limit int64) *apiError {
+	if size < 0 {
+		return errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "%s is larger than the limit of %d bytes per task",
+			taskName(task, line), limit)
+	}
+	return errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "%s is %d bytes, over the limit of %d bytes per task",
+		taskName(task, line), size, limit)
+}
+
+// taskName names task number task, and its NDJSON line when line > 0.
+func taskName(task, line int) string {
+	if line > 0 {
+		return fmt.Sprintf("task %d (line %d)", task, line)
+	}
+	return fmt.Sprintf("task %d", task)
 }
 
 // noTasks is the error for a job without tasks.
