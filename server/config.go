@@ -40,6 +40,10 @@ const (
 	// DefaultMaxTaskBytes is the largest task payload the API accepts
 	// when Config.MaxTaskBytes is 0: 1 MiB.
 	DefaultMaxTaskBytes = api.DefaultMaxTaskBytes
+	// DefaultBodyTimeout is Config.BodyTimeout's default: 30 s.
+	DefaultBodyTimeout = api.DefaultBodyTimeout
+	// DefaultIdleTimeout is Config.IdleTimeout's default: 1 min.
+	DefaultIdleTimeout = time.Minute
 	// DefaultRelayBatchSize is Config.RelayBatchSize's default.
 	DefaultRelayBatchSize = relay.DefaultBatchSize
 	// DefaultAggregatorBatchSize is Config.AggregatorBatchSize's default.
@@ -93,6 +97,16 @@ type Config struct {
 	// over its max_message_size (16 MiB by default on RabbitMQ 4), with
 	// batch_size payloads in one message.
 	MaxTaskBytes int64
+	// BodyTimeout is the longest a request body may go without a byte
+	// arriving: a stalled upload is then cut with 408. A submission's
+	// tasks are read whole before the store is called, so a stalled
+	// upload never holds a store connection; this bounds how long it
+	// holds its own. 0 means DefaultBodyTimeout.
+	BodyTimeout time.Duration
+	// IdleTimeout is how long a keep-alive connection may wait for its
+	// next request before the server closes it; 0 means
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// ShutdownTimeout bounds how long requests in progress may take to
 	// finish when the server stops; 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
@@ -162,6 +176,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxTaskBytes == 0 {
 		c.MaxTaskBytes = DefaultMaxTaskBytes
 	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = DefaultBodyTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
@@ -193,6 +213,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("server: Config.MaxBodyBytes must be >= 1, got %d", c.MaxBodyBytes)
 	case c.MaxTaskBytes < 1:
 		return fmt.Errorf("server: Config.MaxTaskBytes must be >= 1, got %d", c.MaxTaskBytes)
+	case c.BodyTimeout < 0:
+		return fmt.Errorf("server: Config.BodyTimeout must be > 0, got %s", c.BodyTimeout)
+	case c.IdleTimeout < 0:
+		return fmt.Errorf("server: Config.IdleTimeout must be > 0, got %s", c.IdleTimeout)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("server: Config.ShutdownTimeout must be > 0, got %s", c.ShutdownTimeout)
 	case c.DeliveryLimit < 0:

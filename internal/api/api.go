@@ -4,8 +4,9 @@
 // endpoints.
 //
 // The handler talks to the broker only through Config.DeadLetters: a
-// submission writes the job and its tasks to the store in one transaction
-// and answers 202 Accepted; the outbox relay publishes the tasks later,
+// submission is read whole and checked (its tasks spooled in memory, then
+// in a temporary file), then written to the store in one transaction, and
+// answered 202 Accepted; the outbox relay publishes the tasks later,
 // and a redrive only requeues tasks in the store. Every error is a JSON object
 // {"error": {"code", "message"}} with a 4xx status for bad input (which never
 // leaves a job or task row behind), 503 when the store is down and 500 for
@@ -44,6 +45,9 @@ const DefaultMaxBodyBytes = 64 << 20
 // Config.MaxTaskBytes is 0: 1 MiB.
 const DefaultMaxTaskBytes = 1 << 20
 
+// DefaultBodyTimeout is Config.BodyTimeout when it is 0.
+const DefaultBodyTimeout = 30 * time.Second
+
 // probeTimeout bounds the store (and Ready) checks of /readyz and the
 // store check that tells 503 from 500 after a failed store call.
 const probeTimeout = 2 * time.Second
@@ -67,6 +71,13 @@ type Config struct {
 	// 413 naming the task, and writes nothing. 0 means
 	// DefaultMaxTaskBytes.
 	MaxTaskBytes int64
+	// BodyTimeout is the longest a request body may go without delivering
+	// a byte: a stalled upload is then cut with 408 and its connection
+	// closed. Each read extends the deadline, so a large body that keeps
+	// arriving is never cut. It needs the ResponseWriter of net/http's
+	// server (http.ResponseController); with another, bodies are not
+	// timed. 0 means DefaultBodyTimeout.
+	BodyTimeout time.Duration
 	// RetryTiers are the server's retry tiers: a job whose task_timeout
 	// does not outlast the retry delays its tasks may wait in them is
 	// refused with 422. nil means protocol.DefaultRetryTiers.
@@ -114,6 +125,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxTaskBytes == 0 {
 		c.MaxTaskBytes = DefaultMaxTaskBytes
 	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = DefaultBodyTimeout
+	}
 	if len(c.RetryTiers) == 0 {
 		c.RetryTiers = protocol.DefaultRetryTiers
 	}
@@ -138,6 +152,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxTaskBytes < 0 {
 		return fmt.Errorf("api: Config.MaxTaskBytes must be >= 0, got %d", c.MaxTaskBytes)
+	}
+	if c.BodyTimeout < 0 {
+		return fmt.Errorf("api: Config.BodyTimeout must be >= 0, got %s", c.BodyTimeout)
 	}
 	for i, d := range c.RetryTiers {
 		if d <= 0 {
@@ -227,6 +244,7 @@ func New(cfg Config) (http.Handler, error) {
 // any other with a JSON 404 or 405.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.recoverPanic(w, r)
+	r.Body = timeBody(w, r.Body, s.cfg.BodyTimeout)
 	if _, pattern := s.mux.Handler(r); pattern != "" {
 		s.mux.ServeHTTP(w, r)
 		return

@@ -19,19 +19,23 @@ import (
 // "tolerated_failures", "tolerated_failure_percent", "fail_fast",
 // "metadata"}. The fields are read in order with a token walk. When every
 // other field comes before "tasks", the job is fully known when its tasks
-// start, so they stream into the store one payload at a time, never all
-// in memory. When a field may still follow "tasks" (any field not given
-// before it), the tasks array is buffered as raw bytes until the object
-// ends (a copy bounded by the body limit), and then streamed. Clients that
-// send large jobs should put "tasks" last after every other field, or use
-// NDJSON.
+// start, so they are read one payload at a time, never all in memory.
+// When a field may still follow "tasks" (any field not given before it),
+// the tasks array is buffered as raw bytes until the object ends (a copy
+// bounded by the body limit), and then read. Clients that send large jobs
+// should put "tasks" last after every other field, or use NDJSON.
 //
 // application/x-ndjson: the first line is the job without "tasks", every
-// later line one task payload (blank lines are skipped). It always streams.
+// later line one task payload (blank lines are skipped). It is always read
+// one line at a time.
+//
+// The task stream feeds the handler's spool (spool.go), not the store: the
+// store is called once the body has ended.
 //
 // A problem found while the tasks stream (malformed JSON, an empty array,
 // the body limit, a task over the per-task limit or nested too deep) is
-// yielded by the task iterator, so CreateJob rolls the whole job back.
+// yielded by the task iterator. The handler spools the whole stream before
+// it calls the store, so such a problem writes nothing.
 
 // parseJSON reads an application/json submission up to its tasks (or, when
 // it must, to its end) and returns the job, checked against r, and its task
@@ -388,6 +392,9 @@ func emptyArray(a json.RawMessage) bool {
 func bodyError(err error) *apiError {
 	if e, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		return tooLarge(e.Limit)
+	}
+	if e, ok := errors.AsType[*errBodyStalled](err); ok {
+		return errorf(http.StatusRequestTimeout, codeTimeout, "%v: the upload is cut", e)
 	}
 	if e, ok := errors.AsType[*json.SyntaxError](err); ok {
 		return errorf(http.StatusBadRequest, codeInvalidJSON, "malformed JSON at byte %d: %v", e.Offset, e)

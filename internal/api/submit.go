@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"mime"
@@ -102,7 +103,22 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 	}
 	spec.IdempotencyKey = key
 
-	job, created, err := s.cfg.Store.CreateJob(r.Context(), spec, tasks)
+	// The whole body is read and checked before the store is called, so
+	// that no store connection waits on the client, and bad input writes
+	// nothing.
+	sp, err := spoolTasks(tasks)
+	if err != nil {
+		if e, ok := errors.AsType[*apiError](err); ok {
+			writeError(w, e)
+			return
+		}
+		s.log.Error("api: spool a submission", "type", spec.Type, "error", err)
+		writeError(w, errorf(http.StatusInternalServerError, codeInternal, "internal error"))
+		return
+	}
+	defer sp.close()
+
+	job, created, err := s.cfg.Store.CreateJob(r.Context(), spec, sp.all())
 	if err != nil {
 		s.storeError(w, r, err, "create job", "type", spec.Type)
 		return

@@ -2,10 +2,8 @@ package api_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"iter"
 	"net/http"
 	"strings"
 	"testing"
@@ -325,79 +323,4 @@ func TestSubmitTooLarge(t *testing.T) {
 	// Just under the limit is fine.
 	id := b.mustSubmit(t, `{"type":"echo","tasks":[`+strings.Repeat("1,", 100)+`1]}`)
 	require.NotEmpty(t, id)
-}
-
-// streamProbe wraps a store so that a test learns when CreateJob has
-// consumed a first task, while the rest of the body is still unsent.
-type streamProbe struct {
-	store.Store
-	first chan struct{}
-}
-
-func (p *streamProbe) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
-	signalled := false
-	return p.Store.CreateJob(ctx, spec, func(yield func(json.RawMessage, error) bool) {
-		for payload, err := range tasks {
-			if !yield(payload, err) {
-				return
-			}
-			if !signalled {
-				signalled = true
-				close(p.first)
-			}
-		}
-	})
-}
-
-// TestSubmitStreamsTasks shows that tasks reach the store while the client
-// is still sending the body: the test sends the rest only after the store
-// has consumed a first task.
-func TestSubmitStreamsTasks(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name, contentType, head, tail string
-	}{
-		{"json", "application/json", `{` + fullSpec + `,"tasks":[{"i":1},`, `{"i":2},{"i":3}]}`},
-		{"ndjson", "application/x-ndjson", "{\"type\":\"echo\"}\n{\"i\":1}\n", "{\"i\":2}\n{\"i\":3}\n"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			probe := &streamProbe{first: make(chan struct{})}
-			b := setup(t, &options{wrap: func(s store.Store) store.Store { probe.Store = s; return probe }})
-			pr, pw := io.Pipe()
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.srv.URL+"/v1/jobs", pr)
-			require.NoError(t, err)
-			req.Header.Set("Content-Type", tc.contentType)
-			done := make(chan response, 1)
-			go func() {
-				resp, err := b.srv.Client().Do(req)
-				if err != nil {
-					done <- response{status: -1, body: []byte(err.Error())}
-					return
-				}
-				defer resp.Body.Close()
-				body, _ := io.ReadAll(resp.Body)
-				done <- response{status: resp.StatusCode, header: resp.Header, body: body}
-			}()
-
-			_, err = io.WriteString(pw, tc.head)
-			require.NoError(t, err)
-			select {
-			case <-probe.first:
-			case resp := <-done:
-				t.Fatalf("answered before the body was complete: %d %s", resp.status, resp.body)
-			case <-time.After(10 * time.Second):
-				t.Fatal("the store got no task before the body was complete: the tasks are not streamed")
-			}
-			_, err = io.WriteString(pw, tc.tail)
-			require.NoError(t, err)
-			require.NoError(t, pw.Close())
-
-			resp := <-done
-			conform(t, req, resp)
-			require.Equal(t, http.StatusAccepted, resp.status, "body: %s", resp.body)
-			id := resp.json(t)["id"].(string)
-			require.Equal(t, []string{`{"i":1}`, `{"i":2}`, `{"i":3}`}, payloadsOf(t, b.store, id))
-		})
-	}
 }
