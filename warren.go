@@ -81,6 +81,15 @@ func (s TaskState) Valid() bool {
 // run when the job does not say otherwise.
 const DefaultMaxRetries = 3
 
+// MaxRetriesLimit is the largest Policy.MaxRetries: past a hundred
+// retries a task is not failing transiently, and its retry delays would
+// outlast any task timeout.
+const MaxRetriesLimit = 100
+
+// UnlimitedFailures is the Policy.ToleratedFailures of a job whose
+// failures only its percent limits: no count of failed tasks exceeds it.
+const UnlimitedFailures = math.MaxInt64
+
 // Policy is how a job runs and closes: its reducer, retry budget and
 // failure tolerance.
 type Policy struct {
@@ -91,10 +100,18 @@ type Policy struct {
 	// MaxRetries is how many times a transiently failing task is retried
 	// after its first run.
 	MaxRetries int
-	// ToleratedFailures is how many failed tasks a completed job may have.
+	// ToleratedFailures is how many failed tasks a completed job may have;
+	// UnlimitedFailures when only the percent limits them.
 	ToleratedFailures int64
 	// ToleratedFailurePercent is the share of failed tasks (0-100) a
-	// completed job may have. Both tolerances must hold.
+	// completed job may have; 100 when only the count limits them. Both
+	// tolerances must hold.
+	//
+	// The API takes a tolerance that is not given as one that does not
+	// limit, as AWS Step Functions does: a job with only
+	// tolerated_failures 3 is stored with percent 100, one with only
+	// tolerated_failure_percent 10 with UnlimitedFailures, and one with
+	// neither tolerates no failure (0 and 0).
 	ToleratedFailurePercent float64
 	// FailFast closes the job as failed as soon as its failures exceed the
 	// tolerance, without waiting for the remaining tasks.
@@ -133,8 +150,8 @@ func (p Policy) EffectiveTaskTimeout() time.Duration {
 // Validate returns an error naming the first field that is out of range.
 func (p Policy) Validate() error {
 	switch {
-	case p.MaxRetries < 0:
-		return fmt.Errorf("max_retries must be >= 0, got %d", p.MaxRetries)
+	case p.MaxRetries < 0 || p.MaxRetries > MaxRetriesLimit:
+		return fmt.Errorf("max_retries must be between 0 and %d, got %d", MaxRetriesLimit, p.MaxRetries)
 	case p.ToleratedFailures < 0:
 		return fmt.Errorf("tolerated_failures must be >= 0, got %d", p.ToleratedFailures)
 	case math.IsNaN(p.ToleratedFailurePercent) || p.ToleratedFailurePercent < 0 || p.ToleratedFailurePercent > 100:

@@ -76,12 +76,22 @@ type JobSpec struct {
 	Tasks []json.RawMessage `json:"tasks,omitempty"`
 	// Reduce names the reducer ("" for the server's default, collect).
 	Reduce string `json:"reduce,omitempty"`
-	// MaxRetries is the retry budget; nil for the server's default.
-	MaxRetries              *int    `json:"max_retries,omitempty"`
+	// MaxRetries is the retry budget (0 to 100); nil for the server's
+	// default (3).
+	MaxRetries *int `json:"max_retries,omitempty"`
+	// ToleratedFailures is how many failed tasks a completed job may
+	// have, and ToleratedFailurePercent what share of its tasks (0-100).
+	// 0 leaves a tolerance out, and one left out does not limit (as in
+	// AWS Step Functions): with only ToleratedFailures 3, three tasks may
+	// fail whatever their share; with both, both must hold; with
+	// neither, no task may fail.
 	ToleratedFailures       int64   `json:"tolerated_failures,omitempty"`
 	ToleratedFailurePercent float64 `json:"tolerated_failure_percent,omitempty"`
 	FailFast                bool    `json:"fail_fast,omitempty"`
-	// TaskTimeout is in seconds; 0 for the server's default (1 h).
+	// TaskTimeout is in seconds; 0 for the server's default (1 h). It
+	// must outlast the retry delays a task may wait between its runs
+	// (with the default tiers and 3 retries, 36 s), or the job is
+	// refused.
 	TaskTimeout float64 `json:"task_timeout,omitempty"`
 	// BatchSize is how many consecutive tasks go out as one task message;
 	// 0 for one message per task.
@@ -152,6 +162,9 @@ type TaskError struct {
 }
 
 // Job is a job's status as GET /v1/jobs/{id} returns it.
+// ToleratedFailures is nil when only ToleratedFailurePercent limits the
+// failed tasks; ToleratedFailurePercent is 100 when only
+// ToleratedFailures does.
 type Job struct {
 	ID                      string          `json:"id"`
 	Type                    string          `json:"type"`
@@ -162,7 +175,7 @@ type Job struct {
 	PendingTasks            int64           `json:"pending_tasks"`
 	Reduce                  string          `json:"reduce"`
 	MaxRetries              int             `json:"max_retries"`
-	ToleratedFailures       int64           `json:"tolerated_failures"`
+	ToleratedFailures       *int64          `json:"tolerated_failures"`
 	ToleratedFailurePercent float64         `json:"tolerated_failure_percent"`
 	FailFast                bool            `json:"fail_fast"`
 	TaskTimeout             float64         `json:"task_timeout"`

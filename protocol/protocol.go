@@ -135,8 +135,8 @@ func EncodeTask(t Task) ([]byte, error) {
 	return json.Marshal(t)
 }
 
-// DecodeTask parses and validates a task message body. Every error wraps
-// ErrMalformed.
+// DecodeTask parses and validates a task message body; a payload nested
+// deeper than MaxPayloadDepth is malformed. Every error wraps ErrMalformed.
 func DecodeTask(body []byte) (Task, error) {
 	var t Task
 	if err := decodeStrict(body, &t); err != nil {
@@ -145,10 +145,21 @@ func DecodeTask(body []byte) (Task, error) {
 	if err := checkIDs(t.JobID, t.TaskID); err != nil {
 		return Task{}, err
 	}
+	if err := checkPayloadDepth(t.TaskID, t.Payload); err != nil {
+		return Task{}, err
+	}
 	if len(t.Payload) == 0 {
 		t.Payload = json.RawMessage("null")
 	}
 	return t, nil
+}
+
+// checkPayloadDepth refuses a payload nested deeper than MaxPayloadDepth.
+func checkPayloadDepth(taskID int64, payload json.RawMessage) error {
+	if d := Depth(payload); d > MaxPayloadDepth {
+		return fmt.Errorf("%w: task %d: the payload is nested %d levels deep, more than the protocol's %d", ErrMalformed, taskID, d, MaxPayloadDepth)
+	}
+	return nil
 }
 
 // EncodeResult returns the JSON body of a result message.
@@ -238,7 +249,8 @@ func EncodeBatch(b Batch) ([]byte, error) {
 
 // DecodeTasks parses and validates the body of a task message, single or
 // batch, and returns its tasks (one for a single task message) and whether
-// the body was a batch. Every error wraps ErrMalformed.
+// the body was a batch. A payload nested deeper than MaxPayloadDepth makes
+// the whole body malformed. Every error wraps ErrMalformed.
 func DecodeTasks(body []byte) ([]Task, bool, error) {
 	var m struct {
 		JobID   string          `json:"job_id"`
@@ -253,6 +265,9 @@ func DecodeTasks(body []byte) ([]Task, bool, error) {
 		if err := checkIDs(m.JobID, m.TaskID); err != nil {
 			return nil, false, err
 		}
+		if err := checkPayloadDepth(m.TaskID, m.Payload); err != nil {
+			return nil, false, err
+		}
 		return []Task{{JobID: m.JobID, TaskID: m.TaskID, Payload: orNull(m.Payload)}}, false, nil
 	}
 	if m.TaskID != 0 {
@@ -263,6 +278,9 @@ func DecodeTasks(body []byte) ([]Task, bool, error) {
 	}
 	tasks := make([]Task, len(m.Tasks))
 	for i, t := range m.Tasks {
+		if err := checkPayloadDepth(t.TaskID, t.Payload); err != nil {
+			return nil, true, err
+		}
 		tasks[i] = Task{JobID: m.JobID, TaskID: t.TaskID, Payload: orNull(t.Payload)}
 	}
 	return tasks, true, nil

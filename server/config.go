@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/warrenhq/warren"
@@ -15,6 +16,7 @@ import (
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/reconciler"
 	"github.com/warrenhq/warren/internal/relay"
+	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/open"
@@ -35,6 +37,13 @@ const (
 	// DefaultMaxBodyBytes is the largest request body the API accepts
 	// when Config.MaxBodyBytes is 0.
 	DefaultMaxBodyBytes = api.DefaultMaxBodyBytes
+	// DefaultMaxTaskBytes is the largest task payload the API accepts
+	// when Config.MaxTaskBytes is 0: 1 MiB.
+	DefaultMaxTaskBytes = api.DefaultMaxTaskBytes
+	// DefaultBodyTimeout is Config.BodyTimeout's default: 30 s.
+	DefaultBodyTimeout = api.DefaultBodyTimeout
+	// DefaultIdleTimeout is Config.IdleTimeout's default: 1 min.
+	DefaultIdleTimeout = time.Minute
 	// DefaultRelayBatchSize is Config.RelayBatchSize's default.
 	DefaultRelayBatchSize = relay.DefaultBatchSize
 	// DefaultRelayMaxMessageBytes is Config.RelayMaxMessageBytes's
@@ -61,8 +70,11 @@ type Config struct {
 	// Prefix is prepended to every exchange and queue name, so that
 	// several installations share one broker.
 	Prefix string
-	// RetryTiers are the delays of the retry tiers; nil means
-	// protocol.DefaultRetryTiers. Servers and workers must agree.
+	// RetryTiers are the delays of the retry tiers, positive whole
+	// milliseconds in increasing order; nil means
+	// protocol.DefaultRetryTiers. Servers and workers must agree. The API
+	// refuses a job whose task_timeout does not outlast the delays its
+	// retries may wait in them.
 	RetryTiers []time.Duration
 	// DeliveryLimit is the quorum queues' x-delivery-limit: how many
 	// times a message is delivered without an ack before the broker
@@ -81,6 +93,23 @@ type Config struct {
 	// MaxBodyBytes is the largest request body accepted; 0 means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxTaskBytes is the largest task payload a submission may hold, in
+	// bytes as submitted; a larger one is refused with 413 naming the
+	// task, and nothing is written. 0 means DefaultMaxTaskBytes. A task
+	// message carries its payload whole, and RabbitMQ refuses messages
+	// over its max_message_size (16 MiB by default on RabbitMQ 4), with
+	// batch_size payloads in one message.
+	MaxTaskBytes int64
+	// BodyTimeout is the longest a request body may go without a byte
+	// arriving: a stalled upload is then cut with 408. A submission's
+	// tasks are read whole before the store is called, so a stalled
+	// upload never holds a store connection; this bounds how long it
+	// holds its own. 0 means DefaultBodyTimeout.
+	BodyTimeout time.Duration
+	// IdleTimeout is how long a keep-alive connection may wait for its
+	// next request before the server closes it; 0 means
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// ShutdownTimeout bounds how long requests in progress may take to
 	// finish when the server stops; 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
@@ -153,6 +182,15 @@ func (c Config) withDefaults() Config {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if c.MaxTaskBytes == 0 {
+		c.MaxTaskBytes = DefaultMaxTaskBytes
+	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = DefaultBodyTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
@@ -185,6 +223,12 @@ func (c Config) validate() error {
 	switch {
 	case c.MaxBodyBytes < 1:
 		return fmt.Errorf("server: Config.MaxBodyBytes must be >= 1, got %d", c.MaxBodyBytes)
+	case c.MaxTaskBytes < 1:
+		return fmt.Errorf("server: Config.MaxTaskBytes must be >= 1, got %d", c.MaxTaskBytes)
+	case c.BodyTimeout < 0:
+		return fmt.Errorf("server: Config.BodyTimeout must be > 0, got %s", c.BodyTimeout)
+	case c.IdleTimeout < 0:
+		return fmt.Errorf("server: Config.IdleTimeout must be > 0, got %s", c.IdleTimeout)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("server: Config.ShutdownTimeout must be > 0, got %s", c.ShutdownTimeout)
 	case c.DeliveryLimit < 0:
@@ -204,6 +248,9 @@ func (c Config) validate() error {
 		if err := broker.CheckRetryTiers(c.RetryTiers); err != nil {
 			return fmt.Errorf("server: Config.RetryTiers: %v", err)
 		}
+		if err := checkTiersIncrease(c.RetryTiers); err != nil {
+			return fmt.Errorf("server: Config.RetryTiers: %v", err)
+		}
 	}
 	if _, err := c.registry(); err != nil {
 		return err
@@ -212,6 +259,28 @@ func (c Config) validate() error {
 		return requireLoopback(c.Listen)
 	}
 	return nil
+}
+
+// checkTiersIncrease refuses retry tiers that do not strictly increase: a
+// later retry never waits less than an earlier one, and two equal tiers
+// would be one queue.
+func checkTiersIncrease(tiers []time.Duration) error {
+	for i := 1; i < len(tiers); i++ {
+		if tiers[i] <= tiers[i-1] {
+			return fmt.Errorf("retry tier %d (%s) is not longer than tier %d (%s); tiers must increase, such as %s",
+				i, tiers[i], i-1, tiers[i-1], tierList(protocol.DefaultRetryTiers))
+		}
+	}
+	return nil
+}
+
+// tierList writes tiers as --retry-tiers takes them.
+func tierList(tiers []time.Duration) string {
+	names := make([]string, len(tiers))
+	for i, d := range tiers {
+		names[i] = protocol.RetryTierName(d)
+	}
+	return strings.Join(names, ",")
 }
 
 // requireLoopback refuses a listen address reachable from other hosts,

@@ -36,6 +36,10 @@ import (
 	"github.com/warrenhq/warren/store/open"
 )
 
+// readHeaderTimeout bounds how long a client may take to send a request's
+// headers.
+const readHeaderTimeout = 10 * time.Second
+
 // ErrStarted is returned by Start and Run on a server that was already
 // started: a Server runs once.
 var ErrStarted = errors.New("server: already started")
@@ -147,7 +151,8 @@ func (s *Server) start(ctx context.Context) (err error) {
 		return err
 	}
 	handler, err := api.New(api.Config{
-		Store: s.store, Reducers: s.reducers, Tokens: s.cfg.Tokens, MaxBodyBytes: s.cfg.MaxBodyBytes, Gatherer: s.registry, Metrics: apiMetrics,
+		Store: s.store, Reducers: s.reducers, Tokens: s.cfg.Tokens, Gatherer: s.registry, Metrics: apiMetrics,
+		MaxBodyBytes: s.cfg.MaxBodyBytes, MaxTaskBytes: s.cfg.MaxTaskBytes, BodyTimeout: s.cfg.BodyTimeout, RetryTiers: s.tiers,
 		DeadLetters: deadLetters{s},
 		Ready:       s.brokerReady,
 		OnSubmit:    func(string) { s.WakeRelay() },
@@ -161,7 +166,11 @@ func (s *Server) start(ctx context.Context) (err error) {
 	if s.listener, err = net.Listen("tcp", s.cfg.Listen); err != nil {
 		return fmt.Errorf("cannot listen on %s: %v", s.cfg.Listen, err)
 	}
-	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	// No ReadTimeout or WriteTimeout: they would cut large uploads and
+	// long result downloads. The API times request bodies by their
+	// progress instead (Config.BodyTimeout).
+	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 
 	runCtx, stop := context.WithCancel(context.Background())
 	s.stop, s.done = stop, make(chan struct{})

@@ -1,8 +1,12 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,6 +28,9 @@ func TestNewNamesTheFieldThatIsWrong(t *testing.T) {
 		want string
 	}{
 		{server.Config{MaxBodyBytes: -1}, "Config.MaxBodyBytes must be >= 1"},
+		{server.Config{MaxTaskBytes: -1}, "Config.MaxTaskBytes must be >= 1"},
+		{server.Config{BodyTimeout: -time.Second}, "Config.BodyTimeout must be > 0"},
+		{server.Config{IdleTimeout: -time.Second}, "Config.IdleTimeout must be > 0"},
 		{server.Config{RelayBatchSize: -1}, "Config.RelayBatchSize must be >= 1"},
 		{server.Config{AggregatorBatchSize: -2}, "Config.AggregatorBatchSize must be >= 1"},
 		{server.Config{AggregatorLinger: -time.Second}, "Config.AggregatorLinger must be >= 0"},
@@ -140,4 +147,89 @@ func TestStartFailsInOneLineWhenTheBrokerIsDown(t *testing.T) {
 	require.NotContains(t, err.Error(), "\n")
 	require.NotContains(t, err.Error(), "secret", "the password is redacted")
 	require.NoError(t, srv.Stop(), "nothing ran, so nothing failed")
+}
+
+// Retry tiers must increase: a later retry never waits less than an
+// earlier one, and two equal tiers would be one queue.
+func TestNewRefusesRetryTiersThatDoNotIncrease(t *testing.T) {
+	t.Parallel()
+	for _, tiers := range [][]time.Duration{
+		{5 * time.Second, time.Second},
+		{time.Second, 30 * time.Second, 30 * time.Second},
+		{time.Second, time.Minute, 10 * time.Second},
+	} {
+		_, err := server.New(server.Config{RetryTiers: tiers})
+		require.Error(t, err, "%v", tiers)
+		require.ErrorContains(t, err, "Config.RetryTiers")
+		require.ErrorContains(t, err, "tiers must increase, such as 1s,5s,30s,2m,10m")
+	}
+	_, err := server.New(server.Config{RetryTiers: []time.Duration{time.Second, 2 * time.Second}})
+	require.NoError(t, err)
+}
+
+// The server hands its limits to the API (the per-task limit, the body
+// timeout, its retry tiers) and closes idle keep-alive connections.
+func TestServerLimitsUploadsAndIdleConnections(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	cfg.MaxTaskBytes = 100
+	cfg.BodyTimeout = 300 * time.Millisecond
+	cfg.IdleTimeout = 300 * time.Millisecond
+	cfg.RetryTiers = []time.Duration{time.Second, 2 * time.Second}
+	srv, err := server.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, srv.Stop()) })
+	addr := strings.TrimPrefix(srv.URL(), "http://")
+
+	submit := func(spec string) (int, string) {
+		resp, err := http.Post(srv.URL()+"/v1/jobs", "application/json", strings.NewReader(spec))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+	// 5 retries wait 1 + 2 + 2 + 2 + 2 = 9 s in these tiers.
+	status, body := submit(`{"type":"echo","max_retries":5,"task_timeout":10,"tasks":[1]}`)
+	require.Equal(t, http.StatusAccepted, status, body)
+	status, body = submit(`{"type":"echo","max_retries":5,"task_timeout":9,"tasks":[1]}`)
+	require.Equal(t, http.StatusUnprocessableEntity, status, body)
+	require.Contains(t, body, "retry tiers (1s, 2s, the last repeating)")
+	status, body = submit(`{"type":"echo","tasks":[1,"` + strings.Repeat("x", 100) + `"]}`)
+	require.Equal(t, http.StatusRequestEntityTooLarge, status, body)
+	require.Contains(t, body, "task 2 is 102 bytes, over the limit of 100 bytes per task")
+
+	// A stalled upload is cut, and its connection closed.
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /v1/jobs HTTP/1.1\r\nHost: warren\r\nContent-Type: application/x-ndjson\r\nContent-Length: 100\r\n\r\n{\"type\":\"echo\"}\n")
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	r := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(r, nil)
+	require.NoError(t, err, "a stalled upload is answered")
+	require.Equal(t, http.StatusRequestTimeout, resp.StatusCode)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	_, err = r.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "and its connection closed")
+
+	// An idle keep-alive connection is closed after IdleTimeout.
+	idle, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer idle.Close()
+	_, err = io.WriteString(idle, "GET /healthz HTTP/1.1\r\nHost: warren\r\n\r\n")
+	require.NoError(t, err)
+	require.NoError(t, idle.SetReadDeadline(time.Now().Add(10*time.Second)))
+	r = bufio.NewReader(idle)
+	resp, err = http.ReadResponse(r, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.NoError(t, err)
+	require.False(t, resp.Close, "the connection is kept alive")
+	_, err = r.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the server closes an idle keep-alive connection")
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/warrenhq/warren/client"
@@ -210,8 +211,12 @@ func printStatus(w io.Writer, j client.Job) {
 	fmt.Fprintf(w, "job       %s (%s)\n", j.ID, j.Type)
 	fmt.Fprintf(w, "state     %s\n", j.State)
 	fmt.Fprintf(w, "tasks     %d expected, %d completed, %d failed, %d pending\n", j.ExpectedTasks, j.CompletedTasks, j.FailedTasks, j.PendingTasks)
-	fmt.Fprintf(w, "policy    reduce=%s max_retries=%d tolerated_failures=%d tolerated_failure_percent=%g fail_fast=%t\n",
-		j.Reduce, j.MaxRetries, j.ToleratedFailures, j.ToleratedFailurePercent, j.FailFast)
+	tolerated := "any" // only the percent limits
+	if j.ToleratedFailures != nil {
+		tolerated = strconv.FormatInt(*j.ToleratedFailures, 10)
+	}
+	fmt.Fprintf(w, "policy    reduce=%s max_retries=%d tolerated_failures=%s tolerated_failure_percent=%g fail_fast=%t\n",
+		j.Reduce, j.MaxRetries, tolerated, j.ToleratedFailurePercent, j.FailFast)
 	if j.CreatedAt != nil {
 		fmt.Fprintf(w, "created   %s\n", j.CreatedAt.Format("2006-01-02 15:04:05.000Z07:00"))
 	}

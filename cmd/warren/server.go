@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/warrenhq/warren/internal/broker"
@@ -21,6 +22,13 @@ type serverFlags struct {
 	relayBatch int
 	relayMax   int
 	shutdown   time.Duration
+
+	maxTask     int64
+	bodyTimeout time.Duration
+	idleTimeout time.Duration
+	// envErr is the first environment variable whose value does not
+	// parse; config reports it.
+	envErr error
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet, env *environment) {
@@ -28,6 +36,12 @@ func (f *serverFlags) register(fs *flag.FlagSet, env *environment) {
 	fs.StringVar(&f.listen, "listen", orDefault(env.getenv("WARREN_LISTEN"), server.DefaultListen), "HTTP API address (env WARREN_LISTEN)")
 	fs.StringVar(&f.tokens, "api-tokens", env.getenv("WARREN_API_TOKENS"), "API tokens: token:scope[+scope],... with scopes read, write, admin (env WARREN_API_TOKENS); without tokens the API only listens on loopback")
 	fs.Int64Var(&f.maxBody, "max-body", server.DefaultMaxBodyBytes, "largest accepted request body in bytes")
+	fs.Int64Var(&f.maxTask, "max-task-bytes", f.envInt64(env, "WARREN_MAX_TASK_BYTES", server.DefaultMaxTaskBytes),
+		"largest accepted task payload in bytes; a submission with a larger one is refused (env WARREN_MAX_TASK_BYTES)")
+	fs.DurationVar(&f.bodyTimeout, "body-timeout", f.envDuration(env, "WARREN_BODY_TIMEOUT", server.DefaultBodyTimeout),
+		"a request body that delivers no byte for this long is cut (env WARREN_BODY_TIMEOUT)")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", f.envDuration(env, "WARREN_IDLE_TIMEOUT", server.DefaultIdleTimeout),
+		"how long a keep-alive connection may wait for its next request (env WARREN_IDLE_TIMEOUT)")
 	fs.IntVar(&f.aggBatch, "aggregator-batch", server.DefaultAggregatorBatchSize, "results recorded per store transaction")
 	fs.DurationVar(&f.aggLinger, "aggregator-linger", server.DefaultAggregatorLinger, "how long a result batch waits to fill, once more than one result is waiting (a lone result is recorded at once)")
 	fs.IntVar(&f.relayBatch, "relay-batch", server.DefaultRelayBatchSize, "tasks published per outbox round trip")
@@ -39,6 +53,9 @@ func (f *serverFlags) register(fs *flag.FlagSet, env *environment) {
 // config maps the flags onto a server configuration; its errors name the
 // flag.
 func (f *serverFlags) config(env *environment) (server.Config, error) {
+	if f.envErr != nil {
+		return server.Config{}, f.envErr
+	}
 	tiers, err := f.tiers()
 	if err != nil {
 		return server.Config{}, err
@@ -52,6 +69,10 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 		return server.Config{}, fmt.Errorf("--max-body must be >= 1, got %d", f.maxBody)
 	case f.relayMax < 1:
 		return server.Config{}, fmt.Errorf("--relay-max-message-bytes must be >= 1, got %d", f.relayMax)
+	case f.maxTask < 1:
+		return server.Config{}, fmt.Errorf("--max-task-bytes must be >= 1, got %d", f.maxTask)
+	case f.bodyTimeout <= 0 || f.idleTimeout <= 0:
+		return server.Config{}, fmt.Errorf("--body-timeout and --idle-timeout must be > 0")
 	}
 	tokens, err := server.ParseTokens(f.tokens)
 	if err != nil {
@@ -60,9 +81,40 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 	return server.Config{
 		AMQPURL: f.amqpURL, DatabaseURL: f.databaseURL, Prefix: f.prefix, RetryTiers: tiers,
 		Listen: f.listen, Tokens: tokens, MaxBodyBytes: f.maxBody, ShutdownTimeout: f.shutdown,
+		MaxTaskBytes: f.maxTask, BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
 		RelayBatchSize: f.relayBatch, RelayMaxMessageBytes: f.relayMax, AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
 		Logger: env.logger,
 	}, nil
+}
+
+// envInt64 returns the integer in the environment variable name, or def
+// when it is not set; a value that does not parse is remembered in
+// f.envErr.
+func (f *serverFlags) envInt64(env *environment, name string, def int64) int64 {
+	v := env.getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil && f.envErr == nil {
+		f.envErr = fmt.Errorf("%s: %q is not a whole number", name, v)
+	}
+	return n
+}
+
+// envDuration returns the duration in the environment variable name, or
+// def when it is not set; a value that does not parse is remembered in
+// f.envErr.
+func (f *serverFlags) envDuration(env *environment, name string, def time.Duration) time.Duration {
+	v := env.getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil && f.envErr == nil {
+		f.envErr = fmt.Errorf("%s: %q is not a duration (like 30s, 2m)", name, v)
+	}
+	return d
 }
 
 func runServer(ctx context.Context, args []string, env *environment) error {

@@ -4,8 +4,9 @@
 // endpoints.
 //
 // The handler talks to the broker only through Config.DeadLetters: a
-// submission writes the job and its tasks to the store in one transaction
-// and answers 202 Accepted; the outbox relay publishes the tasks later,
+// submission is read whole and checked (its tasks spooled in memory, then
+// in a temporary file), then written to the store in one transaction, and
+// answered 202 Accepted; the outbox relay publishes the tasks later,
 // and a redrive only requeues tasks in the store. Every error is a JSON object
 // {"error": {"code", "message"}} with a 4xx status for bad input (which never
 // leaves a job or task row behind), 503 when the store is down and 500 for
@@ -31,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 )
@@ -38,6 +40,13 @@ import (
 // DefaultMaxBodyBytes is the largest request body accepted when
 // Config.MaxBodyBytes is 0: 64 MiB.
 const DefaultMaxBodyBytes = 64 << 20
+
+// DefaultMaxTaskBytes is the largest task payload accepted when
+// Config.MaxTaskBytes is 0: 1 MiB.
+const DefaultMaxTaskBytes = 1 << 20
+
+// DefaultBodyTimeout is Config.BodyTimeout when it is 0.
+const DefaultBodyTimeout = 30 * time.Second
 
 // probeTimeout bounds the store (and Ready) checks of /readyz and the
 // store check that tells 503 from 500 after a failed store call.
@@ -57,6 +66,22 @@ type Config struct {
 	// MaxBodyBytes is the largest request body accepted; a larger one is
 	// refused with 413 and writes nothing. 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxTaskBytes is the largest task payload a submission may hold, in
+	// bytes as submitted; a submission with a larger one is refused with
+	// 413 naming the task, and writes nothing. 0 means
+	// DefaultMaxTaskBytes.
+	MaxTaskBytes int64
+	// BodyTimeout is the longest a request body may go without delivering
+	// a byte: a stalled upload is then cut with 408 and its connection
+	// closed. Each read extends the deadline, so a large body that keeps
+	// arriving is never cut. It needs the ResponseWriter of net/http's
+	// server (http.ResponseController); with another, bodies are not
+	// timed. 0 means DefaultBodyTimeout.
+	BodyTimeout time.Duration
+	// RetryTiers are the server's retry tiers: a job whose task_timeout
+	// does not outlast the retry delays its tasks may wait in them is
+	// refused with 422. nil means protocol.DefaultRetryTiers.
+	RetryTiers []time.Duration
 	// Ready reports whether the dependencies other than the store (the
 	// broker, say) are ready; /readyz checks Store.Ping and then Ready. Its
 	// error text is shown to unauthenticated callers of /readyz, so it must
@@ -97,6 +122,15 @@ func (c Config) withDefaults() Config {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if c.MaxTaskBytes == 0 {
+		c.MaxTaskBytes = DefaultMaxTaskBytes
+	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = DefaultBodyTimeout
+	}
+	if len(c.RetryTiers) == 0 {
+		c.RetryTiers = protocol.DefaultRetryTiers
+	}
 	if c.Gatherer == nil {
 		c.Gatherer = prometheus.DefaultGatherer
 	}
@@ -116,6 +150,17 @@ func (c Config) validate() error {
 	if c.MaxBodyBytes < 0 {
 		return fmt.Errorf("api: Config.MaxBodyBytes must be >= 0, got %d", c.MaxBodyBytes)
 	}
+	if c.MaxTaskBytes < 0 {
+		return fmt.Errorf("api: Config.MaxTaskBytes must be >= 0, got %d", c.MaxTaskBytes)
+	}
+	if c.BodyTimeout < 0 {
+		return fmt.Errorf("api: Config.BodyTimeout must be >= 0, got %s", c.BodyTimeout)
+	}
+	for i, d := range c.RetryTiers {
+		if d <= 0 {
+			return fmt.Errorf("api: Config.RetryTiers[%d] must be > 0, got %s", i, d)
+		}
+	}
 	for i, tok := range c.Tokens {
 		if err := tok.validate(); err != nil {
 			return fmt.Errorf("api: Config.Tokens[%d]: %w", i, err)
@@ -127,6 +172,7 @@ func (c Config) validate() error {
 // server holds what the handlers share.
 type server struct {
 	cfg     Config
+	rules   rules // what a submission is checked against
 	log     *slog.Logger
 	auth    *authenticator
 	mux     *http.ServeMux
@@ -172,7 +218,8 @@ func New(cfg Config) (http.Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &server{cfg: cfg, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux()}
+	s := &server{cfg: cfg, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(),
+		rules: rules{reducers: cfg.Reducers, tiers: cfg.RetryTiers, maxTaskBytes: cfg.MaxTaskBytes}}
 	s.metrics = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 		ErrorLog:      promLogger{cfg.Logger},
 		ErrorHandling: promhttp.ContinueOnError, // a failing collector is logged and left out
@@ -197,6 +244,7 @@ func New(cfg Config) (http.Handler, error) {
 // any other with a JSON 404 or 405.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.recoverPanic(w, r)
+	r.Body = timeBody(w, r.Body, s.cfg.BodyTimeout)
 	if _, pattern := s.mux.Handler(r); pattern != "" {
 		s.mux.ServeHTTP(w, r)
 		return

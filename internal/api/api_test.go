@@ -45,6 +45,8 @@ type options struct {
 	ready   func(ctx context.Context) error     // Config.Ready
 	wrap    func(s store.Store) store.Store     // what the handler sees instead of the store
 	onNew   func(t *testing.T, cfg *api.Config) // last changes to the Config
+	around  func(h http.Handler) http.Handler   // what the test server serves instead of the handler
+	pgPool  int                                 // pool_max_conns of a PostgreSQL store; 0 for pgx's default
 }
 
 // testBundle is one API server over a fresh store.
@@ -63,7 +65,7 @@ func setup(t *testing.T, opts *options) *testBundle {
 	if opts == nil {
 		opts = &options{}
 	}
-	b := &testBundle{store: openStore(t, opts.kind), reg: prometheus.NewRegistry()}
+	b := &testBundle{store: openStore(t, opts.kind, opts.pgPool), reg: prometheus.NewRegistry()}
 	handlerStore := b.store
 	if opts.wrap != nil {
 		handlerStore = opts.wrap(b.store)
@@ -91,14 +93,18 @@ func setup(t *testing.T, opts *options) *testBundle {
 	}
 	h, err := api.New(cfg)
 	require.NoError(t, err)
+	if opts.around != nil {
+		h = opts.around(h)
+	}
 	b.srv = httptest.NewServer(h)
 	t.Cleanup(b.srv.Close)
 	return b
 }
 
 // openStore opens a fresh, migrated store of kind that is closed when the
-// test ends.
-func openStore(t *testing.T, kind storeKind) store.Store {
+// test ends; a PostgreSQL store has at most pgPool connections when
+// pgPool > 0.
+func openStore(t *testing.T, kind storeKind, pgPool int) store.Store {
 	t.Helper()
 	var (
 		s   store.Store
@@ -108,7 +114,11 @@ func openStore(t *testing.T, kind storeKind) store.Store {
 	case sqliteStore, "":
 		s, err = sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "warren.db"))
 	case postgresStore:
-		s, err = postgres.Open(context.Background(), pgtest.URL(t))
+		url := pgtest.URL(t)
+		if pgPool > 0 {
+			url += fmt.Sprintf("&pool_max_conns=%d", pgPool)
+		}
+		s, err = postgres.Open(context.Background(), url)
 	default:
 		t.Fatalf("unknown store kind %q", kind)
 	}

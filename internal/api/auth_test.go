@@ -49,7 +49,7 @@ func TestNewRejectsABadConfig(t *testing.T) {
 	_, err := api.New(api.Config{})
 	require.ErrorContains(t, err, "Config.Store")
 
-	s := openStore(t, sqliteStore)
+	s := openStore(t, sqliteStore, 0)
 	_, err = api.New(api.Config{Store: s, MaxBodyBytes: -1})
 	require.ErrorContains(t, err, "Config.MaxBodyBytes")
 	_, err = api.New(api.Config{Store: s, Tokens: []api.Token{{Value: "t", Scopes: []api.Scope{"root"}}}})

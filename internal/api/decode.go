@@ -10,7 +10,6 @@ import (
 	"iter"
 	"net/http"
 
-	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -20,24 +19,28 @@ import (
 // "tolerated_failures", "tolerated_failure_percent", "fail_fast",
 // "metadata"}. The fields are read in order with a token walk. When every
 // other field comes before "tasks", the job is fully known when its tasks
-// start, so they stream into the store one payload at a time, never all
-// in memory. When a field may still follow "tasks" (any field not given
-// before it), the tasks array is buffered as raw bytes until the object
-// ends (a copy bounded by the body limit), and then streamed. Clients that
-// send large jobs should put "tasks" last after every other field, or use
-// NDJSON.
+// start, so they are read one payload at a time, never all in memory.
+// When a field may still follow "tasks" (any field not given before it),
+// the tasks array is buffered as raw bytes until the object ends (a copy
+// bounded by the body limit), and then read. Clients that send large jobs
+// should put "tasks" last after every other field, or use NDJSON.
 //
 // application/x-ndjson: the first line is the job without "tasks", every
-// later line one task payload (blank lines are skipped). It always streams.
+// later line one task payload (blank lines are skipped). It is always read
+// one line at a time.
+//
+// The task stream feeds the handler's spool (spool.go), not the store: the
+// store is called once the body has ended.
 //
 // A problem found while the tasks stream (malformed JSON, an empty array,
-// the body limit) is yielded by the task iterator, so CreateJob rolls the
-// whole job back.
+// the body limit, a task over the per-task limit or nested too deep) is
+// yielded by the task iterator. The handler spools the whole stream before
+// it calls the store, so such a problem writes nothing.
 
 // parseJSON reads an application/json submission up to its tasks (or, when
-// it must, to its end) and returns the job, its reducer checked against
-// reducers, and its task stream.
-func parseJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
+// it must, to its end) and returns the job, checked against r, and its task
+// stream.
+func parseJSON(body io.Reader, r rules) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
 	dec := json.NewDecoder(body)
 	if err := expectObject(dec); err != nil {
 		return store.NewJob{}, nil, err
@@ -59,7 +62,7 @@ func parseJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.Se
 			continue
 		}
 		if len(seen) == len(specFields)+1 { // every field is known: stream
-			return streamJSONTasks(dec, sp, seen, reducers)
+			return streamJSONTasks(dec, sp, seen, r)
 		}
 		if err := decodeTasksArray(dec, &buffered); err != nil {
 			return store.NewJob{}, nil, err
@@ -71,7 +74,7 @@ func parseJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.Se
 	if buffered == nil {
 		return store.NewJob{}, nil, errorf(http.StatusUnprocessableEntity, codeValidation, "tasks is required: a non-empty array of task payloads")
 	}
-	job, err := sp.newJob(reducers)
+	job, err := sp.newJob(r)
 	if err != nil {
 		return store.NewJob{}, nil, err
 	}
@@ -80,13 +83,13 @@ func parseJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.Se
 	}
 	dec = json.NewDecoder(bytes.NewReader(buffered))
 	_, _ = dec.Token() // '[': buffered is a valid array
-	return job, arrayElements(dec, nil), nil
+	return job, arrayElements(dec, r.maxTaskBytes, nil), nil
 }
 
 // streamJSONTasks returns the job of sp and a task stream that reads the
 // tasks array from dec, then checks that the body ends with the object.
-func streamJSONTasks(dec *json.Decoder, sp jobSpec, seen map[string]bool, reducers *reduce.Registry) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
-	job, err := sp.newJob(reducers)
+func streamJSONTasks(dec *json.Decoder, sp jobSpec, seen map[string]bool, r rules) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
+	job, err := sp.newJob(r)
 	if err != nil {
 		return store.NewJob{}, nil, err
 	}
@@ -110,14 +113,15 @@ func streamJSONTasks(dec *json.Decoder, sp jobSpec, seen map[string]bool, reduce
 		}
 		return endObject(dec)
 	}
-	return job, arrayElements(dec, rest), nil
+	return job, arrayElements(dec, r.maxTaskBytes, rest), nil
 }
 
 // arrayElements yields the elements of the array whose '[' dec has just
 // read, then reads its ']' and runs after (when not nil). An empty array,
-// malformed JSON, or an error from after is yielded as an error, once, and
-// ends the stream.
-func arrayElements(dec *json.Decoder, after func() *apiError) iter.Seq2[json.RawMessage, error] {
+// malformed JSON, an element that checkTask refuses (over maxTaskBytes, or
+// nested too deep), or an error from after is yielded as an error, once,
+// and ends the stream.
+func arrayElements(dec *json.Decoder, maxTaskBytes int64, after func() *apiError) iter.Seq2[json.RawMessage, error] {
 	return func(yield func(json.RawMessage, error) bool) {
 		n := 0
 		for dec.More() {
@@ -127,6 +131,10 @@ func arrayElements(dec *json.Decoder, after func() *apiError) iter.Seq2[json.Raw
 				return
 			}
 			n++
+			if err := checkTask(n, 0, raw, maxTaskBytes); err != nil {
+				yield(nil, err)
+				return
+			}
 			if !yield(raw, nil) {
 				return
 			}
@@ -148,11 +156,10 @@ func arrayElements(dec *json.Decoder, after func() *apiError) iter.Seq2[json.Raw
 }
 
 // parseNDJSON reads the job line of an application/x-ndjson submission and
-// returns the job, its reducer checked against reducers, and the stream of
-// its task lines.
-func parseNDJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
+// returns the job, checked against r, and the stream of its task lines.
+func parseNDJSON(body io.Reader, r rules) (store.NewJob, iter.Seq2[json.RawMessage, error], *apiError) {
 	lines := &lineReader{r: bufio.NewReaderSize(body, 64<<10)}
-	head, err := lines.next()
+	head, err := lines.next(0)
 	if err == io.EOF {
 		return store.NewJob{}, nil, errorf(http.StatusBadRequest, codeInvalidJSON, "empty body: the first line must be the job spec")
 	}
@@ -179,16 +186,20 @@ func parseNDJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.
 	if err := endObject(dec); err != nil {
 		return store.NewJob{}, nil, lineError(lines.n, err)
 	}
-	job, aerr := sp.newJob(reducers)
+	job, aerr := sp.newJob(r)
 	if aerr != nil {
 		return store.NewJob{}, nil, aerr
 	}
 	tasks := func(yield func(json.RawMessage, error) bool) {
 		n := 0
 		for {
-			line, err := lines.next()
+			line, err := lines.next(r.maxTaskBytes)
 			if err == io.EOF {
 				break
+			}
+			if err == errLineTooLong {
+				yield(nil, taskTooLarge(n+1, lines.n, -1, r.maxTaskBytes))
+				return
 			}
 			if err != nil {
 				yield(nil, bodyError(err))
@@ -199,6 +210,10 @@ func parseNDJSON(body io.Reader, reducers *reduce.Registry) (store.NewJob, iter.
 				return
 			}
 			n++
+			if err := checkTask(n, lines.n, line, r.maxTaskBytes); err != nil {
+				yield(nil, err)
+				return
+			}
 			if !yield(line, nil) {
 				return
 			}
@@ -217,12 +232,17 @@ type lineReader struct {
 	n int // number of the line last returned
 }
 
+// errLineTooLong is next's error for a line over its limit.
+var errLineTooLong = errors.New("line too long")
+
 // next returns the next non-blank line without its surrounding white
-// space, or io.EOF after the last.
-func (l *lineReader) next() ([]byte, error) {
+// space, or io.EOF after the last. A line whose bytes, white space around
+// them aside, are more than limit (when limit > 0) is errLineTooLong as
+// soon as that many are read: it is never held whole.
+func (l *lineReader) next(limit int64) ([]byte, error) {
 	for {
-		line, err := l.r.ReadBytes('\n')
-		if len(line) > 0 {
+		line, err := l.readLine(limit)
+		if len(line) > 0 || err == errLineTooLong {
 			l.n++
 		}
 		if err != nil && err != io.EOF {
@@ -233,6 +253,23 @@ func (l *lineReader) next() ([]byte, error) {
 		}
 		if err == io.EOF {
 			return nil, io.EOF
+		}
+	}
+}
+
+// readLine returns the rest of the current line, its newline included, in
+// a slice of its own, or errLineTooLong once more than limit bytes of it
+// (white space around them aside) are read, when limit > 0.
+func (l *lineReader) readLine(limit int64) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := l.r.ReadSlice('\n')
+		line = append(line, frag...)
+		if err != bufio.ErrBufferFull {
+			return line, err
+		}
+		if limit > 0 && int64(len(bytes.TrimSpace(line))) > limit {
+			return nil, errLineTooLong
 		}
 	}
 }
@@ -355,6 +392,9 @@ func emptyArray(a json.RawMessage) bool {
 func bodyError(err error) *apiError {
 	if e, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		return tooLarge(e.Limit)
+	}
+	if e, ok := errors.AsType[*errBodyStalled](err); ok {
+		return errorf(http.StatusRequestTimeout, codeTimeout, "%v: the upload is cut", e)
 	}
 	if e, ok := errors.AsType[*json.SyntaxError](err); ok {
 		return errorf(http.StatusBadRequest, codeInvalidJSON, "malformed JSON at byte %d: %v", e.Offset, e)

@@ -20,6 +20,7 @@ const (
 	codeForbidden        = "forbidden"              // 403: the token lacks the scope
 	codeNotFound         = "not_found"              // 404: no such job, result or route
 	codeMethodNotAllowed = "method_not_allowed"     // 405
+	codeTimeout          = "request_timeout"        // 408: the request body stalled
 	codeConflict         = "conflict"               // 409: not possible in the job's state
 	codeTooLarge         = "too_large"              // 413: the body is over the limit
 	codeUnsupportedMedia = "unsupported_media_type" // 415

@@ -28,7 +28,7 @@ type jobJSON struct {
 	PendingTasks            int64           `json:"pending_tasks"`
 	Reduce                  string          `json:"reduce"`
 	MaxRetries              int             `json:"max_retries"`
-	ToleratedFailures       int64           `json:"tolerated_failures"`
+	ToleratedFailures       *int64          `json:"tolerated_failures"` // null when only the percent limits
 	ToleratedFailurePercent float64         `json:"tolerated_failure_percent"`
 	FailFast                bool            `json:"fail_fast"`
 	TaskTimeout             float64         `json:"task_timeout"`
@@ -93,7 +93,6 @@ func toJobJSON(j warren.Job) jobJSON {
 		PendingTasks:            j.PendingTasks(),
 		Reduce:                  j.Policy.Reduce,
 		MaxRetries:              j.Policy.MaxRetries,
-		ToleratedFailures:       j.Policy.ToleratedFailures,
 		ToleratedFailurePercent: j.Policy.ToleratedFailurePercent,
 		FailFast:                j.Policy.FailFast,
 		TaskTimeout:             j.Policy.EffectiveTaskTimeout().Seconds(),
@@ -105,6 +104,9 @@ func toJobJSON(j warren.Job) jobJSON {
 	}
 	if len(out.Metadata) == 0 {
 		out.Metadata = nil
+	}
+	if n := j.Policy.ToleratedFailures; n != warren.UnlimitedFailures {
+		out.ToleratedFailures = &n
 	}
 	if j.State == warren.JobCompleted && j.ResultLocation != "" {
 		u := resultURL(j.ID)

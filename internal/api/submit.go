@@ -2,8 +2,9 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"iter"
-	"math"
 	"mime"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
 )
@@ -91,9 +93,9 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 		perr  *apiError
 	)
 	if media == mediaNDJSON {
-		spec, tasks, perr = parseNDJSON(body, s.cfg.Reducers)
+		spec, tasks, perr = parseNDJSON(body, s.rules)
 	} else {
-		spec, tasks, perr = parseJSON(body, s.cfg.Reducers)
+		spec, tasks, perr = parseJSON(body, s.rules)
 	}
 	if perr != nil {
 		writeError(w, perr)
@@ -101,7 +103,22 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 	}
 	spec.IdempotencyKey = key
 
-	job, created, err := s.cfg.Store.CreateJob(r.Context(), spec, tasks)
+	// The whole body is read and checked before the store is called, so
+	// that no store connection waits on the client, and bad input writes
+	// nothing.
+	sp, err := spoolTasks(tasks)
+	if err != nil {
+		if e, ok := errors.AsType[*apiError](err); ok {
+			writeError(w, e)
+			return
+		}
+		s.log.Error("api: spool a submission", "type", spec.Type, "error", err)
+		writeError(w, errorf(http.StatusInternalServerError, codeInternal, "internal error"))
+		return
+	}
+	defer sp.close()
+
+	job, created, err := s.cfg.Store.CreateJob(r.Context(), spec, sp.all())
 	if err != nil {
 		s.storeError(w, r, err, "create job", "type", spec.Type)
 		return
@@ -121,9 +138,20 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, submitResponse{ID: job.ID, State: job.State, StatusURL: url})
 }
 
-// newJob validates the spec, its reducer against reducers, and returns it
-// as a store.NewJob with the defaults filled in; problems are 422s.
-func (sp jobSpec) newJob(reducers *reduce.Registry) (store.NewJob, *apiError) {
+// rules are what a submission is checked against.
+type rules struct {
+	// reducers are the reducers a job may name.
+	reducers *reduce.Registry
+	// tiers are the server's retry tiers, which a job's task_timeout must
+	// outlast (retryWait).
+	tiers []time.Duration
+	// maxTaskBytes is the largest task payload accepted.
+	maxTaskBytes int64
+}
+
+// newJob validates the spec against r and returns it as a store.NewJob
+// with the defaults filled in; problems are 422s.
+func (sp jobSpec) newJob(r rules) (store.NewJob, *apiError) {
 	switch {
 	case sp.Type == "":
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "type is required: it names the handler that runs the tasks")
@@ -131,27 +159,19 @@ func (sp jobSpec) newJob(reducers *reduce.Registry) (store.NewJob, *apiError) {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "type must be at most %d bytes", maxTypeLen)
 	case strings.ContainsFunc(sp.Type, isControl):
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "type must not contain control characters")
-	case sp.MaxRetries != nil && *sp.MaxRetries > math.MaxInt32:
-		// The stores keep it in a 32-bit column.
-		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "max_retries must be at most %d", math.MaxInt32)
 	}
 	p := warren.Policy{Reduce: sp.Reduce, MaxRetries: warren.DefaultMaxRetries, FailFast: sp.FailFast}
 	if p.Reduce == "" {
 		p.Reduce = reduce.Default
 	}
-	if _, ok := reducers.Lookup(p.Reduce); !ok {
+	if _, ok := r.reducers.Lookup(p.Reduce); !ok {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "unknown reducer %q (known: %s)",
-			p.Reduce, strings.Join(reducers.Names(), ", "))
+			p.Reduce, strings.Join(r.reducers.Names(), ", "))
 	}
 	if sp.MaxRetries != nil {
 		p.MaxRetries = *sp.MaxRetries
 	}
-	if sp.ToleratedFailures != nil {
-		p.ToleratedFailures = *sp.ToleratedFailures
-	}
-	if sp.ToleratedFailurePercent != nil {
-		p.ToleratedFailurePercent = *sp.ToleratedFailurePercent
-	}
+	p.ToleratedFailures, p.ToleratedFailurePercent = tolerances(sp.ToleratedFailures, sp.ToleratedFailurePercent)
 	if sp.TaskTimeout != nil {
 		secs := *sp.TaskTimeout
 		if !(secs >= 1 && secs <= maxTaskTimeout.Seconds()) {
@@ -170,7 +190,100 @@ func (sp jobSpec) newJob(reducers *reduce.Registry) (store.NewJob, *apiError) {
 	if err := p.Validate(); err != nil {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "%v", err)
 	}
+	if err := checkRetryWait(p, sp.TaskTimeout != nil, r.tiers); err != nil {
+		return store.NewJob{}, err
+	}
 	return store.NewJob{Type: sp.Type, Policy: p, Metadata: sp.Metadata}, nil
+}
+
+// tolerances returns the policy's tolerances for the count and percent a
+// job gave (nil when not given), with the meaning of AWS Step Functions: a
+// tolerance that is not given does not limit, both given must both hold,
+// and neither tolerates no failure. What does not limit is stored as a
+// value that warren.Policy.Tolerates reads as such: percent 100, count
+// warren.UnlimitedFailures.
+func tolerances(count *int64, percent *float64) (int64, float64) {
+	switch {
+	case count == nil && percent == nil:
+		return 0, 0
+	case count == nil:
+		return warren.UnlimitedFailures, *percent
+	case percent == nil:
+		return *count, 100
+	}
+	return *count, *percent
+}
+
+// retryWait returns the longest a task of a job with maxRetries may wait
+// in the retry tiers between its runs: its nth retry waits in the nth
+// tier, every retry past the last tier in the last.
+func retryWait(maxRetries int, tiers []time.Duration) time.Duration {
+	var wait time.Duration
+	for n := 1; n <= maxRetries; n++ {
+		wait += tiers[protocol.RetryTier(n, len(tiers))]
+	}
+	return wait
+}
+
+// checkRetryWait refuses a policy whose task timeout does not outlast the
+// retry delays its tasks may wait: the timeout runs from a task's last
+// publish, and a retry waiting in a tier is not republished, so the
+// reconciler would take a task that is only waiting for its next run for
+// lost. given says whether the job gave its task_timeout.
+func checkRetryWait(p warren.Policy, given bool, tiers []time.Duration) *apiError {
+	wait := retryWait(p.MaxRetries, tiers)
+	timeout := p.EffectiveTaskTimeout()
+	if timeout > wait {
+		return nil
+	}
+	which := fmt.Sprintf("task_timeout %g s", timeout.Seconds())
+	if !given {
+		which = "the default " + which
+	}
+	names := make([]string, len(tiers))
+	for i, d := range tiers {
+		names[i] = protocol.RetryTierName(d)
+	}
+	return errorf(http.StatusUnprocessableEntity, codeValidation,
+		"%s does not outlast the retry delays: with max_retries %d a task may wait %g s between its runs "+
+			"in the server's retry tiers (%s, the last repeating), and would be taken for lost meanwhile; "+
+			"give a task_timeout above %g s plus the time the runs take, or fewer retries",
+		which, p.MaxRetries, wait.Seconds(), strings.Join(names, ", "), wait.Seconds())
+}
+
+// checkTask refuses the payload of task number task (on NDJSON line line,
+// 0 for JSON) when it is over maxBytes (413) or nested deeper than the
+// protocol carries (422).
+func checkTask(task int, line int, raw json.RawMessage, maxBytes int64) *apiError {
+	if int64(len(raw)) > maxBytes {
+		return taskTooLarge(task, line, int64(len(raw)), maxBytes)
+	}
+	if d := protocol.Depth(raw); d > protocol.MaxPayloadDepth {
+		return errorf(http.StatusUnprocessableEntity, codeValidation,
+			"%s is nested %d levels deep: payloads may nest arrays and objects at most %d levels (the wire protocol's limit)",
+			taskName(task, line), d, protocol.MaxPayloadDepth)
+	}
+	return nil
+}
+
+// taskTooLarge is the error for task number task (on NDJSON line line, 0
+// for JSON) whose payload is size bytes (-1 when it was cut short) and over
+// limit.
+func taskTooLarge(task, line int, size, limit int64) *apiError {
+	if size < 0 {
+		return errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "%s is larger than the limit of %d bytes per task",
+			taskName(task, line), limit)
+	}
+	return errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "%s is %d bytes, over the limit of %d bytes per task",
+		taskName(task, line), size, limit)
+}
+
+// taskName names task number task, and its NDJSON line when line > 0.
+func taskName(task, line int) string {
+	if line > 0 {
+		return fmt.Sprintf("task %d (line %d)", task, line)
+	}
+	return fmt.Sprintf("task %d", task)
 }
 
 // noTasks is the error for a job without tasks.

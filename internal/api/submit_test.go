@@ -2,10 +2,8 @@ package api_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"iter"
 	"net/http"
 	"strings"
 	"testing"
@@ -22,7 +20,7 @@ import (
 // fullSpec is every job field but tasks, so that a "tasks" after it
 // streams.
 const fullSpec = `"type":"echo","reduce":"sum","max_retries":5,"tolerated_failures":2,` +
-	`"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":90,"batch_size":16,"metadata":{"owner":"ops"}`
+	`"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"metadata":{"owner":"ops"}`
 
 func TestSubmitJSON(t *testing.T) {
 	t.Parallel()
@@ -33,7 +31,7 @@ func TestSubmitJSON(t *testing.T) {
 			for name, body := range map[string]string{
 				"tasks last (streamed)":    `{` + fullSpec + `,"tasks":[{"n": 1}, [2], "three", 4, null, true]}`,
 				"tasks first (buffered)":   `{"tasks":[{"n": 1}, [2], "three", 4, null, true],` + fullSpec + `}`,
-				"tasks between (buffered)": `{"type":"echo","reduce":"sum","max_retries":5,"tasks":[{"n": 1}, [2], "three", 4, null, true],"tolerated_failures":2,"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":90,"batch_size":16,"metadata":{"owner":"ops"}}`,
+				"tasks between (buffered)": `{"type":"echo","reduce":"sum","max_retries":5,"tasks":[{"n": 1}, [2], "three", 4, null, true],"tolerated_failures":2,"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"metadata":{"owner":"ops"}}`,
 			} {
 				t.Run(name, func(t *testing.T) {
 					resp := b.submit(t, body)
@@ -49,7 +47,7 @@ func TestSubmitJSON(t *testing.T) {
 					require.Equal(t, "echo", job.Type)
 					require.Equal(t, int64(6), job.ExpectedTasks)
 					require.Equal(t, warren.Policy{Reduce: "sum", MaxRetries: 5, ToleratedFailures: 2, ToleratedFailurePercent: 12.5,
-						FailFast: true, TaskTimeout: 90 * time.Second, BatchSize: 16}, job.Policy)
+						FailFast: true, TaskTimeout: 900 * time.Second, BatchSize: 16}, job.Policy)
 					require.JSONEq(t, `{"owner":"ops"}`, string(job.Metadata))
 					require.Equal(t, []string{`{"n": 1}`, `[2]`, `"three"`, `4`, `null`, `true`},
 						payloadsOf(t, b.store, id), "payloads are stored byte for byte, in order")
@@ -325,79 +323,4 @@ func TestSubmitTooLarge(t *testing.T) {
 	// Just under the limit is fine.
 	id := b.mustSubmit(t, `{"type":"echo","tasks":[`+strings.Repeat("1,", 100)+`1]}`)
 	require.NotEmpty(t, id)
-}
-
-// streamProbe wraps a store so that a test learns when CreateJob has
-// consumed a first task, while the rest of the body is still unsent.
-type streamProbe struct {
-	store.Store
-	first chan struct{}
-}
-
-func (p *streamProbe) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
-	signalled := false
-	return p.Store.CreateJob(ctx, spec, func(yield func(json.RawMessage, error) bool) {
-		for payload, err := range tasks {
-			if !yield(payload, err) {
-				return
-			}
-			if !signalled {
-				signalled = true
-				close(p.first)
-			}
-		}
-	})
-}
-
-// TestSubmitStreamsTasks shows that tasks reach the store while the client
-// is still sending the body: the test sends the rest only after the store
-// has consumed a first task.
-func TestSubmitStreamsTasks(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name, contentType, head, tail string
-	}{
-		{"json", "application/json", `{` + fullSpec + `,"tasks":[{"i":1},`, `{"i":2},{"i":3}]}`},
-		{"ndjson", "application/x-ndjson", "{\"type\":\"echo\"}\n{\"i\":1}\n", "{\"i\":2}\n{\"i\":3}\n"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			probe := &streamProbe{first: make(chan struct{})}
-			b := setup(t, &options{wrap: func(s store.Store) store.Store { probe.Store = s; return probe }})
-			pr, pw := io.Pipe()
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.srv.URL+"/v1/jobs", pr)
-			require.NoError(t, err)
-			req.Header.Set("Content-Type", tc.contentType)
-			done := make(chan response, 1)
-			go func() {
-				resp, err := b.srv.Client().Do(req)
-				if err != nil {
-					done <- response{status: -1, body: []byte(err.Error())}
-					return
-				}
-				defer resp.Body.Close()
-				body, _ := io.ReadAll(resp.Body)
-				done <- response{status: resp.StatusCode, header: resp.Header, body: body}
-			}()
-
-			_, err = io.WriteString(pw, tc.head)
-			require.NoError(t, err)
-			select {
-			case <-probe.first:
-			case resp := <-done:
-				t.Fatalf("answered before the body was complete: %d %s", resp.status, resp.body)
-			case <-time.After(10 * time.Second):
-				t.Fatal("the store got no task before the body was complete: the tasks are not streamed")
-			}
-			_, err = io.WriteString(pw, tc.tail)
-			require.NoError(t, err)
-			require.NoError(t, pw.Close())
-
-			resp := <-done
-			conform(t, req, resp)
-			require.Equal(t, http.StatusAccepted, resp.status, "body: %s", resp.body)
-			id := resp.json(t)["id"].(string)
-			require.Equal(t, []string{`{"i":1}`, `{"i":2}`, `{"i":3}`}, payloadsOf(t, b.store, id))
-		})
-	}
 }

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren/server"
+)
+
+// serverConfig maps a `warren server` command line and environment onto
+// the server's configuration, as runServer does.
+func serverConfig(t *testing.T, vars map[string]string, args ...string) (server.Config, error) {
+	t.Helper()
+	env := &environment{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string { return vars[k] },
+		logger: slog.New(slog.DiscardHandler)}
+	var f serverFlags
+	fs := newFlagSet("server", "", env)
+	f.register(fs, env)
+	require.NoError(t, parse(fs, args, env))
+	return f.config(env)
+}
+
+// The per-task limit, the body timeout and the idle timeout are server
+// settings: flags with environment fallbacks and documented defaults.
+func TestServerUploadLimitFlags(t *testing.T) {
+	t.Parallel()
+	cfg, err := serverConfig(t, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(server.DefaultMaxTaskBytes), cfg.MaxTaskBytes)
+	require.Equal(t, server.DefaultBodyTimeout, cfg.BodyTimeout)
+	require.Equal(t, server.DefaultIdleTimeout, cfg.IdleTimeout)
+
+	env := map[string]string{"WARREN_MAX_TASK_BYTES": "4096", "WARREN_BODY_TIMEOUT": "5s", "WARREN_IDLE_TIMEOUT": "90s"}
+	cfg, err = serverConfig(t, env)
+	require.NoError(t, err)
+	require.Equal(t, int64(4096), cfg.MaxTaskBytes)
+	require.Equal(t, 5*time.Second, cfg.BodyTimeout)
+	require.Equal(t, 90*time.Second, cfg.IdleTimeout)
+
+	cfg, err = serverConfig(t, env, "--max-task-bytes", "100", "--body-timeout", "1s", "--idle-timeout", "2s")
+	require.NoError(t, err)
+	require.Equal(t, int64(100), cfg.MaxTaskBytes, "a flag wins over the environment")
+	require.Equal(t, time.Second, cfg.BodyTimeout)
+	require.Equal(t, 2*time.Second, cfg.IdleTimeout)
+
+	for _, tc := range []struct {
+		vars map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"WARREN_MAX_TASK_BYTES": "1MiB"}, nil, `WARREN_MAX_TASK_BYTES: "1MiB" is not a whole number`},
+		{map[string]string{"WARREN_BODY_TIMEOUT": "30"}, nil, `WARREN_BODY_TIMEOUT: "30" is not a duration`},
+		{nil, []string{"--max-task-bytes", "0"}, "--max-task-bytes must be >= 1"},
+		{nil, []string{"--idle-timeout", "0s"}, "--body-timeout and --idle-timeout must be > 0"},
+	} {
+		_, err := serverConfig(t, tc.vars, tc.args...)
+		require.ErrorContains(t, err, tc.want)
+	}
+}
+
+// Retry tiers that do not increase are refused when the server starts.
+func TestServerRefusesRetryTiersThatDoNotIncrease(t *testing.T) {
+	t.Parallel()
+	code, _, errOut := runCLI(t, map[string]string{"WARREN_RETRY_TIERS": "10s,5s",
+		// Were the tiers accepted, the start would fail here instead.
+		"WARREN_AMQP_URL":     "amqp://guest:guest@127.0.0.1:1/",
+		"WARREN_DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "w.db")}, "server")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "tiers must increase")
+}
