@@ -91,6 +91,22 @@ func ResultLocation(jobID string) string {
 	return "/v1/jobs/" + jobID + "/result"
 }
 
+// ErrKeyReused is CreateJob's error for an idempotency key that names a
+// job created by another request (another RequestHash). It wraps
+// warren.ErrConflict.
+var ErrKeyReused = fmt.Errorf("%w: the idempotency key was used for a different request", warren.ErrConflict)
+
+// Replay decides CreateJob's answer to a submission whose idempotency key
+// names first, created by a request whose digest was firstHash: first
+// itself when the requests match (or either has no digest), else
+// ErrKeyReused.
+func Replay(first warren.Job, firstHash string, spec NewJob) (warren.Job, error) {
+	if firstHash != "" && spec.RequestHash != "" && firstHash != spec.RequestHash {
+		return warren.Job{}, fmt.Errorf("job %s: %w", first.ID, ErrKeyReused)
+	}
+	return first, nil
+}
+
 // ValidateNewJob returns an error saying what is wrong with spec when it
 // cannot become a job: its policy is not valid (warren.Policy.Validate).
 // CreateJob refuses such a spec before it reads or writes anything: its

@@ -33,7 +33,8 @@ type Store interface {
 	// 1..N). If tasks yields an error, nothing is written and that error is
 	// returned. When spec.IdempotencyKey names an existing job, that job is
 	// returned with created == false and nothing is written (tasks is not
-	// consumed). A spec with an invalid policy (ValidateNewJob) is an
+	// consumed), unless the job was created by another request (Replay:
+	// ErrKeyReused). A spec with an invalid policy (ValidateNewJob) is an
 	// error before anything is read or written, whatever its idempotency
 	// key (tasks is not consumed).
 	CreateJob(ctx context.Context, spec NewJob, tasks iter.Seq2[json.RawMessage, error]) (job warren.Job, created bool, err error)
@@ -178,6 +179,11 @@ type NewJob struct {
 	// IdempotencyKey, when not empty, makes a repeated submission return
 	// the job created first.
 	IdempotencyKey string
+	// RequestHash is a digest of the submission (the API hashes the
+	// request's body), kept with the job. A replay with the same
+	// IdempotencyKey and another RequestHash is refused with
+	// ErrKeyReused; an empty one on either side matches anything.
+	RequestHash string
 }
 
 // ListJobsOpts filters and pages ListJobs.

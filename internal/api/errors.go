@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
 )
 
 // Error codes: the "code" of an error body. Clients may switch on them.
@@ -25,6 +26,7 @@ const (
 	codeTooLarge         = "too_large"              // 413: the body is over the limit
 	codeUnsupportedMedia = "unsupported_media_type" // 415
 	codeValidation       = "validation_failed"      // 422: well-formed but not a valid job
+	codeKeyReused        = "idempotency_key_reused" // 422: an Idempotency-Key already used for another body
 	codeInternal         = "internal"               // 500: details are in the server's log
 	codeUnavailable      = "unavailable"            // 503: the store (or another dependency) is down
 )
@@ -86,6 +88,10 @@ func (s *server) storeError(w http.ResponseWriter, r *http.Request, err error, w
 	switch {
 	case errors.Is(err, warren.ErrNotFound):
 		writeError(w, errorf(http.StatusNotFound, codeNotFound, "%s", notFoundMessage(r)))
+		return
+	case errors.Is(err, store.ErrKeyReused):
+		writeError(w, errorf(http.StatusUnprocessableEntity, codeKeyReused,
+			"this Idempotency-Key was used for a submission with another body; use a new key for a new job"))
 		return
 	case errors.Is(err, warren.ErrConflict):
 		writeError(w, errorf(http.StatusConflict, codeConflict, "the job's state does not allow this"))

@@ -1,9 +1,12 @@
 package api
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"mime"
 	"net/http"
@@ -85,7 +88,12 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, tooLarge(s.cfg.MaxBodyBytes))
 		return
 	}
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	// The digest of the request (its media type and body) goes with an
+	// Idempotency-Key, so that a replay with another body is refused.
+	digest := sha256.New()
+	_, _ = io.WriteString(digest, media+"\n")
+	limited := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	body := io.TeeReader(limited, digest)
 
 	var (
 		spec  store.NewJob
@@ -117,6 +125,14 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer sp.close()
+	if key != "" {
+		// What the parser left unread (trailing white space) counts too.
+		if _, err := io.Copy(io.Discard, body); err != nil {
+			writeError(w, bodyError(err))
+			return
+		}
+		spec.RequestHash = hex.EncodeToString(digest.Sum(nil))
+	}
 
 	job, created, err := s.cfg.Store.CreateJob(r.Context(), spec, sp.all())
 	if err != nil {

@@ -23,18 +23,20 @@ const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tas
 	batch_size, metadata, coalesce(idempotency_key, ''), created_at, started_at, finished_at,
 	result_location, error, version`
 
-// scanJob reads one row of jobColumns.
-func scanJob(row pgx.Row) (warren.Job, error) {
+// scanJob reads one row of jobColumns, then into extra the columns that
+// follow them.
+func scanJob(row pgx.Row, extra ...any) (warren.Job, error) {
 	var (
 		j         warren.Job
 		state     string
 		timeoutMS int64
 		metadata  []byte
 	)
-	err := row.Scan(&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
+	dest := []any{&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent, &j.Policy.FailFast,
 		&timeoutMS, &j.Policy.BatchSize, &metadata, &j.IdempotencyKey, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
-		&j.ResultLocation, &j.Error, &j.Version)
+		&j.ResultLocation, &j.Error, &j.Version}
+	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return warren.Job{}, err
 	}
@@ -76,17 +78,18 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	var inserted string
 	err = tx.QueryRow(ctx, `
 		INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
-			tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, metadata, idempotency_key, created_at)
-		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $12, $9, NULLIF($10, ''), $11)
+			tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, metadata, idempotency_key, created_at, request_hash)
+		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $12, $9, NULLIF($10, ''), $11, $13)
 		ON CONFLICT (idempotency_key) DO NOTHING
 		RETURNING id`,
 		id, spec.Type, p.Reduce, p.MaxRetries, p.ToleratedFailures,
 		p.ToleratedFailurePercent, p.FailFast, p.TaskTimeout.Milliseconds(), []byte(spec.Metadata), spec.IdempotencyKey, s.clock(), p.EffectiveBatchSize(),
+		spec.RequestHash,
 	).Scan(&inserted)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		rollback(ctx, tx)
-		job, err := s.jobByIdempotencyKey(ctx, spec.IdempotencyKey)
+		job, err := s.replayOf(ctx, spec)
 		return job, false, err
 	case isUniqueViolation(err, "jobs_pkey"):
 		return warren.Job{}, false, fmt.Errorf("postgres: create job %q: %w: a job with that id exists", id, warren.ErrConflict)
@@ -160,11 +163,17 @@ func (s *taskSource) Values() ([]any, error) {
 // Err returns the error the iterator yielded, if any.
 func (s *taskSource) Err() error { return s.err }
 
-// jobByIdempotencyKey returns the job holding key.
-func (s *Store) jobByIdempotencyKey(ctx context.Context, key string) (warren.Job, error) {
-	job, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE idempotency_key = $1`, key))
+// replayOf returns the job spec's idempotency key names, as store.Replay
+// decides.
+func (s *Store) replayOf(ctx context.Context, spec store.NewJob) (warren.Job, error) {
+	var hash string
+	job, err := scanJob(s.pool.QueryRow(ctx, `SELECT `+jobColumns+`, request_hash FROM jobs WHERE idempotency_key = $1`, spec.IdempotencyKey), &hash)
 	if err != nil {
-		return warren.Job{}, fmt.Errorf("postgres: job with idempotency key %q: %w", key, err)
+		return warren.Job{}, fmt.Errorf("postgres: job with idempotency key %q: %w", spec.IdempotencyKey, err)
+	}
+	job, err = store.Replay(job, hash, spec)
+	if err != nil {
+		return warren.Job{}, fmt.Errorf("postgres: create job: %w", err)
 	}
 	return job, nil
 }

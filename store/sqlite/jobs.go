@@ -52,9 +52,12 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	}
 	if spec.IdempotencyKey != "" {
 		// A replay must not consume the tasks.
-		first, err := getJob(ctx, s.r, "idempotency_key = ?", spec.IdempotencyKey)
+		first, err := replayOf(ctx, s.r, spec)
 		if err == nil {
 			return first, false, nil
+		}
+		if errors.Is(err, store.ErrKeyReused) {
+			return warren.Job{}, false, fmt.Errorf("sqlite: create job: %w", err)
 		}
 		if !errors.Is(err, warren.ErrNotFound) {
 			return warren.Job{}, false, fmt.Errorf("sqlite: create job: %w", err)
@@ -72,7 +75,7 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	created := true
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		if spec.IdempotencyKey != "" {
-			first, err := getJob(ctx, tx, "idempotency_key = ?", spec.IdempotencyKey)
+			first, err := replayOf(ctx, tx, spec)
 			if err == nil {
 				job, created = first, false
 				return nil
@@ -88,7 +91,7 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 		if exists {
 			return fmt.Errorf("job %s already exists: %w", job.ID, warren.ErrConflict)
 		}
-		if err := insertJob(ctx, tx, job); err != nil {
+		if err := insertJob(ctx, tx, job, spec.RequestHash); err != nil {
 			return err
 		}
 		n, err := insertTasks(ctx, tx, job.ID, sp.all())
@@ -105,8 +108,22 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	return job, created, nil
 }
 
+// replayOf returns the job spec's idempotency key names, as store.Replay
+// decides; warren.ErrNotFound when there is none.
+func replayOf(ctx context.Context, q querier, spec store.NewJob) (warren.Job, error) {
+	first, err := getJob(ctx, q, "idempotency_key = ?", spec.IdempotencyKey)
+	if err != nil {
+		return warren.Job{}, err
+	}
+	var hash string
+	if err := q.QueryRowContext(ctx, `SELECT request_hash FROM jobs WHERE id = ?`, first.ID).Scan(&hash); err != nil {
+		return warren.Job{}, err
+	}
+	return store.Replay(first, hash, spec)
+}
+
 // insertJob writes job j's row with no tasks expected yet.
-func insertJob(ctx context.Context, tx *sql.Tx, j warren.Job) error {
+func insertJob(ctx context.Context, tx *sql.Tx, j warren.Job, requestHash string) error {
 	var key any
 	if j.IdempotencyKey != "" {
 		key = j.IdempotencyKey
@@ -116,11 +133,11 @@ func insertJob(ctx context.Context, tx *sql.Tx, j warren.Job) error {
 		metadata = []byte(j.Metadata)
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
-		tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, metadata, idempotency_key, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, metadata, idempotency_key, created_at, request_hash)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		j.ID, j.Type, string(j.State), j.Policy.Reduce, j.Policy.MaxRetries, j.Policy.ToleratedFailures,
 		j.Policy.ToleratedFailurePercent, j.Policy.FailFast, j.Policy.TaskTimeout.Milliseconds(),
-		j.Policy.EffectiveBatchSize(), metadata, key, j.CreatedAt.UnixMicro())
+		j.Policy.EffectiveBatchSize(), metadata, key, j.CreatedAt.UnixMicro(), requestHash)
 	return err
 }
 

@@ -132,6 +132,37 @@ func testCreateJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NotEqual(t, first.ID, other.ID, "another key is another job")
 	})
 
+	// The same key with another request is not a replay: it is refused,
+	// and nothing is read or written (Stripe's rule).
+	t.Run("IdempotencyKeyWithAnotherRequestIsRefused", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		first := createJob(t, s, store.NewJob{Type: "first", IdempotencyKey: "key-h", RequestHash: "aaa"}, 2)
+
+		consumed := false
+		tasks := func(yield func(json.RawMessage, error) bool) {
+			consumed = true
+			yield(json.RawMessage(`{}`), nil)
+		}
+		_, created, err := s.CreateJob(t.Context(), store.NewJob{Type: "first", IdempotencyKey: "key-h", RequestHash: "bbb"}, tasks)
+		require.ErrorIs(t, err, store.ErrKeyReused)
+		require.ErrorIs(t, err, warren.ErrConflict)
+		require.False(t, created)
+		require.False(t, consumed, "the tasks of a refused submission are not read")
+
+		again, created, err := s.CreateJob(t.Context(), store.NewJob{Type: "first", IdempotencyKey: "key-h", RequestHash: "aaa"}, tasks)
+		require.NoError(t, err, "the same request again is a replay")
+		require.False(t, created)
+		requireSameJob(t, first, again)
+		again, _, err = s.CreateJob(t.Context(), store.NewJob{Type: "first", IdempotencyKey: "key-h"}, tasks)
+		require.NoError(t, err, "a request without a digest matches any")
+		requireSameJob(t, first, again)
+
+		jobs, _, err := s.ListJobs(t.Context(), store.ListJobsOpts{})
+		require.NoError(t, err)
+		require.Equal(t, []string{first.ID}, jobIDs(jobs), "nothing was written")
+	})
+
 	t.Run("IdempotencyKeyConcurrent", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
