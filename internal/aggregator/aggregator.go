@@ -124,6 +124,12 @@ type Aggregator struct {
 	// testHookHeld, when set, is told the size of the batch in hand each
 	// time it grows, so that tests know what the aggregator holds.
 	testHookHeld func(n int)
+
+	// unclosable holds the jobs ready to close whose reducer this
+	// aggregator does not have: it cannot close them until it restarts
+	// with a registry that has it, so its scan looks past them.
+	unclosableMu sync.Mutex
+	unclosable   map[string]bool
 }
 
 // New returns an aggregator; it does nothing until Run.
@@ -635,17 +641,75 @@ func (a *Aggregator) closer(ctx context.Context) {
 	}
 }
 
+// scanWindow is how many jobs ready to close one scan asks the store for,
+// beyond those this aggregator cannot close.
+const scanWindow = 100
+
+// maxUnclosable bounds how many jobs this aggregator remembers it cannot
+// close; past it, the scan's window may fill with them again.
+const maxUnclosable = 10_000
+
+// scan closes the jobs the store says are ready, looking past those
+// whose reducer this aggregator does not have (reported once each).
 func (a *Aggregator) scan(ctx context.Context) {
-	ids, err := a.cfg.Store.JobsToClose(ctx, 100)
+	a.unclosableMu.Lock()
+	skip := len(a.unclosable)
+	a.unclosableMu.Unlock()
+	ids, err := a.cfg.Store.JobsToClose(ctx, scanWindow+skip)
 	if err != nil {
 		if ctx.Err() == nil {
 			a.cfg.Logger.Warn("aggregator: looking for jobs to close failed", "error", err)
 		}
 		return
 	}
+	a.forgetClosedElsewhere(ids, len(ids) < scanWindow+skip)
 	for _, id := range ids {
+		if a.isUnclosable(id) {
+			continue
+		}
 		if err := a.CloseJob(ctx, id); err != nil && ctx.Err() == nil {
 			a.cfg.Logger.Error("aggregator: closing job failed", "job_id", id, "error", err)
+		}
+	}
+}
+
+// markUnclosable remembers that job id cannot be closed here; it reports
+// whether the job is new to the set.
+func (a *Aggregator) markUnclosable(id string) bool {
+	a.unclosableMu.Lock()
+	defer a.unclosableMu.Unlock()
+	if a.unclosable[id] || len(a.unclosable) >= maxUnclosable {
+		return !a.unclosable[id]
+	}
+	if a.unclosable == nil {
+		a.unclosable = map[string]bool{}
+	}
+	a.unclosable[id] = true
+	return true
+}
+
+func (a *Aggregator) isUnclosable(id string) bool {
+	a.unclosableMu.Lock()
+	defer a.unclosableMu.Unlock()
+	return a.unclosable[id]
+}
+
+// forgetClosedElsewhere drops the unclosable jobs the store no longer
+// lists as ready (another server closed them, or they were cancelled or
+// reopened), when ids is every job ready to close.
+func (a *Aggregator) forgetClosedElsewhere(ids []string, complete bool) {
+	if !complete {
+		return
+	}
+	ready := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		ready[id] = true
+	}
+	a.unclosableMu.Lock()
+	defer a.unclosableMu.Unlock()
+	for id := range a.unclosable {
+		if !ready[id] {
+			delete(a.unclosable, id)
 		}
 	}
 }
@@ -696,6 +760,9 @@ func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err 
 		result, refused, err = a.reduce(ctx, job)
 		switch {
 		case errors.Is(err, reduce.ErrUnknownReducer):
+			if !a.markUnclosable(id) {
+				return false, nil // reported already
+			}
 			a.cfg.Logger.Warn("aggregator: the job's reducer is not registered on this server; the job stays open for a server that has it",
 				"job_id", id, "reducer", reducerName(job), "error", err)
 			if a.cfg.Hooks.OnUnknownReducer != nil {

@@ -58,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"routing_key", "reason"}),
 		unknownRed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_reduce_unknown_total",
-			Help: "Closes of jobs left open because their reducer is not registered on this server, by reducer.",
+			Help: "Jobs ready to close that this server left open because their reducer is not registered on it (each counted once), by reducer.",
 		}, []string{"reducer"}),
 	}
 	for _, s := range []warren.TaskState{warren.TaskCompleted, warren.TaskFailed} {
