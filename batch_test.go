@@ -15,6 +15,7 @@ import (
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/deadletters"
+	"github.com/warrenhq/warren/internal/relay"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/worker"
 )
@@ -56,7 +57,12 @@ func TestBatchedJobClosesExactly(t *testing.T) {
 		b.expectDoubled(t, job.ID, n)
 		require.Equal(t, int64(n), b.applied.Load(), "each task recorded once")
 		require.Equal(t, int64(n), tasks.Load(), "no task ran twice")
-		require.Equal(t, int64((n+size-1)/size), calls.Load(), "one handler call per batch of %d", size)
+		// One handler call per batch of 32. On PostgreSQL the relay's
+		// concurrent rounds may each end the job's tail with a short batch,
+		// so there may be one more call per round beyond the first.
+		full := int64((n + size - 1) / size)
+		require.GreaterOrEqual(t, calls.Load(), full, "one handler call per batch of %d", size)
+		require.LessOrEqual(t, calls.Load(), full+int64(relay.DefaultConcurrency-1), "one handler call per batch of %d", size)
 		for _, tk := range allTasks(t, b.store, job.ID) {
 			require.Equal(t, 1, tk.Attempts)
 			require.NotNil(t, tk.StartedAt)
