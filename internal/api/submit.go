@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/spool"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
@@ -114,7 +115,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 	// The whole body is read and checked before the store is called, so
 	// that no store connection waits on the client, and bad input writes
 	// nothing.
-	sp, err := spoolTasks(tasks)
+	sp, err := spool.Tasks(tasks)
 	if err != nil {
 		if e, ok := errors.AsType[*apiError](err); ok {
 			writeError(w, e)
@@ -124,7 +125,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusInternalServerError, codeInternal, "internal error"))
 		return
 	}
-	defer sp.close()
+	defer sp.Close()
 	if key != "" {
 		// What the parser left unread (trailing white space) counts too.
 		if _, err := io.Copy(io.Discard, body); err != nil {
@@ -134,7 +135,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 		spec.RequestHash = hex.EncodeToString(digest.Sum(nil))
 	}
 
-	job, created, err := s.cfg.Store.CreateJob(r.Context(), spec, sp.all())
+	job, created, err := s.cfg.Store.CreateJob(r.Context(), spec, sp.All())
 	if err != nil {
 		s.storeError(w, r, err, "create job", "type", spec.Type)
 		return

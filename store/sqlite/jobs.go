@@ -15,6 +15,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/spool"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -67,11 +68,11 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	// transaction would stall the relay and the aggregator. The tasks are
 	// spooled to a temporary file first (disk, not memory), then inserted
 	// at disk speed.
-	sp, err := spoolTasks(tasks)
+	sp, err := spool.Tasks(tasks)
 	if err != nil {
 		return warren.Job{}, false, err
 	}
-	defer sp.close()
+	defer sp.Close()
 	created := true
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		if spec.IdempotencyKey != "" {
@@ -94,7 +95,7 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 		if err := insertJob(ctx, tx, job, spec.RequestHash); err != nil {
 			return err
 		}
-		n, err := insertTasks(ctx, tx, job.ID, sp.all())
+		n, err := insertTasks(ctx, tx, job.ID, sp.All())
 		if err != nil {
 			return err
 		}

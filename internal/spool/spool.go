@@ -1,41 +1,44 @@
-package api
+// Package spool holds a submission's task payloads between reading them
+// and writing them to the store: in memory while small, then in an
+// unlinked temporary file. The API spools every submission before it
+// calls the store, and the SQLite store spools what it is given before it
+// takes its one writer, so that neither a slow client nor a slow producer
+// holds a store connection.
+package spool
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
 	"os"
 )
 
-// spoolMemory is how many bytes of payloads a spool keeps in memory before
+// memoryLimit is how many bytes of payloads a spool keeps in memory before
 // it moves them to a temporary file: small jobs, the common case, never
 // touch the disk.
-const spoolMemory = 1 << 20
+const memoryLimit = 1 << 20
 
-// spool holds a submission's task payloads, each prefixed with its length
-// as a uvarint, from the moment the request body is read to the moment the
-// store has written them: in memory up to spoolMemory bytes, then in an
-// unlinked temporary file. Its size is bounded by the request body limit.
-//
-// Spooling is what keeps a slow or stalled client from holding a store
-// connection (or SQLite's one writer): the store is called only once the
-// whole body has arrived and been checked.
-type spool struct {
+// Spool holds task payloads, each prefixed with its length as a uvarint:
+// in memory up to memoryLimit bytes, then in an unlinked temporary file.
+// Its size is bounded by what its producer is bounded by (the API's body
+// limit). It is not safe for concurrent use.
+type Spool struct {
 	mem  bytes.Buffer
 	file *os.File      // nil while everything fits in mem
 	w    *bufio.Writer // writes to file
 	n    int64         // payloads spooled
 }
 
-// spoolTasks reads tasks to their end into a new spool. The first error
-// tasks yields is returned as it is, and nothing is kept; so is an error
-// writing the temporary file.
-func spoolTasks(tasks iter.Seq2[json.RawMessage, error]) (*spool, error) {
-	sp := &spool{}
+// Tasks reads tasks to their end into a new spool. The first error tasks
+// yields is returned as it is, and nothing is kept; so is an error writing
+// the temporary file.
+func Tasks(tasks iter.Seq2[json.RawMessage, error]) (*Spool, error) {
+	sp := &Spool{}
 	var lenBuf [binary.MaxVarintLen64]byte
 	for payload, err := range tasks {
 		if err == nil {
@@ -43,15 +46,15 @@ func spoolTasks(tasks iter.Seq2[json.RawMessage, error]) (*spool, error) {
 			err = sp.write(lenBuf[:k], payload)
 		}
 		if err != nil {
-			sp.close()
+			sp.Close()
 			return nil, err
 		}
 		sp.n++
 	}
 	if sp.w != nil {
 		if err := sp.w.Flush(); err != nil {
-			sp.close()
-			return nil, fmt.Errorf("api: spool tasks: %w", err)
+			sp.Close()
+			return nil, fmt.Errorf("spool tasks: %w", err)
 		}
 	}
 	return sp, nil
@@ -59,18 +62,18 @@ func spoolTasks(tasks iter.Seq2[json.RawMessage, error]) (*spool, error) {
 
 // write appends the parts of one record, moving the spool to a file when
 // memory is full.
-func (sp *spool) write(parts ...[]byte) error {
-	if sp.file == nil && sp.mem.Len()+len(parts[0])+len(parts[1]) > spoolMemory {
-		f, err := os.CreateTemp("", "warren-api-tasks-*")
+func (sp *Spool) write(parts ...[]byte) error {
+	if sp.file == nil && sp.mem.Len()+len(parts[0])+len(parts[1]) > memoryLimit {
+		f, err := os.CreateTemp("", "warren-tasks-*")
 		if err != nil {
-			return fmt.Errorf("api: spool tasks: %w", err)
+			return fmt.Errorf("spool tasks: %w", err)
 		}
 		// Unlinked at once: the file disappears with its descriptor, even
 		// after a crash.
 		_ = os.Remove(f.Name())
 		sp.file, sp.w = f, bufio.NewWriterSize(f, 256<<10)
 		if _, err := sp.mem.WriteTo(sp.w); err != nil {
-			return fmt.Errorf("api: spool tasks: %w", err)
+			return fmt.Errorf("spool tasks: %w", err)
 		}
 	}
 	for _, p := range parts {
@@ -81,21 +84,21 @@ func (sp *spool) write(parts ...[]byte) error {
 			_, err = sp.w.Write(p)
 		}
 		if err != nil {
-			return fmt.Errorf("api: spool tasks: %w", err)
+			return fmt.Errorf("spool tasks: %w", err)
 		}
 	}
 	return nil
 }
 
-// all yields the spooled payloads in order, each in a slice of its own
-// (a store may keep a batch of them).
-func (sp *spool) all() iter.Seq2[json.RawMessage, error] {
+// All yields the spooled payloads in order, each in a slice of its own
+// (a store may keep a batch of them). It may be called more than once.
+func (sp *Spool) All() iter.Seq2[json.RawMessage, error] {
 	if sp.file == nil {
 		return sp.fromMemory()
 	}
 	return func(yield func(json.RawMessage, error) bool) {
 		if _, err := sp.file.Seek(0, io.SeekStart); err != nil {
-			yield(nil, fmt.Errorf("api: read spooled tasks: %w", err))
+			yield(nil, fmt.Errorf("read spooled tasks: %w", err))
 			return
 		}
 		r := bufio.NewReaderSize(sp.file, 256<<10)
@@ -107,7 +110,7 @@ func (sp *spool) all() iter.Seq2[json.RawMessage, error] {
 				_, err = io.ReadFull(r, buf)
 			}
 			if err != nil {
-				yield(nil, fmt.Errorf("api: read spooled tasks: %w", err))
+				yield(nil, fmt.Errorf("read spooled tasks: %w", err))
 				return
 			}
 			if !yield(buf, nil) {
@@ -120,13 +123,13 @@ func (sp *spool) all() iter.Seq2[json.RawMessage, error] {
 // fromMemory yields the payloads of a spool held in memory, as slices of
 // its buffer capped at their end, so that appending to one cannot
 // overwrite the next.
-func (sp *spool) fromMemory() iter.Seq2[json.RawMessage, error] {
+func (sp *Spool) fromMemory() iter.Seq2[json.RawMessage, error] {
 	return func(yield func(json.RawMessage, error) bool) {
 		b := sp.mem.Bytes()
 		for range sp.n {
 			size, k := binary.Uvarint(b)
 			if k <= 0 || uint64(len(b)-k) < size {
-				yield(nil, fmt.Errorf("api: read spooled tasks: a record is cut short"))
+				yield(nil, errors.New("read spooled tasks: a record is cut short"))
 				return
 			}
 			end := k + int(size)
@@ -138,8 +141,8 @@ func (sp *spool) fromMemory() iter.Seq2[json.RawMessage, error] {
 	}
 }
 
-// close releases the spool's file, if it has one.
-func (sp *spool) close() {
+// Close releases the spool's file, if it has one.
+func (sp *Spool) Close() {
 	if sp.file != nil {
 		_ = sp.file.Close()
 	}
