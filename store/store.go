@@ -233,6 +233,10 @@ type OutboxTask struct {
 	// Generation is the task's generation (1 for a new task), which its
 	// message carries and its outcomes report (Outcome.Generation).
 	Generation int
+	// TaskTimeout is the job's task timeout
+	// (warren.Policy.EffectiveTaskTimeout: the default when the job gives
+	// none), which its message carries as the limit of each run.
+	TaskTimeout time.Duration
 }
 
 // Ref returns the task's reference.

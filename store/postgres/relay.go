@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -61,7 +62,7 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx cont
 // claimPending locks and returns up to limit pending tasks of open jobs.
 func claimPending(ctx context.Context, tx pgx.Tx, limit int) ([]store.OutboxTask, error) {
 	rows, err := tx.Query(ctx, `
-		SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size, t.generation
+		SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size, t.generation, j.task_timeout_ms
 		FROM tasks t JOIN jobs j ON j.id = t.job_id
 		WHERE t.state = 'pending' AND j.state IN ('pending', 'running')
 		ORDER BY t.job_id, t.task_id
@@ -72,11 +73,13 @@ func claimPending(ctx context.Context, tx pgx.Tx, limit int) ([]store.OutboxTask
 	}
 	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.OutboxTask, error) {
 		var (
-			t       store.OutboxTask
-			payload []byte
+			t         store.OutboxTask
+			payload   []byte
+			timeoutMS int64
 		)
-		err := row.Scan(&t.JobID, &t.TaskID, &t.Type, &payload, &t.MaxRetries, &t.Attempts, &t.BatchSize, &t.Generation)
+		err := row.Scan(&t.JobID, &t.TaskID, &t.Type, &payload, &t.MaxRetries, &t.Attempts, &t.BatchSize, &t.Generation, &timeoutMS)
 		t.Payload = payload
+		t.TaskTimeout = warren.Policy{TaskTimeout: time.Duration(timeoutMS) * time.Millisecond}.EffectiveTaskTimeout()
 		return t, err
 	})
 	if err != nil {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
+	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -53,7 +55,7 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx cont
 // pending tasks in task id order, so only the rows returned are read and
 // nothing is sorted; left to itself the planner may pick jobs_by_state and
 // sort every pending task of every open job on each call.
-const outboxSQL = `SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size, t.generation
+const outboxSQL = `SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size, t.generation, j.task_timeout_ms
 	FROM jobs AS j INDEXED BY jobs_open
 	JOIN tasks AS t ON t.job_id = j.id AND t.state = 'pending'
 	WHERE j.state IN ('pending', 'running')
@@ -70,10 +72,14 @@ func (s *Store) outbox(ctx context.Context, limit int) ([]store.OutboxTask, erro
 	defer rows.Close()
 	var tasks []store.OutboxTask
 	for rows.Next() {
-		var t store.OutboxTask
-		if err := rows.Scan(&t.JobID, &t.TaskID, &t.Type, &t.Payload, &t.MaxRetries, &t.Attempts, &t.BatchSize, &t.Generation); err != nil {
+		var (
+			t         store.OutboxTask
+			timeoutMS int64
+		)
+		if err := rows.Scan(&t.JobID, &t.TaskID, &t.Type, &t.Payload, &t.MaxRetries, &t.Attempts, &t.BatchSize, &t.Generation, &timeoutMS); err != nil {
 			return nil, err
 		}
+		t.TaskTimeout = warren.Policy{TaskTimeout: time.Duration(timeoutMS) * time.Millisecond}.EffectiveTaskTimeout()
 		tasks = append(tasks, t)
 	}
 	return tasks, rows.Err()

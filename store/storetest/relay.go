@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -51,6 +52,24 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, warren.JobRunning, getJob(t, s, b.ID).State)
 		requireSameJob(t, running, getJob(t, s, a.ID))
 		require.Empty(t, relay(t, s, 10), "nothing is left to publish")
+	})
+
+	t.Run("CarriesTheJobsTaskTimeout", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		given := createJob(t, s, store.NewJob{Policy: warren.Policy{TaskTimeout: 90*time.Second + 250*time.Millisecond}}, 2)
+		unset := createJob(t, s, store.NewJob{}, 1)
+
+		offered := relayAll(t, s)
+		require.Len(t, offered, 3)
+		for _, task := range offered {
+			if task.JobID == given.ID {
+				require.Equal(t, 90*time.Second+250*time.Millisecond, task.TaskTimeout, "the job's task_timeout, to the millisecond")
+			} else {
+				require.Equal(t, unset.ID, task.JobID)
+				require.Equal(t, warren.DefaultTaskTimeout, task.TaskTimeout, "a job without task_timeout has the default")
+			}
+		}
 	})
 
 	t.Run("MarksOnlyConfirmed", func(t *testing.T) {
