@@ -14,6 +14,17 @@ import (
 // unknown generation, and is accepted.
 const HeaderGeneration = "x-generation"
 
+// HeaderTaskTimeout is the time limit of one run of the task(s) a
+// message carries, in whole milliseconds (an integer): set by warren on
+// every task message to the job's task_timeout, and kept on the retries,
+// dead letters and split copies of that message, which copy its headers.
+// A worker gives each handler call a deadline of its start plus this
+// limit and treats a run that ends after it as a transient failure. It
+// is optional: a message without it (from an older relay or another
+// producer), or with a value that is not a positive integer, runs
+// without a limit.
+const HeaderTaskTimeout = "x-task-timeout"
+
 // HeaderInt reads a non-negative integer header (at most MaxInt32) of any
 // AMQP integer type (clients in other languages pick different widths), an
 // integral float, or a decimal string. ok is false when the header is

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -29,7 +30,7 @@ func TestRelaySendsABatchJobAsBatchMessages(t *testing.T) {
 			}
 		}
 	}
-	job, _, err := b.store.CreateJob(ctx, store.NewJob{Type: "echo", Policy: warren.Policy{MaxRetries: 4, BatchSize: 4}}, tasks)
+	job, _, err := b.store.CreateJob(ctx, store.NewJob{Type: "echo", Policy: warren.Policy{MaxRetries: 4, BatchSize: 4, TaskTimeout: 90 * time.Second}}, tasks)
 	require.NoError(t, err)
 	r, err := relay.New(relay.Config{Store: b.store, Publisher: b.pub, Names: b.names})
 	require.NoError(t, err)
@@ -54,6 +55,7 @@ func TestRelaySendsABatchJobAsBatchMessages(t *testing.T) {
 		require.Equal(t, amqp.Persistent, d.DeliveryMode)
 		require.EqualValues(t, 0, d.Headers[protocol.HeaderRetry])
 		require.EqualValues(t, 4, d.Headers[protocol.HeaderMaxRetries])
+		require.EqualValues(t, 90000, d.Headers[protocol.HeaderTaskTimeout], "the job's task_timeout: the limit of each task's run")
 		ts, batch, err := protocol.DecodeTasks(d.Body)
 		require.NoError(t, err)
 		require.True(t, batch)

@@ -17,8 +17,8 @@ const (
 
 // group splits outbox tasks, in the order the store returns them, into
 // the groups that go out as one message each: runs of consecutive tasks
-// of one job, with the same attempts and generation (the message carries
-// one of each), of at most the job's batch size and,
+// of one job, with the same attempts, generation and task timeout (the
+// message carries one of each), of at most the job's batch size and,
 // by an estimate of the body from the payloads' lengths, of at most
 // maxBytes. A job with batch size 1 gets one group per task, and so does
 // a task too large to share a message.
@@ -30,6 +30,7 @@ func group(tasks []store.OutboxTask, maxBytes int) [][]store.OutboxTask {
 		j := i + 1
 		for j < len(tasks) && j-i < size && tasks[j].JobID == tasks[i].JobID &&
 			tasks[j].Attempts == tasks[i].Attempts && tasks[j].Generation == tasks[i].Generation &&
+			tasks[j].TaskTimeout == tasks[i].TaskTimeout &&
 			tasks[j].TaskID > tasks[j-1].TaskID {
 			bytes += taskOverhead + len(tasks[j].Payload)
 			if bytes > maxBytes {
@@ -73,10 +74,10 @@ func (r *Relay) encode(g []store.OutboxTask, rd *round) []message {
 
 // message returns the task message of a group: a single task message for
 // one task, else a task batch message. The group's tasks share their
-// job, type, attempts and retry budget.
+// job, type, attempts, retry budget, generation and task timeout.
 func (r *Relay) message(g []store.OutboxTask) (wire.Outbound, error) {
 	m := wire.TaskMessage{JobID: g[0].JobID, Type: g[0].Type, Retries: g[0].Attempts, MaxRetries: g[0].MaxRetries,
-		Generation: g[0].Generation, Tasks: make([]protocol.BatchTask, len(g))}
+		Generation: g[0].Generation, Timeout: g[0].TaskTimeout, Tasks: make([]protocol.BatchTask, len(g))}
 	for i, t := range g {
 		m.Tasks[i] = protocol.BatchTask{TaskID: t.TaskID, Payload: t.Payload}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
@@ -86,4 +87,18 @@ func TestGroupKeepsGenerationsApart(t *testing.T) {
 	}
 	tasks := []store.OutboxTask{at(1, 2), at(2, 2), at(3, 1), at(4, 2), at(5, 2)}
 	require.Equal(t, [][]string{{"a:1", "a:2"}, {"a:3"}, {"a:4", "a:5"}}, groupIDs(group(tasks, DefaultMaxMessageBytes)))
+}
+
+// A message carries one task timeout. The tasks of one job share theirs,
+// so this only guards the rule: tasks with different limits never share
+// a message.
+func TestGroupKeepsTaskTimeoutsApart(t *testing.T) {
+	t.Parallel()
+	with := func(id int64, timeout time.Duration) store.OutboxTask {
+		task := outboxTask("a", id, 0, 4)
+		task.TaskTimeout = timeout
+		return task
+	}
+	tasks := []store.OutboxTask{with(1, time.Minute), with(2, time.Minute), with(3, time.Hour), with(4, time.Hour)}
+	require.Equal(t, [][]string{{"a:1", "a:2"}, {"a:3", "a:4"}}, groupIDs(group(tasks, DefaultMaxMessageBytes)))
 }

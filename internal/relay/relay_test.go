@@ -97,6 +97,8 @@ func TestRelayPublishesEveryTaskOnceAndStartsTheJob(t *testing.T) {
 	require.EqualValues(t, 0, d.Headers[protocol.HeaderRetry])
 	require.EqualValues(t, 2, d.Headers[protocol.HeaderMaxRetries])
 	require.EqualValues(t, 1, d.Headers[protocol.HeaderGeneration], "a new task's generation")
+	require.EqualValues(t, warren.DefaultTaskTimeout.Milliseconds(), d.Headers[protocol.HeaderTaskTimeout],
+		"a job without task_timeout: the default, in milliseconds")
 	task, err := protocol.DecodeTask(d.Body)
 	require.NoError(t, err)
 	require.Equal(t, protocol.Task{JobID: job.ID, TaskID: 1, Payload: json.RawMessage(`{"i":1}`)}, task)

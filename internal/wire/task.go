@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"math"
 	"time"
 	"unicode/utf8"
 
@@ -29,6 +30,10 @@ type TaskMessage struct {
 	// Generation is the tasks' generation (x-generation), the same for
 	// all; 0 leaves the header out.
 	Generation int
+	// Timeout is the limit of each run of the tasks (x-task-timeout, in
+	// whole milliseconds, rounded up and at most math.MaxInt32): the
+	// job's task timeout. 0 leaves the header out.
+	Timeout time.Duration
 }
 
 // Tasks returns the publishing of m for the work queue: persistent,
@@ -69,6 +74,10 @@ func Tasks(names protocol.Names, m TaskMessage) (Outbound, error) {
 		Body: body,
 	}}
 	setGeneration(out.Msg.Headers, m.Generation)
+	if m.Timeout > 0 {
+		ms := (m.Timeout + time.Millisecond - 1) / time.Millisecond
+		out.Msg.Headers[protocol.HeaderTaskTimeout] = int64(min(ms, math.MaxInt32))
+	}
 	return out, nil
 }
 
@@ -101,6 +110,10 @@ type TaskDelivery struct {
 	// Generation is x-generation, the tasks' generation; 0 (unknown) when
 	// absent. The copies that settle the tasks carry it.
 	Generation int
+	// Timeout is x-task-timeout, the limit of each run of the tasks; 0
+	// (no limit) when absent or not a positive integer. The copies that
+	// settle the tasks carry it.
+	Timeout time.Duration
 
 	d amqp.Delivery // the source of every copy
 }
@@ -120,6 +133,7 @@ func ReadTask(d amqp.Delivery) TaskDelivery {
 	if n, ok := protocol.HeaderInt(d.Headers, protocol.HeaderMaxRetries); ok {
 		m.MaxRetries = n
 	}
+	m.Timeout = time.Duration(headerInt(d.Headers, protocol.HeaderTaskTimeout)) * time.Millisecond
 	m.Tasks, m.Batch, m.Malformed = protocol.DecodeTasks(d.Body)
 	if m.Malformed != nil {
 		m.Batch = false // it is dead-lettered whole, as it came
