@@ -77,7 +77,9 @@ type Event struct {
 	// EventRetried: the delay of the retry tier it was published to.
 	Delay time.Duration
 	// Err is the handler's error for EventFailed, EventRetried and
-	// EventDeadLettered, the publish error for EventPublishFailed, and
+	// EventDeadLettered (or the timeout's, wrapping
+	// context.DeadlineExceeded, for a run past its Task.Timeout), the
+	// publish error for EventPublishFailed, and
 	// why the connection was lost for EventConnectionLost.
 	Err error
 }

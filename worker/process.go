@@ -111,7 +111,7 @@ func (s *session) deadLetterAll(d *delivery, reason string, cause error) {
 // settleRuns publishes the outcomes of a delivery's runs and then acks it:
 // the completed tasks' results in one message (a result batch for a batch
 // message), and a retry or a dead letter of its own for each failed task,
-// as outcome.Of decides.
+// as outcome.Of decides (a run past its task timeout is a failure).
 func (s *session) settleRuns(d *delivery, runs []taskRun) {
 	var (
 		outs    []wire.Outbound
@@ -121,7 +121,8 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 	debug := s.log.Enabled(context.Background(), slog.LevelDebug)
 	for _, r := range runs {
 		t := r.task
-		dec := outcome.Of(r.value, r.err, IsPermanent, t.Attempt, t.MaxRetries, s.w.cfg.RetryTiers)
+		dec := outcome.Of(outcome.Run{Value: r.value, Err: r.err, Timeout: t.Timeout, Elapsed: r.elapsed},
+			IsPermanent, t.Attempt, t.MaxRetries, s.w.cfg.RetryTiers)
 		var out wire.Outbound
 		ev := s.event(t)
 		switch dec.Action {

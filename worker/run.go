@@ -15,26 +15,32 @@ type taskRun struct {
 	value             any
 	err               error
 	started, finished time.Time
+	// elapsed is how long the handler ran, on the monotonic clock its
+	// deadline is set on (started and finished are wall clock, in UTC).
+	elapsed time.Duration
 }
 
 // run runs the tasks through h, one after another for a HandlerFunc, in
-// one call for a BatchHandlerFunc. ok is false when shutdown cancelled
-// the handlers' context meanwhile.
+// one call for a BatchHandlerFunc; each call's context has the deadline
+// of its task timeout (a batch's tasks share one, for the one call). ok
+// is false when shutdown cancelled the handlers' context meanwhile.
 func (s *session) run(h handlerSet, tasks []Task) ([]taskRun, bool) {
 	runs := make([]taskRun, len(tasks))
 	if h.batch != nil {
-		started := time.Now().UTC()
-		outcomes := s.callBatch(h.batch, tasks)
-		finished := time.Now().UTC()
+		start := time.Now()
+		outcomes := s.callBatch(h.batch, tasks, start)
+		end := time.Now()
 		for i, t := range tasks {
-			runs[i] = taskRun{task: t, value: outcomes[i].Value, err: outcomes[i].Err, started: started, finished: finished}
+			runs[i] = taskRun{task: t, value: outcomes[i].Value, err: outcomes[i].Err,
+				started: start.UTC(), finished: end.UTC(), elapsed: end.Sub(start)}
 		}
 		return runs, s.handlers.Err() == nil
 	}
 	for i, t := range tasks {
-		started := time.Now().UTC()
-		value, err := s.call(h.one, t)
-		runs[i] = taskRun{task: t, value: value, err: err, started: started, finished: time.Now().UTC()}
+		start := time.Now()
+		value, err := s.call(h.one, t, start)
+		end := time.Now()
+		runs[i] = taskRun{task: t, value: value, err: err, started: start.UTC(), finished: end.UTC(), elapsed: end.Sub(start)}
 		if s.handlers.Err() != nil {
 			return nil, false
 		}
@@ -42,20 +48,26 @@ func (s *session) run(h handlerSet, tasks []Task) ([]taskRun, bool) {
 	return runs, true
 }
 
-// call runs h, turning a panic into a transient error.
-func (s *session) call(h HandlerFunc, t Task) (v any, err error) {
+// call runs h, started at start, with the task's deadline, turning a
+// panic into a transient error.
+func (s *session) call(h HandlerFunc, t Task, start time.Time) (v any, err error) {
+	ctx, cancel := outcome.Context(s.handlers, start, t.Timeout)
+	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
 			err = outcome.HandlerPanicked(p)
 			s.taskLog(t).Error("worker: handler panicked", "panic", fmt.Sprint(p), "stack", shortStack())
 		}
 	}()
-	return h(s.handlers, t)
+	return h(ctx, t)
 }
 
-// callBatch runs h over tasks; a panic or an outcome count other than
-// len(tasks) becomes a transient error for every task.
-func (s *session) callBatch(h BatchHandlerFunc, tasks []Task) (outcomes []Outcome) {
+// callBatch runs h over tasks, started at start, with one deadline for
+// the call: the tasks' shared timeout. A panic or an outcome count other
+// than len(tasks) becomes a transient error for every task.
+func (s *session) callBatch(h BatchHandlerFunc, tasks []Task, start time.Time) (outcomes []Outcome) {
+	ctx, cancel := outcome.Context(s.handlers, start, tasks[0].Timeout)
+	defer cancel()
 	fail := func(err error) []Outcome {
 		out := make([]Outcome, len(tasks))
 		for i := range out {
@@ -69,7 +81,7 @@ func (s *session) callBatch(h BatchHandlerFunc, tasks []Task) (outcomes []Outcom
 			outcomes = fail(outcome.BatchHandlerPanicked(p))
 		}
 	}()
-	outcomes = h(s.handlers, tasks)
+	outcomes = h(ctx, tasks)
 	if len(outcomes) != len(tasks) {
 		return fail(outcome.WrongOutcomeCount(len(outcomes), len(tasks)))
 	}

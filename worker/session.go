@@ -141,7 +141,7 @@ func (s *session) receive(d amqp.Delivery) *delivery {
 		tasks = make([]Task, len(msg.Tasks))
 		for i, t := range msg.Tasks {
 			tasks[i] = Task{JobID: t.JobID, TaskID: t.TaskID, Type: msg.Type, Attempt: msg.Attempt(),
-				MaxRetries: msg.MaxRetries, Payload: t.Payload}
+				MaxRetries: msg.MaxRetries, Timeout: msg.Timeout, Payload: t.Payload}
 		}
 	}
 	return &delivery{raw: d, msg: msg, tasks: tasks, lost: &s.lost}

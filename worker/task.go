@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/warrenhq/warren/protocol"
 )
@@ -14,9 +15,21 @@ import (
 //
 // A nil error completes the task. An error marked with Permanent fails it
 // at once; any other error (or a panic) is transient and the task is
-// retried until its retry budget is spent. ctx is cancelled only when the
-// worker gives up waiting for the handler at shutdown; the task is then
-// requeued whatever the handler returns.
+// retried until its retry budget is spent.
+//
+// When the task has a time limit (Task.Timeout: its job's task_timeout),
+// ctx has the deadline of the call's start plus that limit, and a run
+// that ends at or after it is a transient failure whatever the handler
+// returned, a result or an error, permanent or not: its error names the
+// timeout ("worker: task timeout of 5s exceeded", wrapping
+// context.DeadlineExceeded; context.Cause(ctx) is the same error), and
+// the task is retried and then dead-lettered like any transient failure.
+// The worker cannot stop a handler that ignores ctx: such a handler runs
+// to its end, holding its concurrency slot, and what it returns is then
+// dropped. Pass ctx on to what the handler waits for.
+//
+// ctx is also cancelled when the worker gives up waiting for the handler
+// at shutdown; the task is then requeued whatever the handler returns.
 //
 // A task can run more than once (retries, redeliveries after a crash), so
 // handlers should be idempotent; Task.IdempotencyKey helps with that.
@@ -29,7 +42,10 @@ type HandlerFunc func(ctx context.Context, t Task) (any, error)
 // are marshalled the same way, a Permanent error fails the task at once,
 // any other error is retried, per task. A panic, or a slice of the wrong
 // length, is a transient error for every task of the batch. ctx is as for
-// a HandlerFunc.
+// a HandlerFunc, with one deadline for the whole call: its start plus the
+// tasks' Timeout (the tasks of a batch share one), not that limit per
+// task. A call that ends at or after it fails every task of the batch
+// with the timeout.
 type BatchHandlerFunc func(ctx context.Context, tasks []Task) []Outcome
 
 // Outcome is one task's outcome from a BatchHandlerFunc: what a
@@ -57,6 +73,13 @@ type Task struct {
 	// MaxRetries is how many retries the task gets after its first run.
 	// Attempt > MaxRetries means this is the last one.
 	MaxRetries int
+	// Timeout is the time limit of each run: the job's task_timeout, as
+	// the task message's x-task-timeout header carries it. The handler's
+	// context has the deadline of the call's start plus Timeout, and a
+	// run that ends at or after it fails transiently (see HandlerFunc).
+	// 0 means no limit: a task message without the header, from an older
+	// warren or another producer, runs without a deadline.
+	Timeout time.Duration
 	// Payload is the task's whole input, as JSON.
 	Payload json.RawMessage
 }

@@ -5,6 +5,7 @@
 package outcome
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,21 +57,63 @@ type Decision struct {
 	Reason string
 }
 
-// Of decides the outcome of a run that returned value and err, on its
-// attempt-th run with a budget of maxRetries retries: a nil err completes
-// the task with value as JSON (EncodeResult; a value that cannot be
-// encoded is a permanent failure), and a failure goes to Decide, with
-// permanent telling permanent errors apart.
-func Of(value any, err error, permanent func(error) bool, attempt, maxRetries int, tiers []time.Duration) Decision {
-	if err == nil {
-		raw, merr := EncodeResult(value)
-		if merr == nil {
-			return Decision{Action: Complete, Result: raw}
-		}
-		action, _ := Decide(true, attempt, maxRetries, tiers)
-		return Decision{Action: action, Err: merr, Reason: protocol.ReasonPermanent}
+// Run is one run of a task as its handler ended it.
+type Run struct {
+	// Value and Err are what the handler returned.
+	Value any
+	Err   error
+	// Timeout is the run's time limit, the task's Timeout (0: none): its
+	// handler's context had the deadline start + Timeout (Context).
+	Timeout time.Duration
+	// Elapsed is how long the handler ran, from the start its deadline
+	// counts from to its return, on a monotonic clock.
+	Elapsed time.Duration
+}
+
+// Overran reports whether the run ended at or after its deadline: it had
+// a limit and ran that long. Its context was done by then (Context), so a
+// handler that heeds its context returns at its deadline; one that
+// ignores it still runs to its end, and has overrun all the same.
+func (r Run) Overran() bool { return r.Timeout > 0 && r.Elapsed >= r.Timeout }
+
+// Context returns the context of a handler call that starts at start
+// with a time limit of timeout: parent with the deadline start + timeout,
+// whose cause (context.Cause) is TaskTimedOut(timeout), or parent itself
+// when timeout is 0 or less. The caller must call cancel when the call
+// returns.
+func Context(parent context.Context, start time.Time, timeout time.Duration) (ctx context.Context, cancel context.CancelFunc) {
+	if timeout <= 0 {
+		return parent, func() {}
 	}
-	action, delay := Decide(permanent(err), attempt, maxRetries, tiers)
+	return context.WithDeadlineCause(parent, start.Add(timeout), TaskTimedOut(timeout))
+}
+
+// Of decides the outcome of run r, the attempt-th run of its task, which
+// has a budget of maxRetries retries. A run that overran its time limit
+// is a transient failure with the error TaskTimedOut, whatever its
+// handler returned: a result that came too late is not recorded, and
+// even a permanent error is retried, since the task was cut short before
+// its handler could tell. Otherwise a nil error completes the task with
+// the value as JSON (EncodeResult; a value that cannot be encoded is a
+// permanent failure), and an error goes to Decide, with permanent telling
+// permanent errors apart.
+func Of(r Run, permanent func(error) bool, attempt, maxRetries int, tiers []time.Duration) Decision {
+	switch {
+	case r.Overran():
+		return failure(TaskTimedOut(r.Timeout), false, attempt, maxRetries, tiers)
+	case r.Err != nil:
+		return failure(r.Err, permanent(r.Err), attempt, maxRetries, tiers)
+	}
+	raw, err := EncodeResult(r.Value)
+	if err != nil {
+		return failure(err, true, attempt, maxRetries, tiers)
+	}
+	return Decision{Action: Complete, Result: raw}
+}
+
+// failure decides a run that failed with err, permanently or not.
+func failure(err error, permanent bool, attempt, maxRetries int, tiers []time.Duration) Decision {
+	action, delay := Decide(permanent, attempt, maxRetries, tiers)
 	d := Decision{Action: action, Err: err, Delay: delay}
 	switch action {
 	case Fail:
@@ -130,6 +173,19 @@ func EncodeResult(v any) (json.RawMessage, error) {
 // HandlerPanicked is the transient error of a run whose handler panicked
 // with p.
 func HandlerPanicked(p any) error { return fmt.Errorf("worker: handler panicked: %v", p) }
+
+// TaskTimedOut is the transient error of a run that overran its time
+// limit timeout (Run.Overran), whatever its handler returned. It wraps
+// context.DeadlineExceeded.
+func TaskTimedOut(timeout time.Duration) error { return taskTimedOut{timeout} }
+
+type taskTimedOut struct{ timeout time.Duration }
+
+func (e taskTimedOut) Error() string {
+	return fmt.Sprintf("worker: task timeout of %s exceeded", e.timeout)
+}
+
+func (e taskTimedOut) Unwrap() error { return context.DeadlineExceeded }
 
 // BatchHandlerPanicked is the transient error of every task of a batch
 // whose batch handler panicked with p.

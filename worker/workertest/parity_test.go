@@ -24,7 +24,8 @@ import (
 type parityTask struct {
 	typ, payload string
 	maxRetries   int
-	runs         int // events the worker reports for it: one per run
+	runs         int           // events the worker reports for it: one per run
+	timeout      time.Duration // its x-task-timeout, if any
 }
 
 // TestWorkertestAgreesWithTheWorker runs tasks through a real worker on
@@ -58,16 +59,19 @@ func TestWorkertestAgreesWithTheWorker(t *testing.T) {
 	}
 
 	tasks := []parityTask{
-		{"echo", `{"a":1}`, 3, 1},
-		{"permanent", `1`, 3, 1},
-		{"flaky", `1`, 2, 3}, // retried twice, one tier each, then dead-lettered
-		{"panics", `1`, 0, 1},
-		{"unmarshalable", `1`, 3, 1},
-		{"typed", `{"n":2}`, 3, 1},
-		{"typed", `{"n":"two"}`, 3, 1},
-		{"batch", `1`, 3, 1},
-		{"batch-panics", `1`, 1, 2},
-		{"no-such-type", `1`, 3, 1},
+		{"echo", `{"a":1}`, 3, 1, 0},
+		{"permanent", `1`, 3, 1, 0},
+		{"flaky", `1`, 2, 3, 0}, // retried twice, one tier each, then dead-lettered
+		{"panics", `1`, 0, 1, 0},
+		{"unmarshalable", `1`, 3, 1, 0},
+		{"typed", `{"n":2}`, 3, 1, 0},
+		{"typed", `{"n":"two"}`, 3, 1, 0},
+		{"batch", `1`, 3, 1, 0},
+		{"batch-panics", `1`, 1, 2, 0},
+		{"no-such-type", `1`, 3, 1, 0},
+		{"slow", `1`, 1, 2, 50 * time.Millisecond},       // past its timeout: retried once, then dead-lettered
+		{"batch-slow", `1`, 1, 2, 50 * time.Millisecond}, // the same, through a batch handler
+		{"echo", `{"b":2}`, 3, 1, time.Minute},           // within its timeout
 	}
 	pub, err := broker.NewPublisher(amqptest.Dial(t), nil)
 	require.NoError(t, err)
@@ -92,7 +96,7 @@ func TestWorkertestAgreesWithTheWorker(t *testing.T) {
 			maxRetries = workertest.NoRetries
 		}
 		res := workertest.RunWorker(context.Background(), w, worker.Task{JobID: ev.JobID, TaskID: ev.TaskID, Type: ev.Type,
-			Attempt: ev.Attempt, MaxRetries: maxRetries, Payload: json.RawMessage(tc.payload)}, nil)
+			Attempt: ev.Attempt, MaxRetries: maxRetries, Timeout: tc.timeout, Payload: json.RawMessage(tc.payload)}, nil)
 		what := fmt.Sprintf("task %d (%s), attempt %d", ev.TaskID, tc.typ, ev.Attempt)
 		require.Equal(t, ev.Kind, eventKind(res.Action), "%s: worker %+v, workertest %+v", what, ev, res)
 		require.Equal(t, ev.Reason, res.Reason, what)
@@ -102,7 +106,7 @@ func TestWorkertestAgreesWithTheWorker(t *testing.T) {
 			completed[ev.TaskID] = res.Output
 		}
 	}
-	require.Len(t, completed, 3, "echo, typed and batch complete")
+	require.Len(t, completed, 4, "echo (twice, once within a timeout), typed and batch complete")
 	for range completed {
 		r := getResult(t, admin, names.ResultsQueue)
 		require.Equal(t, string(completed[r.TaskID]), string(r.Result), "the result of task %d", r.TaskID)
@@ -123,7 +127,12 @@ func registerParityHandlers(w *worker.Worker) {
 		HandleBatch("batch", func(_ context.Context, ts []worker.Task) []worker.Outcome {
 			return []worker.Outcome{{Value: map[string]int{"tasks": len(ts)}}}
 		}).
-		HandleBatch("batch-panics", func(context.Context, []worker.Task) []worker.Outcome { panic("index out of range") })
+		HandleBatch("batch-panics", func(context.Context, []worker.Task) []worker.Outcome { panic("index out of range") }).
+		Handle("slow", untilDone).
+		HandleBatch("batch-slow", func(ctx context.Context, ts []worker.Task) []worker.Outcome {
+			v, err := untilDone(ctx, ts[0])
+			return []worker.Outcome{{Value: v, Err: err}}
+		})
 }
 
 // waitTimeout bounds every wait on the worker; a test that hits it fails.
@@ -151,6 +160,10 @@ func publishTask(t *testing.T, pub *broker.Publisher, names protocol.Names, tc p
 	t.Helper()
 	body, err := protocol.EncodeTask(protocol.Task{JobID: "parity", TaskID: taskID, Payload: json.RawMessage(tc.payload)})
 	require.NoError(t, err)
+	headers := amqp.Table{protocol.HeaderRetry: int64(0), protocol.HeaderMaxRetries: int64(tc.maxRetries)}
+	if tc.timeout > 0 {
+		headers[protocol.HeaderTaskTimeout] = tc.timeout.Milliseconds()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	require.NoError(t, pub.PublishAndWait(ctx, names.JobsExchange, protocol.RoutingKeyTask, amqp.Publishing{
@@ -159,7 +172,7 @@ func publishTask(t *testing.T, pub *broker.Publisher, names protocol.Names, tc p
 		MessageId:     protocol.MessageID("parity", taskID),
 		CorrelationId: "parity",
 		Type:          tc.typ,
-		Headers:       amqp.Table{protocol.HeaderRetry: int64(0), protocol.HeaderMaxRetries: int64(tc.maxRetries)},
+		Headers:       headers,
 		Body:          body,
 	}))
 }

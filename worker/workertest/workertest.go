@@ -6,8 +6,12 @@
 // is the worker's own code: the outcome decision the worker settles every
 // run with, worker.IsPermanent to tell permanent errors apart, and the
 // worker's default retry tiers. A panic in the handler is a transient
-// error with the worker's text; this package's tests run the same tasks
-// through a real worker to hold it to the worker's behaviour. RunBatch
+// error with the worker's text, and so is a run past the task's time
+// limit (Task.Timeout): the handler's context has the worker's deadline,
+// and a run that ends at or after it is Retried, or DeadLettered on its
+// last attempt, whatever the handler returned. This package's tests run
+// the same tasks through a real worker to hold it to the worker's
+// behaviour. RunBatch
 // runs a worker.BatchHandlerFunc the same way, and RunWorker runs the
 // handler a *worker.Worker has registered for the task's type, so a test
 // covers the program's real wiring.
@@ -26,7 +30,9 @@
 // cancelled jobs, splitting redelivered batches, the broker's delivery
 // limit and malformed messages, retrying a publish that fails. It calls
 // no worker.Config.OnEvent and logs nothing. The handler runs on the
-// caller's goroutine with the caller's ctx.
+// caller's goroutine with the caller's ctx, which gets the task's deadline
+// when Task.Timeout is set; like the worker, Run cannot stop a handler
+// that ignores it, and waits for it to return.
 package workertest
 
 import (
@@ -70,9 +76,10 @@ type Action int
 const (
 	// Completed: the worker publishes Result.Output as the task's result.
 	Completed Action = iota + 1
-	// Retried: the run failed transiently and the task has retries left;
-	// the worker publishes it to the retry tier of Result.Delay, after
-	// which it runs again with Attempt+1.
+	// Retried: the run failed transiently (an error, a panic, or a run
+	// past Task.Timeout) and the task has retries left; the worker
+	// publishes it to the retry tier of Result.Delay, after which it runs
+	// again with Attempt+1.
 	Retried
 	// Failed: the task is dead-lettered at once, without retries, with
 	// Result.Reason protocol.ReasonPermanent (the handler returned an
@@ -117,7 +124,10 @@ type Result struct {
 	// (Completed only).
 	Output json.RawMessage
 	// Err is why the task did not complete: the handler's error, or its
-	// panic as the worker reports it; why its result does not marshal;
+	// panic as the worker reports it; the worker's timeout error for a
+	// run that ended past its deadline ("worker: task timeout of 5s
+	// exceeded", wrapping context.DeadlineExceeded); why its result does
+	// not marshal;
 	// the worker's error for a type with no handler (RunWorker); or
 	// context.Cause(ctx) when Requeued. It is nil when Completed.
 	Err error
@@ -136,8 +146,8 @@ type Result struct {
 // what the worker would do with the outcome. Zero fields of task get
 // defaults, so a test may give only a Payload: JobID DefaultJobID, TaskID
 // 1, Attempt 1 (the first run), MaxRetries warren.DefaultMaxRetries (see
-// NoRetries), and an empty Payload is JSON null. Run panics if h is nil
-// or opts has invalid RetryTiers.
+// NoRetries), and an empty Payload is JSON null; a zero Timeout is no
+// limit. Run panics if h is nil or opts has invalid RetryTiers.
 func Run(ctx context.Context, h worker.HandlerFunc, task worker.Task, opts *Opts) Result {
 	if h == nil {
 		panic("workertest: Run with a nil handler")
@@ -149,10 +159,14 @@ func Run(ctx context.Context, h worker.HandlerFunc, task worker.Task, opts *Opts
 // for a task batch message, and returns one Result per task, in order:
 // each task's Outcome is decided as Run decides a HandlerFunc's return. A
 // panic in h, or a number of outcomes other than len(tasks), is a
-// transient error for every task, as in the worker. Zero task fields get
-// Run's defaults, except that a zero TaskID is the task's position in
-// tasks, from 1. RunBatch returns nil, without calling h, for no tasks;
-// it panics if h is nil or opts has invalid RetryTiers.
+// transient error for every task, as in the worker, and so is a call
+// that ends past the tasks' Timeout: as in the worker, the one call has
+// one deadline, its start plus that limit, which the tasks of a batch
+// message share. Zero task fields get Run's defaults, except that a zero
+// TaskID is the task's position in tasks, from 1. RunBatch returns nil,
+// without calling h, for no tasks; it panics if h is nil, opts has
+// invalid RetryTiers, or the tasks' Timeouts differ (a batch message has
+// one).
 func RunBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Task, opts *Opts) []Result {
 	if h == nil {
 		panic("workertest: RunBatch with a nil handler")
@@ -163,6 +177,9 @@ func RunBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Tas
 	}
 	ts := make([]worker.Task, len(tasks))
 	for i, t := range tasks {
+		if t.Timeout != tasks[0].Timeout {
+			panic(fmt.Sprintf("workertest: RunBatch with tasks of different Timeouts (%s and %s); a batch message carries one", tasks[0].Timeout, t.Timeout))
+		}
 		ts[i] = withDefaults(t, i)
 	}
 	return runBatch(ctx, h, ts, tiers)
@@ -190,29 +207,35 @@ func RunWorker(ctx context.Context, w *worker.Worker, task worker.Task, opts *Op
 }
 
 func run(ctx context.Context, h worker.HandlerFunc, t worker.Task, tiers []time.Duration) Result {
-	value, err := call(ctx, h, t)
+	start := time.Now()
+	value, err := call(ctx, h, t, start)
+	elapsed := time.Since(start)
 	if ctx.Err() != nil {
 		return requeued(ctx, t)
 	}
-	return decide(value, err, t, tiers)
+	return decide(outcome.Run{Value: value, Err: err, Timeout: t.Timeout, Elapsed: elapsed}, t, tiers)
 }
 
 func runBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Task, tiers []time.Duration) []Result {
-	outs := callBatch(ctx, h, tasks)
+	start := time.Now()
+	outs := callBatch(ctx, h, tasks, start)
+	elapsed := time.Since(start)
 	res := make([]Result, len(tasks))
 	for i, t := range tasks {
 		if ctx.Err() != nil {
 			res[i] = requeued(ctx, t)
 		} else {
-			res[i] = decide(outs[i].Value, outs[i].Err, t, tiers)
+			res[i] = decide(outcome.Run{Value: outs[i].Value, Err: outs[i].Err, Timeout: t.Timeout, Elapsed: elapsed}, t, tiers)
 		}
 	}
 	return res
 }
 
-// call runs h as the worker does: a panic is a transient error with the
-// worker's text.
-func call(ctx context.Context, h worker.HandlerFunc, t worker.Task) (v any, err error) {
+// call runs h, started at start, as the worker does: with the task's
+// deadline, and a panic is a transient error with the worker's text.
+func call(ctx context.Context, h worker.HandlerFunc, t worker.Task, start time.Time) (v any, err error) {
+	ctx, cancel := outcome.Context(ctx, start, t.Timeout)
+	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
 			v, err = nil, outcome.HandlerPanicked(p)
@@ -221,10 +244,12 @@ func call(ctx context.Context, h worker.HandlerFunc, t worker.Task) (v any, err 
 	return h(ctx, t)
 }
 
-// callBatch runs h as the worker does: a panic or an outcome count other
-// than len(tasks) is a transient error for every task, with the worker's
-// text.
-func callBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Task) (outs []worker.Outcome) {
+// callBatch runs h, started at start, as the worker does: with one
+// deadline for the call, and a panic or an outcome count other than
+// len(tasks) is a transient error for every task, with the worker's text.
+func callBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Task, start time.Time) (outs []worker.Outcome) {
+	ctx, cancel := outcome.Context(ctx, start, tasks[0].Timeout)
+	defer cancel()
 	fail := func(err error) []worker.Outcome {
 		all := make([]worker.Outcome, len(tasks))
 		for i := range all {
@@ -244,9 +269,9 @@ func callBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Ta
 	return outs
 }
 
-// decide maps the worker's decision on a run onto a Result.
-func decide(value any, err error, t worker.Task, tiers []time.Duration) Result {
-	d := outcome.Of(value, err, worker.IsPermanent, t.Attempt, t.MaxRetries, tiers)
+// decide maps the worker's decision on a run of t onto a Result.
+func decide(run outcome.Run, t worker.Task, tiers []time.Duration) Result {
+	d := outcome.Of(run, worker.IsPermanent, t.Attempt, t.MaxRetries, tiers)
 	r := Result{Err: d.Err, Reason: d.Reason, Task: t}
 	switch d.Action {
 	case outcome.Complete:
