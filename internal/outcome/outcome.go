@@ -92,8 +92,9 @@ func Context(parent context.Context, start time.Time, timeout time.Duration) (ct
 // has a budget of maxRetries retries. A run that overran its time limit
 // is a transient failure with the error TaskTimedOut, whatever its
 // handler returned: a result that came too late is not recorded, and
-// even a permanent error is retried, since the task was cut short before
-// its handler could tell. Otherwise a nil error completes the task with
+// even a permanent error is retried, since an error that came after the
+// deadline may be the deadline's doing (a call it cut short, reported as
+// bad input). Otherwise a nil error completes the task with
 // the value as JSON (EncodeResult; a value that cannot be encoded is a
 // permanent failure), and an error goes to Decide, with permanent telling
 // permanent errors apart.

@@ -11,10 +11,9 @@
 // and a run that ends at or after it is Retried, or DeadLettered on its
 // last attempt, whatever the handler returned. This package's tests run
 // the same tasks through a real worker to hold it to the worker's
-// behaviour. RunBatch
-// runs a worker.BatchHandlerFunc the same way, and RunWorker runs the
-// handler a *worker.Worker has registered for the task's type, so a test
-// covers the program's real wiring.
+// behaviour. RunBatch runs a worker.BatchHandlerFunc the same way, and
+// RunWorker runs the handler a *worker.Worker has registered for the
+// task's type, so a test covers the program's real wiring.
 //
 //	res := workertest.Run(ctx, worker.Typed(resize), worker.Task{Payload: payload}, nil)
 //	if res.Action != workertest.Completed {
@@ -127,9 +126,9 @@ type Result struct {
 	// panic as the worker reports it; the worker's timeout error for a
 	// run that ended past its deadline ("worker: task timeout of 5s
 	// exceeded", wrapping context.DeadlineExceeded); why its result does
-	// not marshal;
-	// the worker's error for a type with no handler (RunWorker); or
-	// context.Cause(ctx) when Requeued. It is nil when Completed.
+	// not marshal; the worker's error for a type with no handler
+	// (RunWorker); or context.Cause(ctx) when Requeued. It is nil when
+	// Completed.
 	Err error
 	// Delay is how long the task waits before its retry: its retry tier's
 	// delay (Retried only).
