@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/warrenhq/warren/worker"
 	"github.com/warrenhq/warren/worker/workertest"
@@ -65,4 +66,22 @@ func ExampleRunWorker() {
 	// Output:
 	// completed 49
 	// failed unknown_type
+}
+
+// A task with a Timeout runs under the worker's deadline: a handler still
+// waiting when it passes fails transiently, with the worker's error, and
+// is retried like any transient failure.
+func ExampleRun_timeout() {
+	fetch := func(ctx context.Context, _ worker.Task) (any, error) {
+		select {
+		case <-ctx.Done(): // an upstream call that hangs, given ctx
+			return nil, ctx.Err()
+		case <-time.After(time.Minute):
+			return "fetched", nil
+		}
+	}
+	res := workertest.Run(context.Background(), fetch, worker.Task{Timeout: 20 * time.Millisecond}, nil)
+	fmt.Println(res.Action, res.Delay, res.Err)
+	// Output:
+	// retried 1s worker: task timeout of 20ms exceeded
 }
