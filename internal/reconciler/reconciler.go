@@ -76,7 +76,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (store.ReconcileReport, error)
 	var total store.ReconcileReport
 	now := r.cfg.Now()
 	for {
-		rep, err := r.cfg.Store.ReconcileStale(ctx, now, r.cfg.BatchSize)
+		rep, err := r.cfg.Store.ReconcileStale(ctx, store.Staleness{Now: now}, r.cfg.BatchSize)
 		if err != nil {
 			return total, err
 		}
