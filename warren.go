@@ -117,8 +117,11 @@ type Policy struct {
 	// tolerance, without waiting for the remaining tasks.
 	FailFast bool
 	// TaskTimeout is how long a task may stay without a terminal state
-	// after its last publish before the reconciler republishes it (or,
-	// with no retries left, fails it as lost). 0 means DefaultTaskTimeout.
+	// after its last publish, and after the last time a task message was
+	// seen waiting in the queues (a backlog is not a loss), before the
+	// reconciler republishes it (or, with no retries left, fails it as
+	// lost) once a grace has passed too: docs/failures.md, "Lost, or only
+	// waiting". 0 means DefaultTaskTimeout.
 	TaskTimeout time.Duration
 	// BatchSize is how many consecutive tasks the relay packs into one
 	// task message (1..MaxBatchSize); 0 and 1 mean one message per task.
