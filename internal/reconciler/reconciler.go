@@ -10,9 +10,11 @@
 // task timeout, and nothing is lost. So each pass first asks the broker
 // (Config.Busy) whether a task message waits, and a task is stale only
 // when both its last publish and the last time a message was seen
-// waiting are more than its job's task timeout plus a grace before now
-// (store.Staleness). Once no message waits, a task is either held by a
-// worker, which ends its run within the task timeout, or lost.
+// waiting are more than its job's task timeout plus a grace plus two
+// intervals before now (store.Staleness; the intervals cover a message
+// published and delivered between two checks). Once no message waits, a
+// task is either held by a worker, which ends its run within the task
+// timeout, or lost.
 package reconciler
 
 import (
@@ -46,8 +48,8 @@ type Config struct {
 	// Busy reports whether a task message waits in a queue (the work
 	// queue, a retry tier, or an outcome not yet recorded): a sign of life
 	// of the tasks behind it. Each pass asks it first; while it reports
-	// true, and for their task timeout plus Grace after, no task is
-	// stale. An error counts as true: with no sign either way, the
+	// true, and for their task timeout plus Grace plus two intervals
+	// after, no task is stale. An error counts as true: with no sign either way, the
 	// reconciler does nothing rather than republish a task that may be
 	// waiting. nil means no queue is ever seen, so that each task's last
 	// publish alone counts.
