@@ -13,8 +13,9 @@
 // waiting are more than its job's task timeout plus a grace plus two
 // intervals before now (store.Staleness; the intervals cover a message
 // published and delivered between two checks). Once no message waits, a
-// task is either held by a worker, which ends its run within the task
-// timeout, or lost.
+// task is either held by a worker, whose run has the task timeout as its
+// limit, or lost. (A worker that holds a task longer, prefetched behind
+// slow tasks or later in a batch, is not seen: docs/failures.md.)
 package reconciler
 
 import (
