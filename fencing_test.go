@@ -14,6 +14,7 @@ import (
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/deadletters"
 	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/worker"
 )
 
@@ -32,7 +33,7 @@ func TestTheOldCopyOfARedrivenTaskDoesNotFailTheNewRun(t *testing.T) {
 
 		// No worker yet, so the message waits in the work queue; the
 		// reconciler, two hours on, finds no result and fails it as lost.
-		rep, err := b.store.ReconcileStale(ctx, time.Now().Add(2*time.Hour), 100)
+		rep, err := b.store.ReconcileStale(ctx, store.Staleness{Now: time.Now().Add(2 * time.Hour)}, 100)
 		require.NoError(t, err)
 		require.Equal(t, 1, rep.Failed)
 		require.Equal(t, warren.JobFailed, b.waitClosed(t, job.ID), "the scan closes it")

@@ -51,6 +51,12 @@ type testBundle struct {
 	// and Linger.
 	aggBatch  int
 	aggLinger time.Duration
+	// reconcileInterval and reconcileGrace, when set, are the servers'
+	// ReconcileInterval and ReconcileGrace.
+	reconcileInterval, reconcileGrace time.Duration
+	// passes, requeued and lost add up the reconcilers' passes and what
+	// they did.
+	passes, requeued, lost atomic.Int64
 	// signal is pinged after every aggregator event; waitFor re-checks
 	// its condition then.
 	signal chan struct{}
@@ -107,6 +113,7 @@ func (b *testBundle) startServer(t *testing.T, st store.Store) *server.Server {
 		AMQPURL: amqptest.URL(), Store: st, Prefix: b.names.Prefix, Listen: "127.0.0.1:0",
 		RelayPollInterval: 20 * time.Millisecond, CloseScanInterval: 200 * time.Millisecond,
 		AggregatorBatchSize: b.aggBatch, AggregatorLinger: b.aggLinger,
+		ReconcileInterval: b.reconcileInterval, ReconcileGrace: b.reconcileGrace,
 		Hooks: server.Hooks{
 			OnPublished: func(n int) { b.published.Add(int64(n)); b.ping() },
 			OnBatch: func(_ int, rep store.ApplyReport) {
@@ -123,6 +130,12 @@ func (b *testBundle) startServer(t *testing.T, st store.Store) *server.Server {
 			OnJobClosed: func(id string, state warren.JobState) {
 				b.closes.Add(1)
 				b.closed <- closedJob{id, state}
+			},
+			OnReconciled: func(rep store.ReconcileReport) {
+				b.passes.Add(1)
+				b.requeued.Add(int64(rep.Requeued))
+				b.lost.Add(int64(rep.Failed))
+				b.ping()
 			},
 		},
 	}

@@ -117,12 +117,14 @@ type Policy struct {
 	// tolerance, without waiting for the remaining tasks.
 	FailFast bool
 	// TaskTimeout is how long a task may stay without a terminal state
-	// after its last publish before the reconciler republishes it (or,
-	// with no retries left, fails it as lost). It is also the time limit
-	// of each run: the worker gives the handler's context the deadline
-	// of the run's start plus TaskTimeout, and a run past it fails like
-	// a transient handler error (worker.Task.Timeout). 0 means
-	// DefaultTaskTimeout.
+	// after its last publish, and after the last time a task message was
+	// seen waiting in the queues (a backlog is not a loss), before the
+	// reconciler republishes it (or, with no retries left, fails it as
+	// lost) once a grace has passed too: docs/failures.md, "Lost, or only
+	// waiting". It is also the time limit of each run: the worker gives
+	// the handler's context the deadline of the run's start plus
+	// TaskTimeout, and a run past it fails like a transient handler error
+	// (worker.Task.Timeout). 0 means DefaultTaskTimeout.
 	TaskTimeout time.Duration
 	// BatchSize is how many consecutive tasks the relay packs into one
 	// task message (1..MaxBatchSize); 0 and 1 mean one message per task.

@@ -14,6 +14,7 @@ import (
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/deadletters"
 	"github.com/warrenhq/warren/internal/relay"
+	"github.com/warrenhq/warren/protocol"
 )
 
 // brokerSet is everything that lives on one pair of broker connections;
@@ -127,12 +128,38 @@ func (s *Server) current() *brokerSet {
 }
 
 // consumerConn is the current consumer connection, for the queue-depth
-// metric; nil while disconnected.
+// metric and the reconciler's look at the queues; nil while
+// disconnected.
 func (s *Server) consumerConn() *amqp.Connection {
 	if bs := s.current(); bs != nil {
 		return bs.conConn
 	}
 	return nil
+}
+
+// busyCheckTimeout bounds the reconciler's look at the queues; a broker
+// that does not answer in time counts as busy.
+const busyCheckTimeout = 10 * time.Second
+
+// queuesBusy reports, on the current consumer connection, whether a
+// message waits in the results queue, the dead-letter intake, a retry
+// tier or the work queue: an outcome not yet recorded, or a task not yet
+// delivered, either of which the reconciler takes as a sign of life
+// (reconciler.Config.Busy). The work queue comes last, so that a retry
+// that leaves its tier for it during the check is still seen.
+// Disconnected is an error.
+func (s *Server) queuesBusy(ctx context.Context) (bool, error) {
+	conn := s.consumerConn()
+	if conn == nil {
+		return false, errDisconnected
+	}
+	ctx, cancel := context.WithTimeout(ctx, busyCheckTimeout)
+	defer cancel()
+	queues := []string{s.names.ResultsQueue, s.names.DeadQueue}
+	for _, d := range s.tiers {
+		queues = append(queues, s.names.RetryQueue(protocol.RetryTierName(d)))
+	}
+	return broker.Waiting(ctx, conn, append(queues, s.names.TasksQueue)...)
 }
 
 // reconnectPolicy is the backoff between attempts to reconnect to the

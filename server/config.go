@@ -53,6 +53,8 @@ const (
 	DefaultAggregatorBatchSize = aggregator.DefaultBatchSize
 	// DefaultAggregatorLinger is Config.AggregatorLinger's default.
 	DefaultAggregatorLinger = aggregator.DefaultLinger
+	// DefaultReconcileGrace is Config.ReconcileGrace's default: 1 min.
+	DefaultReconcileGrace = reconciler.DefaultGrace
 )
 
 // Config configures a Server. The zero value runs a server on the local
@@ -138,8 +140,13 @@ type Config struct {
 	CloseScanInterval time.Duration
 	// ReconcileInterval is the time between the reconciler's passes over
 	// tasks stuck past their task timeout; 0 means the reconciler's
-	// default.
+	// default (30 s).
 	ReconcileInterval time.Duration
+	// ReconcileGrace is added to every job's task timeout before the
+	// reconciler takes a task for lost: time for a result to be
+	// published and recorded after its run's deadline. 0 means
+	// DefaultReconcileGrace.
+	ReconcileGrace time.Duration
 
 	// Reducers are custom reducers, by name, for jobs to name in their
 	// "reduce" field next to the built-ins (reduce.NewRegistry); a name
@@ -167,6 +174,10 @@ type Hooks struct {
 	// OnInvalid is called for each message the aggregator dead-lettered
 	// because it can never be applied.
 	OnInvalid func(queue, reason string)
+	// OnReconciled is called after each reconciler pass that ran to its
+	// end, with the tasks it republished and failed as lost (usually
+	// none).
+	OnReconciled func(report store.ReconcileReport)
 }
 
 func (c Config) withDefaults() Config {
@@ -212,6 +223,9 @@ func (c Config) withDefaults() Config {
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = reconciler.DefaultInterval
 	}
+	if c.ReconcileGrace == 0 {
+		c.ReconcileGrace = DefaultReconcileGrace
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -243,6 +257,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("server: Config.AggregatorLinger must be >= 0, got %s", c.AggregatorLinger)
 	case c.RelayPollInterval < 0 || c.CloseScanInterval < 0 || c.ReconcileInterval < 0:
 		return errors.New("server: Config.RelayPollInterval, CloseScanInterval and ReconcileInterval must be >= 0")
+	case c.ReconcileGrace < 0:
+		return fmt.Errorf("server: Config.ReconcileGrace must be >= 0, got %s", c.ReconcileGrace)
 	}
 	if len(c.RetryTiers) > 0 {
 		if err := broker.CheckRetryTiers(c.RetryTiers); err != nil {

@@ -145,8 +145,10 @@ func (s *Server) start(ctx context.Context) (err error) {
 	}
 	s.setBroker(bs)
 	if s.recon, err = reconciler.New(reconciler.Config{Store: s.store, Logger: s.log, Interval: s.cfg.ReconcileInterval,
+		Grace: s.cfg.ReconcileGrace, Busy: s.queuesBusy,
 		OnRequeued:     func(int) { s.WakeRelay() },
 		OnReadyToClose: s.requestClose,
+		OnPass:         s.cfg.Hooks.OnReconciled,
 	}); err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ func TestNewNamesTheFieldThatIsWrong(t *testing.T) {
 		{server.Config{AggregatorBatchSize: -2}, "Config.AggregatorBatchSize must be >= 1"},
 		{server.Config{AggregatorLinger: -time.Second}, "Config.AggregatorLinger must be >= 0"},
 		{server.Config{DeliveryLimit: -1}, "Config.DeliveryLimit must be >= 0"},
+		{server.Config{ReconcileGrace: -time.Second}, "Config.ReconcileGrace must be >= 0"},
 		{server.Config{RetryTiers: []time.Duration{time.Microsecond}}, "Config.RetryTiers"},
 		{server.Config{Listen: "0.0.0.0:8080"}, "refusing to listen on \"0.0.0.0:8080\" without API tokens"},
 		{server.Config{Listen: "nonsense"}, "listen address \"nonsense\""},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/warrenhq/warren"
@@ -50,6 +51,13 @@ type StaleTask struct {
 	Attempts int
 	// MaxRetries is the job's retry budget (warren.Policy.MaxRetries).
 	MaxRetries int
+}
+
+// Cutoff is the time that, less a job's task timeout, both a task's
+// queued_at and s.Busy must be before for the task to be stale: Now less
+// Grace. ReconcileStale's drivers compare with it in SQL.
+func (s Staleness) Cutoff() time.Time {
+	return s.Now.Add(-s.Grace)
 }
 
 // SplitLost decides what becomes of stale tasks whose run was lost. The

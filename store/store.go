@@ -142,17 +142,39 @@ type Store interface {
 	// cancelled. Unknown job or task: warren.ErrNotFound.
 	ReopenTask(ctx context.Context, jobID string, taskID int64) (generation int, reopened bool, err error)
 	// ReconcileStale looks at up to limit tasks of open jobs that are
-	// queued (not terminal) and were last queued (queued_at) more than
-	// their job's task timeout before now (limit <= 0 means
-	// DefaultPageSize). The lost run counts as an attempt (SplitLost): a
-	// task whose attempts+1 is at most its job's max_retries goes back to
-	// pending with attempts+1 and its generation bumped (the lost copy's
-	// outcome, should it come after all, no longer counts), for the relay
-	// to publish again (the relay's mark then sets a new queued_at); any
-	// other is failed with attempts+1
-	// and the error LostError, counted as failed as ApplyOutcomes would.
-	// Several servers may call it at once without handling a task twice.
-	ReconcileStale(ctx context.Context, now time.Time, limit int) (ReconcileReport, error)
+	// queued (not terminal) and stale at at (limit <= 0 means
+	// DefaultPageSize): max(queued_at, at.Busy) is more than their job's
+	// task timeout plus at.Grace before at.Now (Staleness). The lost run
+	// counts as an attempt (SplitLost): a task whose attempts+1 is at most
+	// its job's max_retries goes back to pending with attempts+1 and its
+	// generation bumped (the lost copy's outcome, should it come after
+	// all, no longer counts), for the relay to publish again (the relay's
+	// mark then sets a new queued_at); any other is failed at at.Now with
+	// attempts+1 and the error LostError, counted as failed as
+	// ApplyOutcomes would. Several servers may call it at once without
+	// handling a task twice.
+	ReconcileStale(ctx context.Context, at Staleness, limit int) (ReconcileReport, error)
+}
+
+// Staleness says which queued tasks ReconcileStale takes for lost: a task
+// is stale when max(queued_at, Busy) plus its job's task timeout
+// (warren.Policy.EffectiveTaskTimeout) plus Grace is before Now.
+//
+// queued_at alone is not enough: a task's message may wait in the queues
+// far longer than its task timeout behind a backlog, and nothing is lost
+// then. Busy is when the caller last saw a task message waiting: once
+// none waits, a task is either held by a worker, which ends its run
+// within the task timeout, or lost.
+type Staleness struct {
+	// Now is the time of the pass; tasks failed as lost finish at Now.
+	Now time.Time
+	// Busy is the latest time a task message may still have been waiting
+	// in a queue; the zero time means never, so that each task's
+	// queued_at alone counts.
+	Busy time.Time
+	// Grace is added to every job's task timeout: the time a result may
+	// take to be recorded after its run's deadline.
+	Grace time.Duration
 }
 
 // ReconcileReport says what ReconcileStale did.

@@ -319,7 +319,7 @@ func (m *model) cancel(rt *rapid.T) {
 
 // reconcile runs a reconciler pass as if every task timeout had passed.
 func (m *model) reconcile(rt *rapid.T) {
-	if _, err := m.st.ReconcileStale(m.ctx, time.Now().Add(24*time.Hour), 1000); err != nil {
+	if _, err := m.st.ReconcileStale(m.ctx, store.Staleness{Now: time.Now().Add(24 * time.Hour)}, 1000); err != nil {
 		rt.Fatalf("reconcile: %v", err)
 	}
 	if !m.open() {

@@ -226,27 +226,33 @@ func forEachRow(rows pgx.Rows, fn func(id int64, state string)) error {
 	return rows.Err()
 }
 
-// claimStaleSQL claims up to $3 queued tasks of open jobs whose last
-// publish (queued_at) is more than their job's task timeout before $1 ($2
-// is the default timeout in milliseconds), oldest publish first, skipping
-// rows another transaction holds, and returns what store.SplitLost needs.
+// claimStaleSQL claims up to $3 queued tasks of open jobs that are stale
+// (store.Staleness): greatest(queued_at, $4) is more than their job's
+// task timeout before $1, the cutoff (Staleness.Cutoff); $2 is the
+// default timeout in milliseconds, $4 the busy time. Oldest publish
+// first, skipping rows another transaction holds; it returns what
+// store.SplitLost needs.
 //
 // The first queued_at bound, with the shortest timeout of any open job,
 // lets tasks_queued_idx yield only the tasks queued before it, in order;
-// the second applies each task's own job's timeout. A task another
-// transaction finished or cancelled after this statement's snapshot is
-// re-checked once locked and left out. The job rows are read, not locked:
-// closing a job locks its unfinished tasks first, which this claim either
-// holds (the close waits) or skips.
+// it is NULL, so that nothing is read, while the busy time keeps every
+// task from being stale (a backlog keeps the queues busy, and the tasks
+// behind it need not be walked at every pass). The last condition
+// applies each task's own job's timeout. A task another transaction
+// finished or cancelled after this statement's snapshot is re-checked
+// once locked and left out. The job rows are read, not locked: closing a
+// job locks its unfinished tasks first, which this claim either holds
+// (the close waits) or skips.
 const claimStaleSQL = `
 	SELECT t.job_id, t.task_id, t.attempts, j.max_retries
 	FROM tasks t JOIN jobs j ON j.id = t.job_id
 	WHERE t.state = 'queued'
-	  AND t.queued_at < $1::timestamptz - interval '1 millisecond' * (
-	      SELECT min(CASE WHEN task_timeout_ms > 0 THEN task_timeout_ms ELSE $2::bigint END)
-	      FROM jobs WHERE state IN ('pending', 'running'))
+	  AND t.queued_at < (SELECT CASE WHEN $4::timestamptz < bound THEN bound END
+	      FROM (SELECT $1::timestamptz - interval '1 millisecond' *
+	                min(CASE WHEN task_timeout_ms > 0 THEN task_timeout_ms ELSE $2::bigint END) AS bound
+	            FROM jobs WHERE state IN ('pending', 'running')) AS b)
 	  AND j.state IN ('pending', 'running')
-	  AND t.queued_at < $1::timestamptz - interval '1 millisecond' *
+	  AND greatest(t.queued_at, $4::timestamptz) < $1::timestamptz - interval '1 millisecond' *
 	      CASE WHEN j.task_timeout_ms > 0 THEN j.task_timeout_ms ELSE $2::bigint END
 	ORDER BY t.queued_at
 	LIMIT $3
@@ -268,12 +274,14 @@ const failLostSQL = `
 	RETURNING tasks.job_id`
 
 // ReconcileStale handles, in one transaction, up to limit queued tasks of
-// open jobs last queued more than their job's task timeout (see
-// warren.Policy.EffectiveTaskTimeout) before now, oldest publish first.
-// claimStaleSQL claims them; store.SplitLost decides which go back to
-// pending and which fail as lost; one pipelined round trip applies the
-// two sets by guarded updates, each with attempts+1 (the failed ones with
-// finished_at now and store.LostError); and the failed ones move their
+// open jobs that are stale at at (store.Staleness: neither their last
+// publish nor at.Busy is within their job's task timeout, see
+// warren.Policy.EffectiveTaskTimeout, plus at.Grace before at.Now),
+// oldest publish first. claimStaleSQL claims them; store.SplitLost
+// decides which go back to pending and which fail as lost; one pipelined
+// round trip applies the two sets by guarded updates, each with
+// attempts+1 (the failed ones with finished_at at.Now and
+// store.LostError); and the failed ones move their
 // jobs' failed counters as ApplyOutcomes would, job rows in id order after
 // the task rows. ReadyToClose lists, once each and in id order, the jobs
 // this made ready to close (store.BecameReady).
@@ -283,15 +291,16 @@ const failLostSQL = `
 // handled by one call. Such a claim never waits for a task lock, so the
 // order it takes them in (oldest publish first) cannot close a cycle with
 // the package's lock order. limit <= 0 means store.DefaultPageSize.
-func (s *Store) ReconcileStale(ctx context.Context, now time.Time, limit int) (store.ReconcileReport, error) {
+func (s *Store) ReconcileStale(ctx context.Context, at store.Staleness, limit int) (store.ReconcileReport, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return store.ReconcileReport{}, fmt.Errorf("postgres: reconcile stale tasks: %w", err)
 	}
 	defer rollback(ctx, tx)
 
-	now = now.UTC().Truncate(time.Microsecond)
-	rows, err := tx.Query(ctx, claimStaleSQL, now, warren.DefaultTaskTimeout.Milliseconds(), store.PageSize(limit))
+	micro := func(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+	now := micro(at.Now)
+	rows, err := tx.Query(ctx, claimStaleSQL, micro(at.Cutoff()), warren.DefaultTaskTimeout.Milliseconds(), store.PageSize(limit), micro(at.Busy))
 	if err != nil {
 		return store.ReconcileReport{}, fmt.Errorf("postgres: reconcile stale tasks: %w", err)
 	}

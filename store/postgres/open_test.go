@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/postgres"
 	"github.com/warrenhq/warren/store/postgres/pgtest"
 )
@@ -94,7 +95,7 @@ func TestMigratesVersion1SchemaForward(t *testing.T) {
 	job, err := s.GetJob(t.Context(), "old")
 	require.NoError(t, err)
 	require.Zero(t, job.Policy.TaskTimeout)
-	report, err := s.ReconcileStale(t.Context(), time.Now(), 10)
+	report, err := s.ReconcileStale(t.Context(), store.Staleness{Now: time.Now()}, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, report.Requeued)
 }

@@ -139,39 +139,47 @@ func reopenJob(ctx context.Context, tx *sql.Tx, id string, failed int64) error {
 	return err
 }
 
-// staleSQL selects up to ?3 queued tasks of open jobs whose last publish
-// (queued_at) is more than their job's task timeout before ?1, oldest
-// publish first; ?2 is the default timeout in milliseconds. The first
-// queued_at bound, with the shortest timeout of any open job, is what lets
-// tasks_queued read only the tasks queued before it; the second applies
-// each task's own job's timeout. CROSS JOIN makes SQLite walk the tasks
-// first, so nothing is sorted.
+// staleSQL selects up to ?3 queued tasks of open jobs that are stale
+// (store.Staleness): max(queued_at, ?4) is more than their job's task
+// timeout before ?1, the cutoff (Staleness.Cutoff); ?2 is the default
+// timeout in milliseconds, ?4 the busy time. Oldest publish first.
+//
+// The first queued_at bound, with the shortest timeout of any open job,
+// is what lets tasks_queued read only the tasks queued before it; it is
+// NULL, so that nothing is read, while the busy time keeps every task
+// from being stale (a backlog keeps the queues busy, and the tasks behind
+// it need not be walked at every pass). The last condition applies each
+// task's own job's timeout. CROSS JOIN makes SQLite walk the tasks first,
+// so nothing is sorted.
 const staleSQL = `SELECT t.job_id, t.task_id, t.attempts, j.max_retries
 	FROM tasks AS t INDEXED BY tasks_queued CROSS JOIN jobs AS j
 	WHERE t.state = 'queued'
-	  AND t.queued_at < ?1 - 1000 * (SELECT MIN(CASE WHEN task_timeout_ms > 0 THEN task_timeout_ms ELSE ?2 END)
-	      FROM jobs WHERE state IN ('pending', 'running'))
+	  AND t.queued_at < (SELECT CASE WHEN ?4 < bound THEN bound END
+	      FROM (SELECT ?1 - 1000 * MIN(CASE WHEN task_timeout_ms > 0 THEN task_timeout_ms ELSE ?2 END) AS bound
+	            FROM jobs WHERE state IN ('pending', 'running')))
 	  AND j.id = t.job_id AND j.state IN ('pending', 'running')
-	  AND t.queued_at < ?1 - 1000 * CASE WHEN j.task_timeout_ms > 0 THEN j.task_timeout_ms ELSE ?2 END
+	  AND max(t.queued_at, ?4) < ?1 - 1000 * CASE WHEN j.task_timeout_ms > 0 THEN j.task_timeout_ms ELSE ?2 END
 	ORDER BY t.queued_at
 	LIMIT ?3`
 
 // ReconcileStale handles, in one write transaction, up to limit queued
-// tasks of open jobs last queued more than their job's task timeout (see
-// warren.Policy.EffectiveTaskTimeout) before now, oldest publish first.
-// staleSQL selects them; store.SplitLost decides which go back to pending
-// and which fail as lost; two guarded updates apply the two sets, each
-// with attempts+1 (the failed ones with finished_at now and
-// store.LostError), and the failed ones move their jobs' failed counters
-// as ApplyOutcomes would. ReadyToClose lists, once each and in id order,
-// the jobs this made ready to close (store.BecameReady). Write
-// transactions are serialised, so concurrent calls never handle a task
-// twice. limit <= 0 means store.DefaultPageSize.
-func (s *Store) ReconcileStale(ctx context.Context, now time.Time, limit int) (store.ReconcileReport, error) {
+// tasks of open jobs that are stale at at (store.Staleness: neither their
+// last publish nor at.Busy is within their job's task timeout, see
+// warren.Policy.EffectiveTaskTimeout, plus at.Grace before at.Now),
+// oldest publish first. staleSQL selects them; store.SplitLost decides
+// which go back to pending and which fail as lost; two guarded updates
+// apply the two sets, each with attempts+1 (the failed ones with
+// finished_at at.Now and store.LostError), and the failed ones move their
+// jobs' failed counters as ApplyOutcomes would. ReadyToClose lists, once
+// each and in id order, the jobs this made ready to close
+// (store.BecameReady). Write transactions are serialised, so concurrent
+// calls never handle a task twice. limit <= 0 means
+// store.DefaultPageSize.
+func (s *Store) ReconcileStale(ctx context.Context, at store.Staleness, limit int) (store.ReconcileReport, error) {
 	var report store.ReconcileReport
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		report = store.ReconcileReport{}
-		tasks, err := staleTasks(ctx, tx, now, store.PageSize(limit))
+		tasks, err := staleTasks(ctx, tx, at, store.PageSize(limit))
 		if err != nil {
 			return err
 		}
@@ -180,7 +188,7 @@ func (s *Store) ReconcileStale(ctx context.Context, now time.Time, limit int) (s
 		if err != nil {
 			return err
 		}
-		failed, err := failLost(ctx, tx, fail, now)
+		failed, err := failLost(ctx, tx, fail, at.Now)
 		if err != nil {
 			return err
 		}
@@ -198,8 +206,8 @@ func (s *Store) ReconcileStale(ctx context.Context, now time.Time, limit int) (s
 }
 
 // staleTasks reads the stale tasks staleSQL selects.
-func staleTasks(ctx context.Context, tx *sql.Tx, now time.Time, limit int) ([]store.StaleTask, error) {
-	rows, err := tx.QueryContext(ctx, staleSQL, now.UnixMicro(), warren.DefaultTaskTimeout.Milliseconds(), limit)
+func staleTasks(ctx context.Context, tx *sql.Tx, at store.Staleness, limit int) ([]store.StaleTask, error) {
+	rows, err := tx.QueryContext(ctx, staleSQL, at.Cutoff().UnixMicro(), warren.DefaultTaskTimeout.Milliseconds(), limit, at.Busy.UnixMicro())
 	if err != nil {
 		return nil, err
 	}

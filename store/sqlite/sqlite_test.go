@@ -353,7 +353,7 @@ func TestSlowSubmissionDoesNotBlockWriters(t *testing.T) {
 func TestStaleQuerySeeksQueuedTasks(t *testing.T) {
 	t.Parallel()
 	s := openTest(t, filepath.Join(t.TempDir(), "warren.db"))
-	plan := queryPlan(t, s.r, staleSQL, 0, 3600000, 10)
+	plan := queryPlan(t, s.r, staleSQL, 0, 3600000, 10, 0)
 	require.Contains(t, plan, "SEARCH t USING INDEX tasks_queued (queued_at<?)")
 	for _, step := range plan {
 		require.NotContains(t, step, "TEMP B-TREE", "the stale query sorts: %q", plan)
@@ -427,7 +427,7 @@ func TestMigratesVersion1FileForward(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, job.Policy.TaskTimeout)
 	require.Equal(t, warren.DefaultTaskTimeout, job.Policy.EffectiveTaskTimeout())
-	report, err := s.ReconcileStale(t.Context(), time.Now(), 10)
+	report, err := s.ReconcileStale(t.Context(), store.Staleness{Now: time.Now()}, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, report.Requeued)
 }

@@ -504,6 +504,60 @@ func testReconcileStale(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, 2, task(t, s, job.ID, 1).Attempts)
 	})
 
+	// A task queued long ago is not stale while the busy time (a task
+	// message seen waiting in the queues) is within its job's timeout:
+	// its message may have waited behind a backlog until then.
+	t.Run("BusyTimeHoldsBackStaleTasks", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := createJob(t, s, store.NewJob{Policy: warren.Policy{MaxRetries: 3, TaskTimeout: time.Second}}, 2)
+		relayAll(t, s)
+		queued := *task(t, s, job.ID, 2).QueuedAt
+		now := queued.Add(time.Hour)
+
+		requireReconciled(t, reconcileAt(t, s, store.Staleness{Now: now, Busy: now.Add(-time.Second)}, 10), 0, 0, nil,
+			"busy exactly the timeout before now is not more than it")
+		require.Equal(t, repeat(warren.TaskQueued, 2), taskStates(t, s, job.ID))
+		requireReconciled(t, reconcileAt(t, s, store.Staleness{Now: now, Busy: now.Add(-time.Second - time.Microsecond)}, 10), 2, 0, nil)
+		for _, tk := range allTasks(t, s, job.ID, "") {
+			require.Equal(t, 1, tk.Attempts, "task %d handled once", tk.TaskID)
+		}
+	})
+
+	t.Run("BusyTimeMeetsEachJobsTimeout", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		short := createJob(t, s, store.NewJob{Policy: warren.Policy{MaxRetries: 3, TaskTimeout: time.Second}}, 2)
+		long := createJob(t, s, store.NewJob{Policy: warren.Policy{MaxRetries: 3}}, 2)
+		relayAll(t, s)
+		now := time.Now().Add(3 * time.Hour)
+
+		requireReconciled(t, reconcileAt(t, s, store.Staleness{Now: now, Busy: now.Add(-10 * time.Minute)}, 10), 2, 0, nil)
+		require.Equal(t, repeat(warren.TaskPending, 2), taskStates(t, s, short.ID), "busy 10 min ago: past a timeout of 1 s")
+		require.Equal(t, repeat(warren.TaskQueued, 2), taskStates(t, s, long.ID), "busy 10 min ago: within the default hour")
+
+		requireReconciled(t, reconcileAt(t, s, store.Staleness{Now: now, Busy: now.Add(-61 * time.Minute)}, 10), 2, 0, nil)
+		require.Equal(t, repeat(warren.TaskPending, 2), taskStates(t, s, long.ID))
+	})
+
+	// Grace is added to every job's timeout, and lost tasks fail at Now.
+	t.Run("GraceExtendsTheTimeout", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := createJob(t, s, store.NewJob{Policy: warren.Policy{MaxRetries: 0, TaskTimeout: time.Second}}, 1)
+		relayAll(t, s)
+		queued := *task(t, s, job.ID, 1).QueuedAt
+		grace := time.Minute
+
+		requireReconciled(t, reconcileAt(t, s, store.Staleness{Now: queued.Add(time.Second + grace), Grace: grace}, 10), 0, 0, nil,
+			"exactly the timeout plus the grace is not more than it")
+		now := queued.Add(time.Second + grace + time.Microsecond)
+		requireReconciled(t, reconcileAt(t, s, store.Staleness{Now: now, Grace: grace}, 10), 0, 1, []string{job.ID})
+		failed := task(t, s, job.ID, 1)
+		require.Equal(t, store.LostError, failed.Error)
+		requireSameTime(t, &now, failed.FinishedAt, "FinishedAt is Now, not the cutoff")
+	})
+
 	t.Run("HonoursLimit", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
@@ -540,7 +594,7 @@ func testReconcileStale(t *testing.T, newStore func(t *testing.T) store.Store) {
 			wg.Go(func() {
 				<-start
 				for {
-					r, err := s.ReconcileStale(t.Context(), now, 7)
+					r, err := s.ReconcileStale(t.Context(), store.Staleness{Now: now}, 7)
 					if err != nil {
 						errs[i] = err
 						return
@@ -612,10 +666,17 @@ func offeredAttempts(tasks []store.OutboxTask) []int {
 	return attempts
 }
 
-// reconcile runs ReconcileStale at now.
+// reconcile runs ReconcileStale at now, with no busy time and no grace:
+// each task's queued_at alone counts.
 func reconcile(t *testing.T, s store.Store, now time.Time, limit int) store.ReconcileReport {
 	t.Helper()
-	report, err := s.ReconcileStale(t.Context(), now, limit)
+	return reconcileAt(t, s, store.Staleness{Now: now}, limit)
+}
+
+// reconcileAt runs ReconcileStale at at.
+func reconcileAt(t *testing.T, s store.Store, at store.Staleness, limit int) store.ReconcileReport {
+	t.Helper()
+	report, err := s.ReconcileStale(t.Context(), at, limit)
 	require.NoError(t, err)
 	return report
 }

@@ -241,7 +241,7 @@ func testFinishJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		moved("a reopen")
-		report, err := s.ReconcileStale(t.Context(), time.Now().Add(time.Hour), 0)
+		report, err := s.ReconcileStale(t.Context(), store.Staleness{Now: time.Now().Add(time.Hour)}, 0)
 		require.NoError(t, err)
 		require.Equal(t, 2, report.Failed)
 		moved("the reconciler failing lost tasks")
