@@ -74,7 +74,7 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	// are ignored.
 	if bs.agg, err = aggregator.New(aggregator.Config{Store: s.store, Conn: bs.conConn, Names: s.names,
 		BatchSize: s.cfg.AggregatorBatchSize, Linger: s.cfg.AggregatorLinger, ScanInterval: s.cfg.CloseScanInterval,
-		Reducers: s.reducers, Logger: s.log, Hooks: s.aggHooks}); err != nil {
+		Reducers: s.reducers, MaxResultBytes: s.cfg.MaxResultBytes, Logger: s.log, Hooks: s.aggHooks}); err != nil {
 		return nil, err
 	}
 	if bs.dlq, err = deadletters.New(deadletters.Config{Conn: bs.conConn, Publisher: bs.pub, Names: s.names, Store: s.store, Logger: s.log}); err != nil {

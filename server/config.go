@@ -37,6 +37,9 @@ const (
 	// DefaultMaxBodyBytes is the largest request body the API accepts
 	// when Config.MaxBodyBytes is 0.
 	DefaultMaxBodyBytes = api.DefaultMaxBodyBytes
+	// DefaultMaxResultBytes is the largest reduced result a job may have
+	// when Config.MaxResultBytes is 0: 64 MiB.
+	DefaultMaxResultBytes = aggregator.DefaultMaxResultBytes
 	// DefaultMaxTaskBytes is the largest task payload the API accepts
 	// when Config.MaxTaskBytes is 0: 1 MiB.
 	DefaultMaxTaskBytes = api.DefaultMaxTaskBytes
@@ -102,6 +105,10 @@ type Config struct {
 	// over its max_message_size (16 MiB by default on RabbitMQ 4), with
 	// batch_size payloads in one message.
 	MaxTaskBytes int64
+	// MaxResultBytes is the largest reduced result a job may have: a job
+	// whose reduce gives more fails with an error that says so, instead
+	// of storing it. 0 means DefaultMaxResultBytes.
+	MaxResultBytes int
 	// BodyTimeout is the longest a request body may go without a byte
 	// arriving: a stalled upload is then cut with 408. A submission's
 	// tasks are read whole before the store is called, so a stalled
@@ -237,6 +244,8 @@ func (c Config) validate() error {
 	switch {
 	case c.MaxBodyBytes < 1:
 		return fmt.Errorf("server: Config.MaxBodyBytes must be >= 1, got %d", c.MaxBodyBytes)
+	case c.MaxResultBytes < 0:
+		return fmt.Errorf("server: Config.MaxResultBytes must be >= 0, got %d", c.MaxResultBytes)
 	case c.MaxTaskBytes < 1:
 		return fmt.Errorf("server: Config.MaxTaskBytes must be >= 1, got %d", c.MaxTaskBytes)
 	case c.BodyTimeout < 0:

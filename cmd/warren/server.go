@@ -24,6 +24,7 @@ type serverFlags struct {
 	shutdown   time.Duration
 
 	maxTask     int64
+	maxResult   int64
 	bodyTimeout time.Duration
 	idleTimeout time.Duration
 	// envErr is the first environment variable whose value does not
@@ -38,6 +39,8 @@ func (f *serverFlags) register(fs *flag.FlagSet, env *environment) {
 	fs.Int64Var(&f.maxBody, "max-body", server.DefaultMaxBodyBytes, "largest accepted request body in bytes")
 	fs.Int64Var(&f.maxTask, "max-task-bytes", f.envInt64(env, "WARREN_MAX_TASK_BYTES", server.DefaultMaxTaskBytes),
 		"largest accepted task payload in bytes; a submission with a larger one is refused (env WARREN_MAX_TASK_BYTES)")
+	fs.Int64Var(&f.maxResult, "max-result-bytes", f.envInt64(env, "WARREN_MAX_RESULT_BYTES", server.DefaultMaxResultBytes),
+		"largest reduced result a job may have in bytes; a job whose reduce gives more fails (env WARREN_MAX_RESULT_BYTES)")
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", f.envDuration(env, "WARREN_BODY_TIMEOUT", server.DefaultBodyTimeout),
 		"a request body that delivers no byte for this long is cut (env WARREN_BODY_TIMEOUT)")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", f.envDuration(env, "WARREN_IDLE_TIMEOUT", server.DefaultIdleTimeout),
@@ -69,6 +72,8 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 		return server.Config{}, fmt.Errorf("--max-body must be >= 1, got %d", f.maxBody)
 	case f.relayMax < 1:
 		return server.Config{}, fmt.Errorf("--relay-max-message-bytes must be >= 1, got %d", f.relayMax)
+	case f.maxResult < 1:
+		return server.Config{}, fmt.Errorf("--max-result-bytes must be >= 1, got %d", f.maxResult)
 	case f.maxTask < 1:
 		return server.Config{}, fmt.Errorf("--max-task-bytes must be >= 1, got %d", f.maxTask)
 	case f.bodyTimeout <= 0 || f.idleTimeout <= 0:
@@ -81,7 +86,7 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 	return server.Config{
 		AMQPURL: f.amqpURL, DatabaseURL: f.databaseURL, Prefix: f.prefix, RetryTiers: tiers,
 		Listen: f.listen, Tokens: tokens, MaxBodyBytes: f.maxBody, ShutdownTimeout: f.shutdown,
-		MaxTaskBytes: f.maxTask, BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
+		MaxTaskBytes: f.maxTask, MaxResultBytes: int(f.maxResult), BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
 		RelayBatchSize: f.relayBatch, RelayMaxMessageBytes: f.relayMax, AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
 		Logger: env.logger,
 	}, nil

@@ -30,6 +30,9 @@ const (
 	DefaultBatchSize    = 256
 	DefaultLinger       = 5 * time.Millisecond
 	DefaultScanInterval = 5 * time.Second
+	// DefaultMaxResultBytes is the largest reduced result a job may have
+	// when Config.MaxResultBytes is 0.
+	DefaultMaxResultBytes = 64 << 20
 )
 
 // Config configures an Aggregator.
@@ -55,6 +58,10 @@ type Config struct {
 	// Reducers are the reducers jobs may name to reduce their results;
 	// nil means reduce.NewRegistry(), the built-ins.
 	Reducers *reduce.Registry
+	// MaxResultBytes is the largest reduced result a job may have: a
+	// larger one fails the job with an error saying so, rather than being
+	// stored; 0 means DefaultMaxResultBytes.
+	MaxResultBytes int
 	// Logger receives logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Hooks, when set, observe the aggregator (metrics and tests). They
@@ -92,6 +99,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Reducers == nil {
 		c.Reducers = reduce.NewRegistry()
+	}
+	if c.MaxResultBytes <= 0 {
+		c.MaxResultBytes = DefaultMaxResultBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -773,6 +783,9 @@ func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err 
 			return false, err
 		case refused != nil:
 			state, result, msg = warren.JobFailed, nil, refused.Error()
+		case len(result) > a.cfg.MaxResultBytes:
+			state, msg = warren.JobFailed, fmt.Sprintf("the reduced result is %d bytes, over the limit of %d bytes", len(result), a.cfg.MaxResultBytes)
+			result = nil
 		}
 	}
 	closed, err := a.cfg.Store.FinishJob(ctx, id, job.Version, state, result, msg)

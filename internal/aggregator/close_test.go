@@ -315,3 +315,24 @@ func TestCloseJobFailsAJobWhoseResultsTheReducerRefuses(t *testing.T) {
 	require.Equal(t, warren.JobFailed, job.State)
 	require.Contains(t, job.Error, `reduce "concat": task 1`)
 }
+
+// A reduced result over the configured limit fails its job, with an error
+// that says so, instead of being stored (or retried) whole.
+func TestCloseJobFailsAJobWhoseResultIsTooLarge(t *testing.T) {
+	t.Parallel()
+	b := setupClose(t, nil, aggregator.Config{MaxResultBytes: 8})
+	small := b.readyJob(t, 2, warren.Policy{Reduce: "collect"}) // [0,1]: 5 bytes
+	large := b.readyJob(t, 5, warren.Policy{Reduce: "collect"}) // [0,1,2,3,4]: 11 bytes
+
+	require.NoError(t, b.agg.CloseJob(b.ctx, small))
+	require.NoError(t, b.agg.CloseJob(b.ctx, large))
+	job, err := b.store.GetJob(b.ctx, small)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobCompleted, job.State, "error %q", job.Error)
+	job, err = b.store.GetJob(b.ctx, large)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobFailed, job.State)
+	require.Equal(t, "the reduced result is 11 bytes, over the limit of 8 bytes", job.Error)
+	_, err = b.store.JobResult(b.ctx, large)
+	require.ErrorIs(t, err, warren.ErrNotFound, "nothing stored")
+}
