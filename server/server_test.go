@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren/client"
+	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/broker/amqptest"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/server"
@@ -68,10 +69,12 @@ func newCount() reduce.Reducer { return &count{} }
 
 // setup returns a server configuration on a fresh topology and SQLite
 // file, both removed when the test ends.
-func setup(t *testing.T) server.Config {
+func setup(t *testing.T, tiers ...time.Duration) server.Config {
 	t.Helper()
-	names, _ := amqptest.Topology(t, nil)
-	return server.Config{AMQPURL: amqptest.URL(), Prefix: names.Prefix, Listen: "127.0.0.1:0",
+	// The topology's cleanup deletes the retry tiers it is told of: the
+	// server declares its own.
+	names, _ := amqptest.Topology(t, &broker.TopologyOptions{RetryTiers: tiers})
+	return server.Config{AMQPURL: amqptest.URL(), Prefix: names.Prefix, Listen: "127.0.0.1:0", RetryTiers: tiers,
 		DatabaseURL: "sqlite://" + filepath.Join(t.TempDir(), "warren.db")}
 }
 
@@ -172,11 +175,10 @@ func TestNewRefusesRetryTiersThatDoNotIncrease(t *testing.T) {
 // timeout, its retry tiers) and closes idle keep-alive connections.
 func TestServerLimitsUploadsAndIdleConnections(t *testing.T) {
 	t.Parallel()
-	cfg := setup(t)
+	cfg := setup(t, time.Second, 2*time.Second)
 	cfg.MaxTaskBytes = 100
 	cfg.BodyTimeout = 300 * time.Millisecond
 	cfg.IdleTimeout = 300 * time.Millisecond
-	cfg.RetryTiers = []time.Duration{time.Second, 2 * time.Second}
 	srv, err := server.New(cfg)
 	require.NoError(t, err)
 	require.NoError(t, srv.Start(t.Context()))
