@@ -155,11 +155,17 @@ func (s *Server) queuesBusy(ctx context.Context) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, busyCheckTimeout)
 	defer cancel()
-	queues := []string{s.names.ResultsQueue, s.names.DeadQueue}
-	for _, d := range s.tiers {
-		queues = append(queues, s.names.RetryQueue(protocol.RetryTierName(d)))
-	}
+	queues := append([]string{s.names.ResultsQueue, s.names.DeadQueue}, s.tierQueues()...)
 	return broker.Waiting(ctx, conn, append(queues, s.names.TasksQueue)...)
+}
+
+// tierQueues are the queues of the server's retry tiers.
+func (s *Server) tierQueues() []string {
+	queues := make([]string, len(s.tiers))
+	for i, d := range s.tiers {
+		queues[i] = s.names.RetryQueue(protocol.RetryTierName(d))
+	}
+	return queues
 }
 
 // reconnectPolicy is the backoff between attempts to reconnect to the

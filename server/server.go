@@ -190,10 +190,8 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 		Name: "warren_relay_published_total",
 		Help: "Task messages the relay published and the broker confirmed.",
 	})
-	queues := []string{s.names.TasksQueue, s.names.ResultsQueue, s.names.DeadQueue, s.names.TasksDLQ, s.names.ResultsDLQ}
-	for _, d := range s.tiers {
-		queues = append(queues, s.names.RetryQueue(protocol.RetryTierName(d)))
-	}
+	queues := append([]string{s.names.TasksQueue, s.names.ResultsQueue, s.names.DeadQueue, s.names.TasksDLQ, s.names.ResultsDLQ},
+		s.tierQueues()...)
 	s.failed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "warren_relay_failed_total",
 		Help: "Tasks the relay failed because their message cannot be published (refused by the broker, or not encodable).",

@@ -5,7 +5,8 @@
 // server.Config.Reducers.
 //
 // It needs RabbitMQ on localhost (WARREN_AMQP_URL) and keeps its job
-// store in a temporary SQLite file:
+// store in a temporary SQLite file; its exchanges and queues (prefix
+// "warren-example.") stay on the broker afterwards, as a server's do:
 //
 //	go run ./examples/embedded-server
 package main
