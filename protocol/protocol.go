@@ -57,6 +57,32 @@ const (
 	ReasonRejected = "rejected"
 	// ReasonExpired: the broker dead-lettered an expired message.
 	ReasonExpired = "expired"
+	// ReasonTooLarge: the task message is larger than its worker accepts
+	// (its MaxMessageBytes); the tasks were not run.
+	ReasonTooLarge = "too_large"
+	// ReasonResultTooLarge: the handler's result is larger than its
+	// worker may publish (its MaxResultBytes). The task failed for good:
+	// the same input would give the same result.
+	ReasonResultTooLarge = "result_too_large"
+)
+
+// Message size limits. A component publishes no message body larger than
+// its MaxMessageBytes and takes none: with RabbitMQ's prefetch, which
+// counts messages, that is what bounds the bytes a process holds.
+const (
+	// DefaultMaxMessageBytes is the default largest message body, 4 MiB:
+	// well under RabbitMQ's max_message_size (16 MiB by default on 4.x,
+	// 128 MiB on 3.x). Servers and workers should agree on it.
+	DefaultMaxMessageBytes = 4 << 20
+	// DefaultMaxResultBytes is the default largest result of one task, as
+	// JSON, 1 MiB: like a payload, a result travels through the broker;
+	// large data belongs in object storage, with a reference in the result.
+	DefaultMaxResultBytes = 1 << 20
+	// EnvelopeBytes is the room a message keeps around the largest
+	// payload or result it carries: ids, worker, timestamps. A worker's
+	// MaxResultBytes, and a server's MaxTaskBytes, may be at most their
+	// MaxMessageBytes less this.
+	EnvelopeBytes = 16 << 10
 )
 
 // Result statuses. A result without a status is a completed task.

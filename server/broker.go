@@ -58,7 +58,7 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	}
 	onPublished := s.cfg.Hooks.OnPublished
 	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names,
-		BatchSize: s.cfg.RelayBatchSize, PollInterval: s.cfg.RelayPollInterval, MaxMessageBytes: s.cfg.RelayMaxMessageBytes,
+		BatchSize: s.relayClaim(), PollInterval: s.cfg.RelayPollInterval, MaxMessageBytes: s.cfg.MaxMessageBytes,
 		Logger: s.log, OnFailed: func(n int) { s.failed.Add(float64(n)) }, OnReadyToClose: s.requestClose,
 		OnPublished: func(n int) {
 			s.published.Add(float64(n))
@@ -74,7 +74,8 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	// are ignored.
 	if bs.agg, err = aggregator.New(aggregator.Config{Store: s.store, Conn: bs.conConn, Names: s.names,
 		BatchSize: s.cfg.AggregatorBatchSize, Linger: s.cfg.AggregatorLinger, ScanInterval: s.cfg.CloseScanInterval,
-		Reducers: s.reducers, MaxResultBytes: s.cfg.MaxResultBytes, Logger: s.log, Hooks: s.aggHooks}); err != nil {
+		Reducers: s.reducers, MaxResultBytes: s.cfg.MaxResultBytes, MaxMessageBytes: s.cfg.MaxMessageBytes,
+		MaxInflightBytes: s.cfg.MaxInflightBytes, Logger: s.log, Hooks: s.aggHooks}); err != nil {
 		return nil, err
 	}
 	if bs.dlq, err = deadletters.New(deadletters.Config{Conn: bs.conConn, Publisher: bs.pub, Names: s.names, Store: s.store, Logger: s.log}); err != nil {
@@ -269,4 +270,11 @@ func (s *Server) brokerReady(context.Context) error {
 	default:
 	}
 	return nil
+}
+
+// relayClaim is how many tasks the relay claims per round trip:
+// Config.RelayBatchSize, or fewer when that many payloads of MaxTaskBytes
+// would not fit in half of MaxInflightBytes.
+func (s *Server) relayClaim() int {
+	return int(max(1, min(int64(s.cfg.RelayBatchSize), s.cfg.MaxInflightBytes/2/s.cfg.MaxTaskBytes)))
 }

@@ -49,9 +49,12 @@ const (
 	DefaultIdleTimeout = time.Minute
 	// DefaultRelayBatchSize is Config.RelayBatchSize's default.
 	DefaultRelayBatchSize = relay.DefaultBatchSize
-	// DefaultRelayMaxMessageBytes is Config.RelayMaxMessageBytes's
-	// default: 4 MiB.
-	DefaultRelayMaxMessageBytes = relay.DefaultMaxMessageBytes
+	// DefaultMaxMessageBytes is Config.MaxMessageBytes's default: 4 MiB
+	// (protocol.DefaultMaxMessageBytes).
+	DefaultMaxMessageBytes = protocol.DefaultMaxMessageBytes
+	// DefaultMaxInflightBytes is Config.MaxInflightBytes's default:
+	// 256 MiB.
+	DefaultMaxInflightBytes = aggregator.DefaultMaxInflightBytes
 	// DefaultAggregatorBatchSize is Config.AggregatorBatchSize's default.
 	DefaultAggregatorBatchSize = aggregator.DefaultBatchSize
 	// DefaultAggregatorLinger is Config.AggregatorLinger's default.
@@ -126,12 +129,22 @@ type Config struct {
 	// RelayBatchSize is how many tasks the relay claims and publishes per
 	// store round trip; 0 means DefaultRelayBatchSize.
 	RelayBatchSize int
-	// RelayMaxMessageBytes bounds a task message's body: the relay cuts a
-	// job's batches short to stay under it, and publishes a task larger
-	// than that alone, failing it if the broker refuses it. Keep it at or
-	// below the broker's max_message_size (RabbitMQ 4: 16 MiB by default;
-	// 3.x: 128 MiB). 0 means DefaultRelayMaxMessageBytes.
-	RelayMaxMessageBytes int
+	// MaxMessageBytes bounds every message body the server publishes or
+	// reads: the relay cuts a job's batches short to stay under it, and
+	// the aggregator does not read a larger result or dead letter (it goes
+	// to the results dead-letter queue, failing the task its id names).
+	// MaxTaskBytes must fit in it with protocol.EnvelopeBytes to spare.
+	// Keep it equal to the workers' MaxMessageBytes and at or below the
+	// broker's max_message_size (RabbitMQ 4: 16 MiB by default; 3.x:
+	// 128 MiB); setting max_message_size to it makes the bound hard for
+	// every publisher. 0 means DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// MaxInflightBytes bounds the message bytes the server holds at once:
+	// the aggregator's prefetch is cut to what fits in it in messages of
+	// MaxMessageBytes (three quarters for results, a quarter for dead
+	// letters), and the relay claims at most half of it in payloads of
+	// MaxTaskBytes per round trip. 0 means DefaultMaxInflightBytes.
+	MaxInflightBytes int64
 	// RelayPollInterval is how long an idle relay waits before looking at
 	// the outbox again when nothing woke it; 0 means the relay's default.
 	RelayPollInterval time.Duration
@@ -215,8 +228,11 @@ func (c Config) withDefaults() Config {
 	if c.RelayBatchSize == 0 {
 		c.RelayBatchSize = DefaultRelayBatchSize
 	}
-	if c.RelayMaxMessageBytes == 0 {
-		c.RelayMaxMessageBytes = DefaultRelayMaxMessageBytes
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = DefaultMaxInflightBytes
 	}
 	if c.AggregatorBatchSize == 0 {
 		c.AggregatorBatchSize = DefaultAggregatorBatchSize
@@ -258,8 +274,14 @@ func (c Config) validate() error {
 		return fmt.Errorf("server: Config.DeliveryLimit must be >= 0, got %d", c.DeliveryLimit)
 	case c.RelayBatchSize < 1:
 		return fmt.Errorf("server: Config.RelayBatchSize must be >= 1, got %d", c.RelayBatchSize)
-	case c.RelayMaxMessageBytes < 1:
-		return fmt.Errorf("server: Config.RelayMaxMessageBytes must be >= 1, got %d", c.RelayMaxMessageBytes)
+	case c.MaxMessageBytes <= protocol.EnvelopeBytes:
+		return fmt.Errorf("server: Config.MaxMessageBytes must be more than %d, got %d", protocol.EnvelopeBytes, c.MaxMessageBytes)
+	case c.MaxTaskBytes > int64(c.MaxMessageBytes-protocol.EnvelopeBytes):
+		return fmt.Errorf("server: Config.MaxTaskBytes (%d) must fit in a message: at most Config.MaxMessageBytes (%d) less %d",
+			c.MaxTaskBytes, c.MaxMessageBytes, protocol.EnvelopeBytes)
+	case c.MaxInflightBytes < 2*int64(c.MaxMessageBytes):
+		return fmt.Errorf("server: Config.MaxInflightBytes (%d) must hold at least two messages of Config.MaxMessageBytes (%d)",
+			c.MaxInflightBytes, c.MaxMessageBytes)
 	case c.AggregatorBatchSize < 1:
 		return fmt.Errorf("server: Config.AggregatorBatchSize must be >= 1, got %d", c.AggregatorBatchSize)
 	case c.AggregatorLinger < 0:

@@ -30,6 +30,9 @@ func TestNewNamesTheFieldThatIsWrong(t *testing.T) {
 	}{
 		{server.Config{MaxBodyBytes: -1}, "Config.MaxBodyBytes must be >= 1"},
 		{server.Config{MaxTaskBytes: -1}, "Config.MaxTaskBytes must be >= 1"},
+		{server.Config{MaxMessageBytes: 100}, "Config.MaxMessageBytes must be more than 16384"},
+		{server.Config{MaxTaskBytes: 4 << 20}, "Config.MaxTaskBytes (4194304) must fit in a message: at most Config.MaxMessageBytes (4194304) less 16384"},
+		{server.Config{MaxInflightBytes: 1 << 20}, "Config.MaxInflightBytes (1048576) must hold at least two messages of Config.MaxMessageBytes (4194304)"},
 		{server.Config{BodyTimeout: -time.Second}, "Config.BodyTimeout must be > 0"},
 		{server.Config{IdleTimeout: -time.Second}, "Config.IdleTimeout must be > 0"},
 		{server.Config{RelayBatchSize: -1}, "Config.RelayBatchSize must be >= 1"},

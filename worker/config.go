@@ -26,6 +26,10 @@ const (
 	// DefaultReconnectBackoffMax is the default longest wait between two
 	// reconnect attempts.
 	DefaultReconnectBackoffMax = 10 * time.Second
+	// DefaultMaxInflightBytes is the default bound on the task message
+	// bytes a worker holds at once (Config.MaxInflightBytes): 256 MiB, or
+	// Concurrency messages of Config.MaxMessageBytes when that is more.
+	DefaultMaxInflightBytes = 256 << 20
 )
 
 // Config configures a Worker. The zero value works against a local
@@ -41,10 +45,32 @@ type Config struct {
 	// Concurrency is the maximum number of handlers running at once;
 	// default DefaultConcurrency.
 	Concurrency int
-	// Prefetch is how many unacknowledged tasks the broker may hand this
-	// worker at once; default 2*Concurrency, so the next tasks are ready
-	// when a handler finishes.
+	// Prefetch is how many unacknowledged task messages the broker may
+	// hand this worker at once; default 2*Concurrency, so the next tasks
+	// are ready when a handler finishes, or fewer when MaxInflightBytes
+	// holds fewer messages of MaxMessageBytes. It must be at least
+	// Concurrency, and those messages must fit in MaxInflightBytes.
 	Prefetch int
+	// MaxMessageBytes is the largest task message body this worker takes,
+	// and the largest result message it publishes: a larger task message
+	// is dead-lettered unread, its tasks failed with protocol.ReasonTooLarge,
+	// and results of a task batch are cut into several result batches to
+	// stay under it. Default protocol.DefaultMaxMessageBytes; keep it equal
+	// to the server's MaxMessageBytes.
+	MaxMessageBytes int
+	// MaxResultBytes is the largest result of one task, in bytes of JSON:
+	// a handler that returns a larger one fails its task for good, with
+	// protocol.ReasonResultTooLarge. Default protocol.DefaultMaxResultBytes;
+	// at most MaxMessageBytes less protocol.EnvelopeBytes.
+	MaxResultBytes int
+	// MaxInflightBytes bounds the task message bytes this worker holds at
+	// once, prefetched or running: RabbitMQ's prefetch counts messages,
+	// so the worker holds at most Prefetch messages of at most
+	// MaxMessageBytes, and Prefetch times MaxMessageBytes must fit in
+	// MaxInflightBytes. Default DefaultMaxInflightBytes, or Concurrency
+	// times MaxMessageBytes when that is more. What handlers allocate
+	// from a payload comes on top.
+	MaxInflightBytes int64
 	// Name identifies this worker in results and dead letters; default
 	// "hostname:pid".
 	Name string
@@ -90,8 +116,17 @@ func (c Config) withDefaults() Config {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
-	if c.Prefetch == 0 {
-		c.Prefetch = 2 * c.Concurrency
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = protocol.DefaultMaxMessageBytes
+	}
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = min(protocol.DefaultMaxResultBytes, c.MaxMessageBytes-protocol.EnvelopeBytes)
+	}
+	if c.MaxInflightBytes == 0 && c.MaxMessageBytes > 0 {
+		c.MaxInflightBytes = max(DefaultMaxInflightBytes, int64(c.Concurrency)*int64(c.MaxMessageBytes))
+	}
+	if c.Prefetch == 0 && c.MaxMessageBytes > 0 {
+		c.Prefetch = int(min(int64(2*c.Concurrency), max(1, c.MaxInflightBytes/int64(c.MaxMessageBytes))))
 	}
 	if c.Name == "" {
 		c.Name = defaultName()
@@ -117,12 +152,23 @@ func (c Config) validate() error {
 	switch {
 	case c.Concurrency < 0:
 		return fmt.Errorf("worker: Config.Concurrency must be >= 0, got %d", c.Concurrency)
+	case c.MaxInflightBytes < 0:
+		return fmt.Errorf("worker: Config.MaxInflightBytes must be >= 0, got %d", c.MaxInflightBytes)
 	case c.Prefetch < 0:
 		return fmt.Errorf("worker: Config.Prefetch must be >= 0, got %d", c.Prefetch)
 	case c.Prefetch > 0 && c.Prefetch < c.Concurrency:
-		return fmt.Errorf("worker: Config.Prefetch (%d) must be at least Config.Concurrency (%d), or handlers would sit idle", c.Prefetch, c.Concurrency)
+		return fmt.Errorf("worker: Config.Prefetch (%d) must be at least Config.Concurrency (%d), or handlers would sit idle "+
+			"(by default it is 2*Concurrency, cut to the messages of MaxMessageBytes that fit in MaxInflightBytes)", c.Prefetch, c.Concurrency)
 	case c.Prefetch > 65535:
 		return fmt.Errorf("worker: Config.Prefetch must be at most 65535 (an AMQP limit), got %d", c.Prefetch)
+	case c.MaxMessageBytes <= protocol.EnvelopeBytes:
+		return fmt.Errorf("worker: Config.MaxMessageBytes must be more than %d, got %d", protocol.EnvelopeBytes, c.MaxMessageBytes)
+	case c.MaxResultBytes < 0 || c.MaxResultBytes > c.MaxMessageBytes-protocol.EnvelopeBytes:
+		return fmt.Errorf("worker: Config.MaxResultBytes must be between 1 and Config.MaxMessageBytes less %d (%d), got %d",
+			protocol.EnvelopeBytes, c.MaxMessageBytes-protocol.EnvelopeBytes, c.MaxResultBytes)
+	case int64(c.Prefetch)*int64(c.MaxMessageBytes) > c.MaxInflightBytes:
+		return fmt.Errorf("worker: Config.Prefetch (%d) messages of Config.MaxMessageBytes (%d) do not fit in Config.MaxInflightBytes (%d): "+
+			"raise MaxInflightBytes or lower Prefetch, Concurrency or MaxMessageBytes", c.Prefetch, c.MaxMessageBytes, c.MaxInflightBytes)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("worker: Config.ShutdownTimeout must be >= 0, got %v", c.ShutdownTimeout)
 	case c.ReconnectBackoffMax < 0:

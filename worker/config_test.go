@@ -71,3 +71,39 @@ func TestRunStoppedWhileConnectingReturnsNil(t *testing.T) {
 	cancel()
 	require.NoError(t, w.Run(ctx))
 }
+
+// The broker's prefetch counts messages; with MaxMessageBytes bounding
+// each, the worker picks a prefetch whose messages fit in
+// MaxInflightBytes, and refuses settings under which they cannot.
+func TestPrefetchIsBoundedByMaxInflightBytes(t *testing.T) {
+	t.Parallel()
+	const mib = 1 << 20
+	for _, c := range []struct {
+		cfg  worker.Config
+		want int
+	}{
+		{worker.Config{}, 2 * worker.DefaultConcurrency},
+		{worker.Config{Concurrency: 100}, 100}, // 400 MiB: the default grows to Concurrency messages
+		{worker.Config{Concurrency: 4, MaxInflightBytes: 32 * mib}, 8},
+		{worker.Config{Concurrency: 8, MaxInflightBytes: 32 * mib}, 8},
+		{worker.Config{Concurrency: 8, MaxInflightBytes: 32 * mib, MaxMessageBytes: mib}, 16},
+		{worker.Config{Concurrency: 2, Prefetch: 5, MaxInflightBytes: 20 * mib}, 5},
+	} {
+		w, err := worker.New(c.cfg)
+		require.NoError(t, err, "%+v", c.cfg)
+		require.Equal(t, c.want, worker.Prefetch(w), "%+v", c.cfg)
+	}
+	for _, c := range []struct {
+		cfg  worker.Config
+		want string
+	}{
+		{worker.Config{Concurrency: 9, MaxInflightBytes: 32 * mib}, "Config.Prefetch (8) must be at least Config.Concurrency (9)"},
+		{worker.Config{Concurrency: 2, Prefetch: 9, MaxInflightBytes: 32 * mib}, "Config.Prefetch (9) messages of Config.MaxMessageBytes (4194304) do not fit in Config.MaxInflightBytes (33554432)"},
+		{worker.Config{MaxResultBytes: 4 * mib}, "Config.MaxResultBytes must be between 1 and Config.MaxMessageBytes less 16384"},
+		{worker.Config{MaxMessageBytes: 1000}, "Config.MaxMessageBytes must be more than 16384"},
+		{worker.Config{MaxInflightBytes: -1}, "Config.MaxInflightBytes must be >= 0"},
+	} {
+		_, err := worker.New(c.cfg)
+		require.ErrorContains(t, err, c.want, "%+v", c.cfg)
+	}
+}

@@ -14,3 +14,6 @@ func OnControlConsumer(w *Worker, f func(queue string, ch *amqp.Channel)) { w.te
 // SetReconnectBackoff replaces w's reconnect backoff with f, so that
 // tests can hold a worker between a loss and its reconnect.
 func SetReconnectBackoff(w *Worker, f func(attempt int) time.Duration) { w.testHookBackoff = f }
+
+// Prefetch is the prefetch w consumes its work queue with.
+func Prefetch(w *Worker) int { return w.cfg.Prefetch }

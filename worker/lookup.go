@@ -23,3 +23,8 @@ func (w *Worker) Handler(taskType string) (h HandlerFunc, batch BatchHandlerFunc
 func (w *Worker) RetryTiers() []time.Duration {
 	return slices.Clone(w.cfg.RetryTiers)
 }
+
+// MaxResultBytes returns the largest result, in bytes of JSON, that w
+// publishes for one task (Config.MaxResultBytes): a larger one fails the
+// task with protocol.ReasonResultTooLarge.
+func (w *Worker) MaxResultBytes() int { return w.cfg.MaxResultBytes }

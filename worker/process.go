@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -33,6 +34,9 @@ const (
 // confirmed before the one ack.
 func (s *session) process(d *delivery) {
 	switch {
+	case errors.Is(d.msg.Malformed, wire.ErrTooLarge):
+		s.deadLetterAll(d, protocol.ReasonTooLarge, d.msg.Malformed)
+		return
 	case d.msg.Malformed != nil:
 		s.deadLetterAll(d, protocol.ReasonMalformed, d.msg.Malformed)
 		return
@@ -121,7 +125,7 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 	debug := s.log.Enabled(context.Background(), slog.LevelDebug)
 	for _, r := range runs {
 		t := r.task
-		dec := outcome.Of(outcome.Run{Value: r.value, Err: r.err, Timeout: t.Timeout, Elapsed: r.elapsed},
+		dec := outcome.Of(outcome.Run{Value: r.value, Err: r.err, Timeout: t.Timeout, Elapsed: r.elapsed, MaxResult: s.w.cfg.MaxResultBytes},
 			IsPermanent, t.Attempt, t.MaxRetries, s.w.cfg.RetryTiers)
 		var out wire.Outbound
 		ev := s.event(t)
@@ -152,14 +156,14 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 		evs = append(evs, ev)
 	}
 	if len(results) > 0 {
-		out, err := d.msg.Results(s.w.names, results)
+		rs, err := d.msg.ResultsWithin(s.w.names, results, s.w.cfg.MaxMessageBytes)
 		if err != nil {
 			// Only a bug can get here: the results were built above.
 			s.taskLog(runs[0].task).Error("worker: cannot encode results; the task goes back to the queue", "tasks", len(runs), "error", err)
 			s.requeue(d)
 			return
 		}
-		outs = append(outs, out)
+		outs = append(outs, rs...)
 	}
 	s.publishThenAck(d, outs, evs)
 }

@@ -135,7 +135,7 @@ type delivery struct {
 
 // receive reads d, the one time a task delivery is decoded.
 func (s *session) receive(d amqp.Delivery) *delivery {
-	msg := wire.ReadTask(d)
+	msg := wire.ReadTaskWithin(d, s.w.cfg.MaxMessageBytes)
 	tasks := []Task{{Type: msg.Type, Attempt: msg.Attempt()}}
 	if msg.Malformed == nil {
 		tasks = make([]Task, len(msg.Tasks))

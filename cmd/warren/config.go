@@ -18,6 +18,9 @@ type common struct {
 	databaseURL string
 	prefix      string
 	retryTiers  string
+	// envErr is the first environment variable whose value does not
+	// parse; the command reports it.
+	envErr error
 }
 
 func (c *common) register(fs *flag.FlagSet, env *environment) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -14,22 +15,20 @@ import (
 // serverFlags are the settings of what `warren server` runs.
 type serverFlags struct {
 	common
-	listen     string
-	tokens     string
-	maxBody    int64
-	aggBatch   int
-	aggLinger  time.Duration
-	relayBatch int
-	relayMax   int
-	shutdown   time.Duration
+	listen      string
+	tokens      string
+	maxBody     int64
+	aggBatch    int
+	aggLinger   time.Duration
+	relayBatch  int
+	maxMessage  int64
+	maxInflight int64
+	shutdown    time.Duration
 
 	maxTask     int64
 	maxResult   int64
 	bodyTimeout time.Duration
 	idleTimeout time.Duration
-	// envErr is the first environment variable whose value does not
-	// parse; config reports it.
-	envErr error
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet, env *environment) {
@@ -48,8 +47,11 @@ func (f *serverFlags) register(fs *flag.FlagSet, env *environment) {
 	fs.IntVar(&f.aggBatch, "aggregator-batch", server.DefaultAggregatorBatchSize, "results recorded per store transaction")
 	fs.DurationVar(&f.aggLinger, "aggregator-linger", server.DefaultAggregatorLinger, "how long a result batch waits to fill, once more than one result is waiting (a lone result is recorded at once)")
 	fs.IntVar(&f.relayBatch, "relay-batch", server.DefaultRelayBatchSize, "tasks published per outbox round trip")
-	fs.IntVar(&f.relayMax, "relay-max-message-bytes", server.DefaultRelayMaxMessageBytes,
-		"largest task message body the relay builds: batches are cut short to stay under it; keep it at or below RabbitMQ's max_message_size")
+	fs.Int64Var(&f.maxMessage, "max-message-bytes", f.envInt64(env, "WARREN_MAX_MESSAGE_BYTES", server.DefaultMaxMessageBytes),
+		"largest message body published or read: task batches are cut short to stay under it, larger results are dead-lettered unread; "+
+			"keep it equal to the workers' and at or below RabbitMQ's max_message_size (env WARREN_MAX_MESSAGE_BYTES)")
+	fs.Int64Var(&f.maxInflight, "max-inflight-bytes", f.envInt64(env, "WARREN_MAX_INFLIGHT_BYTES", server.DefaultMaxInflightBytes),
+		"message bytes the server holds at once: bounds the aggregator's prefetch and the relay's claim (env WARREN_MAX_INFLIGHT_BYTES)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long requests in progress may take to finish")
 }
 
@@ -70,8 +72,10 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 		return server.Config{}, fmt.Errorf("--shutdown-timeout must be > 0, got %s", f.shutdown)
 	case f.maxBody < 1:
 		return server.Config{}, fmt.Errorf("--max-body must be >= 1, got %d", f.maxBody)
-	case f.relayMax < 1:
-		return server.Config{}, fmt.Errorf("--relay-max-message-bytes must be >= 1, got %d", f.relayMax)
+	case f.maxMessage < 1 || f.maxMessage > math.MaxInt32:
+		return server.Config{}, fmt.Errorf("--max-message-bytes must be between 1 and %d, got %d", math.MaxInt32, f.maxMessage)
+	case f.maxInflight < 1:
+		return server.Config{}, fmt.Errorf("--max-inflight-bytes must be >= 1, got %d", f.maxInflight)
 	case f.maxResult < 1:
 		return server.Config{}, fmt.Errorf("--max-result-bytes must be >= 1, got %d", f.maxResult)
 	case f.maxTask < 1:
@@ -87,7 +91,7 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 		AMQPURL: f.amqpURL, DatabaseURL: f.databaseURL, Prefix: f.prefix, RetryTiers: tiers,
 		Listen: f.listen, Tokens: tokens, MaxBodyBytes: f.maxBody, ShutdownTimeout: f.shutdown,
 		MaxTaskBytes: f.maxTask, MaxResultBytes: int(f.maxResult), BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
-		RelayBatchSize: f.relayBatch, RelayMaxMessageBytes: f.relayMax, AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
+		RelayBatchSize: f.relayBatch, MaxMessageBytes: int(f.maxMessage), MaxInflightBytes: f.maxInflight, AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
 		Logger: env.logger,
 	}, nil
 }
@@ -95,7 +99,7 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 // envInt64 returns the integer in the environment variable name, or def
 // when it is not set; a value that does not parse is remembered in
 // f.envErr.
-func (f *serverFlags) envInt64(env *environment, name string, def int64) int64 {
+func (f *common) envInt64(env *environment, name string, def int64) int64 {
 	v := env.getenv(name)
 	if v == "" {
 		return def
@@ -110,7 +114,7 @@ func (f *serverFlags) envInt64(env *environment, name string, def int64) int64 {
 // envDuration returns the duration in the environment variable name, or
 // def when it is not set; a value that does not parse is remembered in
 // f.envErr.
-func (f *serverFlags) envDuration(env *environment, name string, def time.Duration) time.Duration {
+func (f *common) envDuration(env *environment, name string, def time.Duration) time.Duration {
 	v := env.getenv(name)
 	if v == "" {
 		return def

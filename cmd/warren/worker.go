@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/warrenhq/warren/internal/handlers"
+	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/worker"
 )
 
@@ -23,11 +25,26 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	types := fs.String("types", "", "comma-separated handlers to serve (default: all built-ins)")
 	shutdown := fs.Duration("shutdown-timeout", 0, "how long to let in-flight tasks finish on SIGTERM (default 30s)")
 	health := fs.String("health-listen", "", "serve /healthz and /readyz (connected to the broker) on this address, e.g. 127.0.0.1:9090")
+	maxMessage := fs.Int64("max-message-bytes", c.envInt64(env, "WARREN_MAX_MESSAGE_BYTES", protocol.DefaultMaxMessageBytes),
+		"largest task message taken and result message published; keep it equal to the server's (env WARREN_MAX_MESSAGE_BYTES)")
+	maxResult := fs.Int64("max-task-result-bytes", c.envInt64(env, "WARREN_MAX_TASK_RESULT_BYTES", protocol.DefaultMaxResultBytes),
+		"largest result of one task in bytes of JSON; a larger one fails the task (env WARREN_MAX_TASK_RESULT_BYTES)")
+	maxInflight := fs.Int64("max-inflight-bytes", c.envInt64(env, "WARREN_MAX_INFLIGHT_BYTES", 0),
+		"task message bytes held at once, which bounds the prefetch (env WARREN_MAX_INFLIGHT_BYTES; default 256 MiB, or --concurrency messages when more)")
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
-	if *concurrency < 1 {
+	switch {
+	case c.envErr != nil:
+		return c.envErr
+	case *concurrency < 1:
 		return fmt.Errorf("--concurrency must be >= 1, got %d", *concurrency)
+	case *maxMessage < 1 || *maxMessage > math.MaxInt32:
+		return fmt.Errorf("--max-message-bytes must be between 1 and %d, got %d", math.MaxInt32, *maxMessage)
+	case *maxResult < 1 || *maxResult > math.MaxInt32:
+		return fmt.Errorf("--max-task-result-bytes must be between 1 and %d, got %d", math.MaxInt32, *maxResult)
+	case *maxInflight < 0:
+		return fmt.Errorf("--max-inflight-bytes must be >= 0, got %d", *maxInflight)
 	}
 	serve, err := selectBuiltins(*types)
 	if err != nil {
@@ -41,6 +58,7 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	w, err := worker.New(worker.Config{
 		AMQPURL: c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency,
 		ShutdownTimeout: *shutdown, Logger: env.logger, RetryTiers: tiers,
+		MaxMessageBytes: int(*maxMessage), MaxResultBytes: int(*maxResult), MaxInflightBytes: *maxInflight,
 		OnEvent: func(e worker.Event) {
 			switch e.Kind {
 			case worker.EventConnected, worker.EventReconnected:

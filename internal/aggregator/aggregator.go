@@ -33,6 +33,9 @@ const (
 	// DefaultMaxResultBytes is the largest reduced result a job may have
 	// when Config.MaxResultBytes is 0.
 	DefaultMaxResultBytes = 64 << 20
+	// DefaultMaxInflightBytes bounds the message bytes the aggregator
+	// holds when Config.MaxInflightBytes is 0: 256 MiB.
+	DefaultMaxInflightBytes = 256 << 20
 )
 
 // Config configures an Aggregator.
@@ -62,6 +65,18 @@ type Config struct {
 	// larger one fails the job with an error saying so, rather than being
 	// stored; 0 means DefaultMaxResultBytes.
 	MaxResultBytes int
+	// MaxMessageBytes is the largest result or dead-letter message the
+	// aggregator takes; 0 means protocol.DefaultMaxMessageBytes. A larger
+	// one is not read: it goes to the results dead-letter queue, and a
+	// message that names its task exactly (a single result, a dead
+	// letter's message id) fails that task at once.
+	MaxMessageBytes int
+	// MaxInflightBytes bounds the message bytes the aggregator holds at
+	// once, by bounding its prefetch: three quarters for results and a
+	// quarter for dead letters, in messages of MaxMessageBytes, at most
+	// twice BatchSize each; a batch is at most half of what both hold.
+	// 0 means DefaultMaxInflightBytes.
+	MaxInflightBytes int64
 	// Logger receives logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Hooks, when set, observe the aggregator (metrics and tests). They
@@ -103,6 +118,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxResultBytes <= 0 {
 		c.MaxResultBytes = DefaultMaxResultBytes
 	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = protocol.DefaultMaxMessageBytes
+	}
+	if c.MaxInflightBytes <= 0 {
+		c.MaxInflightBytes = DefaultMaxInflightBytes
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -117,14 +138,32 @@ func (c Config) validate() error {
 		return errors.New("aggregator: Config.Conn is required")
 	case c.Names.ResultsQueue == "":
 		return errors.New("aggregator: Config.Names is required (protocol.NamesFor(prefix))")
+	case c.MaxInflightBytes < 2*int64(c.MaxMessageBytes):
+		return fmt.Errorf("aggregator: Config.MaxInflightBytes (%d) must hold at least two messages of Config.MaxMessageBytes (%d)",
+			c.MaxInflightBytes, c.MaxMessageBytes)
 	}
 	return nil
+}
+
+// Prefetch returns the prefetch of the aggregator's results and dead-letter
+// consumers under cfg (see Config.MaxInflightBytes), and the most
+// deliveries it records in one batch.
+func Prefetch(cfg Config) (results, dead, batch int) {
+	cfg = cfg.withDefaults()
+	fit := func(bytes int64) int {
+		return int(max(1, min(int64(2*cfg.BatchSize), bytes/int64(cfg.MaxMessageBytes))))
+	}
+	results, dead = fit(cfg.MaxInflightBytes*3/4), fit(cfg.MaxInflightBytes/4)
+	return results, dead, max(1, min(cfg.BatchSize, (results+dead)/2))
 }
 
 // Aggregator records results and closes jobs.
 type Aggregator struct {
 	cfg   Config
 	close chan string
+	// batchSize is the most deliveries of one batch: Config.BatchSize, or
+	// less when the prefetch that MaxInflightBytes allows is smaller.
+	batchSize int
 
 	// outcomes and from are process's buffers, reused batch after batch
 	// (only the consuming goroutine uses them).
@@ -148,7 +187,8 @@ func New(cfg Config) (*Aggregator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Aggregator{cfg: cfg, close: make(chan string, 1024)}, nil
+	_, _, batch := Prefetch(cfg)
+	return &Aggregator{cfg: cfg, close: make(chan string, 1024), batchSize: batch}, nil
 }
 
 // source is one consumed queue on its own channel: multiple-acks are per
@@ -173,13 +213,13 @@ type item struct {
 // go back to their queues), or an error when the broker connection is
 // lost.
 func (a *Aggregator) Run(ctx context.Context) error {
-	prefetch := 2 * a.cfg.BatchSize
-	results, err := a.open(a.cfg.Names.ResultsQueue, false, prefetch)
+	resultsPrefetch, deadPrefetch, _ := Prefetch(a.cfg)
+	results, err := a.open(a.cfg.Names.ResultsQueue, false, resultsPrefetch)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = results.ch.Close() }()
-	dead, err := a.open(a.cfg.Names.DeadQueue, true, prefetch)
+	dead, err := a.open(a.cfg.Names.DeadQueue, true, deadPrefetch)
 	if err != nil {
 		return err
 	}
@@ -208,7 +248,7 @@ func (a *Aggregator) open(queue string, dead bool, prefetch int) (*source, error
 }
 
 func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
-	batch := make([]item, 0, a.cfg.BatchSize)
+	batch := make([]item, 0, a.batchSize)
 	var lastBatch time.Time
 	for {
 		batch = batch[:0]
@@ -223,7 +263,7 @@ func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
 		// last batch was recorded less than a linger ago. A lone result
 		// after a quiet spell is recorded at once.
 		busy := time.Since(lastBatch) < a.cfg.Linger
-		for len(batch) < a.cfg.BatchSize {
+		for len(batch) < a.batchSize {
 			it, ok, err := a.poll(results, dead)
 			if err != nil {
 				return err
@@ -234,7 +274,7 @@ func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
 			batch = a.hold(batch, it)
 		}
 		linger := time.NewTimer(a.cfg.Linger)
-		for (busy || len(batch) > 1) && len(batch) < a.cfg.BatchSize {
+		for (busy || len(batch) > 1) && len(batch) < a.batchSize {
 			it, ok, err := a.next(ctx, results, dead, linger.C)
 			if err != nil {
 				linger.Stop()
@@ -334,11 +374,15 @@ func (a *Aggregator) process(ctx context.Context, batch []item) error {
 	from := a.from[:0] // outcome index -> batch index
 	for i := range batch {
 		n := len(outcomes)
-		var err error
-		outcomes, batch[i].reason, err = decode(outcomes, batch[i])
-		if err != nil {
-			batch[i].invalid = err.Error()
-			continue
+		if size := len(batch[i].d.Body); size > a.cfg.MaxMessageBytes {
+			outcomes, batch[i].invalid = tooLarge(outcomes, batch[i], size, a.cfg.MaxMessageBytes)
+		} else {
+			var err error
+			outcomes, batch[i].reason, err = decode(outcomes, batch[i])
+			if err != nil {
+				batch[i].invalid = err.Error()
+				continue
+			}
 		}
 		for range len(outcomes) - n {
 			from = append(from, i)
@@ -533,6 +577,37 @@ func decode(outcomes []store.Outcome, it item) ([]store.Outcome, string, error) 
 		outcomes = append(outcomes, o)
 	}
 	return outcomes, "", nil
+}
+
+// tooLarge returns why it, a delivery of size bytes, is over the limit of
+// the messages the aggregator reads, and appends to outcomes, without
+// reading its body, the failure of each task its message id names
+// exactly: a single result's <job_id>:<task_id>, or a dead letter's,
+// which is its task message's (TaskMessageIDs). The id of a result batch
+// names the first of its tasks and their count, not which tasks they
+// are (a failed task of the batch is not among them), so its tasks are
+// left to the reconciler. The delivery itself is dead-lettered.
+func tooLarge(outcomes []store.Outcome, it item, size, limit int) ([]store.Outcome, string) {
+	kind := "result"
+	var (
+		jobID string
+		ids   []int64
+	)
+	if it.src.dead {
+		kind = "dead-letter"
+		jobID, ids = wire.TaskMessageIDs(it.d.MessageId)
+	} else if job, task, err := protocol.ParseMessageID(it.d.MessageId); err == nil {
+		jobID, ids = job, []int64{task}
+	}
+	why := fmt.Sprintf("the %s message is %d bytes, over this server's limit of %d (--max-message-bytes)", kind, size, limit)
+	now := time.Now().UTC()
+	for _, id := range ids {
+		outcomes = append(outcomes, store.Outcome{
+			JobID: jobID, TaskID: id, State: warren.TaskFailed, Generation: wire.Generation(it.d), FinishedAt: &now,
+			Error: why + "; it was not read, and is kept in the results dead-letter queue",
+		})
+	}
+	return outcomes, why
 }
 
 // resultOutcome is the outcome a result records.

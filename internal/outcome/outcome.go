@@ -68,6 +68,9 @@ type Run struct {
 	// Elapsed is how long the handler ran, from the start its deadline
 	// counts from to its return, on a monotonic clock.
 	Elapsed time.Duration
+	// MaxResult is the largest result the run may give, in bytes of JSON;
+	// 0 means no limit.
+	MaxResult int
 }
 
 // Overran reports whether the run ended at or after its deadline: it had
@@ -96,8 +99,9 @@ func Context(parent context.Context, start time.Time, timeout time.Duration) (ct
 // deadline may be the deadline's doing (a call it cut short, reported as
 // bad input). Otherwise a nil error completes the task with
 // the value as JSON (EncodeResult; a value that cannot be encoded is a
-// permanent failure), and an error goes to Decide, with permanent telling
-// permanent errors apart.
+// permanent failure, and so is one larger than r.MaxResult, with the
+// reason protocol.ReasonResultTooLarge), and an error goes to Decide,
+// with permanent telling permanent errors apart.
 func Of(r Run, permanent func(error) bool, attempt, maxRetries int, tiers []time.Duration) Decision {
 	switch {
 	case r.Overran():
@@ -108,6 +112,11 @@ func Of(r Run, permanent func(error) bool, attempt, maxRetries int, tiers []time
 	raw, err := EncodeResult(r.Value)
 	if err != nil {
 		return failure(err, true, attempt, maxRetries, tiers)
+	}
+	if r.MaxResult > 0 && len(raw) > r.MaxResult {
+		d := failure(ResultTooLarge(len(raw), r.MaxResult), true, attempt, maxRetries, tiers)
+		d.Reason = protocol.ReasonResultTooLarge
+		return d
 	}
 	return Decision{Action: Complete, Result: raw}
 }
@@ -170,6 +179,13 @@ func EncodeResult(v any) (json.RawMessage, error) {
 
 // The errors of runs that went wrong around the handler. The worker and
 // worker/workertest both settle them, so they are written once.
+
+// ResultTooLarge is the permanent error of a run whose result, size bytes
+// of JSON, is over the worker's limit of max bytes.
+func ResultTooLarge(size, max int) error {
+	return fmt.Errorf("worker: the result is %d bytes of JSON, over this worker's limit of %d (worker.Config.MaxResultBytes); "+
+		"return a reference to large data instead, or raise the limit", size, max)
+}
 
 // HandlerPanicked is the transient error of a run whose handler panicked
 // with p.

@@ -157,3 +157,21 @@ func TestContextHasTheTaskDeadline(t *testing.T) {
 	defer cancel()
 	require.Equal(t, parent, ctx)
 }
+
+// A result over the run's limit fails the task for good, with its own
+// reason; one at the limit, or any result without a limit, completes.
+func TestOfAResultOverTheLimitFailsForGood(t *testing.T) {
+	t.Parallel()
+	tiers := []time.Duration{time.Second}
+	isPermanent := func(error) bool { return false }
+	over := Of(Run{Value: "abcd", MaxResult: 5}, isPermanent, 1, 3, tiers) // "abcd" is 6 bytes of JSON
+	require.Equal(t, Fail, over.Action)
+	require.Equal(t, protocol.ReasonResultTooLarge, over.Reason)
+	require.EqualError(t, over.Err, ResultTooLarge(6, 5).Error())
+	require.Contains(t, over.Err.Error(), "the result is 6 bytes of JSON, over this worker's limit of 5")
+
+	at := Of(Run{Value: "abc", MaxResult: 5}, isPermanent, 1, 3, tiers)
+	require.Equal(t, Complete, at.Action)
+	require.JSONEq(t, `"abc"`, string(at.Result))
+	require.Equal(t, Complete, Of(Run{Value: "abcd"}, isPermanent, 1, 3, tiers).Action, "0 is no limit")
+}

@@ -403,6 +403,13 @@ func skipRest(dec *json.Decoder) bool {
 	return true
 }
 
+// TaskMessageIDs returns the job and tasks a task message's message id
+// names: <job_id>:<task_id>, or a batch's <job_id>:<first>+<count>, whose
+// tasks are first..first+count-1. ids are empty when the id is neither.
+// A dead letter keeps the id of the task message it copies, so it names
+// the dead letter's tasks without reading its body.
+func TaskMessageIDs(id string) (jobID string, ids []int64) { return messageIDs(id) }
+
 // messageIDs reads a task message's message id: <job_id>:<task_id>, or a
 // batch's <job_id>:<first>+<count>, whose tasks are first..first+count-1.
 // ids are empty when the id is neither, or counts more tasks than a batch

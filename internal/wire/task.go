@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -118,10 +119,37 @@ type TaskDelivery struct {
 	d amqp.Delivery // the source of every copy
 }
 
+// ErrTooLarge is wrapped by the Malformed error of a message larger than
+// its reader takes (ReadTaskWithin): it was not read at all.
+var ErrTooLarge = errors.New("message too large")
+
+// ReadTaskWithin is ReadTask for a reader that takes bodies of at most
+// maxBytes: a larger body is not decoded, and is reported in Malformed,
+// wrapping ErrTooLarge, for the worker to dead-letter whole.
+func ReadTaskWithin(d amqp.Delivery, maxBytes int) TaskDelivery {
+	if len(d.Body) <= maxBytes {
+		return ReadTask(d)
+	}
+	m := readTaskHeaders(d)
+	m.Malformed = fmt.Errorf("%w: the task message is %d bytes, over this worker's limit of %d (MaxMessageBytes; "+
+		"keep it equal to the server's --max-message-bytes)", ErrTooLarge, len(d.Body), maxBytes)
+	return m
+}
+
 // ReadTask reads a delivery of the work queue. It never fails: a body
 // that is not a task message is reported in Malformed, for the worker to
 // dead-letter.
 func ReadTask(d amqp.Delivery) TaskDelivery {
+	m := readTaskHeaders(d)
+	m.Tasks, m.Batch, m.Malformed = protocol.DecodeTasks(d.Body)
+	if m.Malformed != nil {
+		m.Batch = false // it is dead-lettered whole, as it came
+	}
+	return m
+}
+
+// readTaskHeaders is what ReadTask reads from d's properties and headers.
+func readTaskHeaders(d amqp.Delivery) TaskDelivery {
 	m := TaskDelivery{
 		Type:        d.Type,
 		Retries:     headerInt(d.Headers, protocol.HeaderRetry),
@@ -134,10 +162,6 @@ func ReadTask(d amqp.Delivery) TaskDelivery {
 		m.MaxRetries = n
 	}
 	m.Timeout = time.Duration(headerInt(d.Headers, protocol.HeaderTaskTimeout)) * time.Millisecond
-	m.Tasks, m.Batch, m.Malformed = protocol.DecodeTasks(d.Body)
-	if m.Malformed != nil {
-		m.Batch = false // it is dead-lettered whole, as it came
-	}
 	return m
 }
 
@@ -169,6 +193,31 @@ func (m TaskDelivery) Results(names protocol.Names, results []protocol.Result) (
 		out.Msg.Headers = amqp.Table{protocol.HeaderGeneration: int64(m.Generation)}
 	}
 	return out, nil
+}
+
+// ResultsWithin returns the result messages of the completed tasks of m:
+// the one Results returns when its body holds within maxBytes, else, for
+// a batch message, result batches of consecutive parts of results, each
+// within maxBytes (halved until they fit; a part of one result is sent
+// whatever its size, and the worker's result limit keeps it under).
+func (m TaskDelivery) ResultsWithin(names protocol.Names, results []protocol.Result, maxBytes int) ([]Outbound, error) {
+	out, err := m.Results(names, results)
+	if err != nil {
+		return nil, err
+	}
+	if len(out.Msg.Body) <= maxBytes || !m.Batch || len(results) == 1 {
+		return []Outbound{out}, nil
+	}
+	half := len(results) / 2
+	first, err := m.ResultsWithin(names, results[:half], maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	rest, err := m.ResultsWithin(names, results[half:], maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	return append(first, rest...), nil
 }
 
 // Failure is why and where a worker dead-letters a task.

@@ -64,6 +64,12 @@ type Opts struct {
 	// a positive whole number of milliseconds, as for
 	// worker.Config.RetryTiers; Run panics otherwise.
 	RetryTiers []time.Duration
+	// MaxResultBytes is the largest result a run may give, in bytes of
+	// JSON: a larger one is Failed with protocol.ReasonResultTooLarge, as
+	// the worker fails it. Default protocol.DefaultMaxResultBytes for Run
+	// and RunBatch, the worker's own (worker.Worker.MaxResultBytes) for
+	// RunWorker.
+	MaxResultBytes int
 }
 
 // Action is what the worker would do with a task after the run.
@@ -83,7 +89,8 @@ const (
 	// Failed: the task is dead-lettered at once, without retries, with
 	// Result.Reason protocol.ReasonPermanent (the handler returned an
 	// error marked with worker.Permanent, or a result that does not
-	// marshal to JSON) or protocol.ReasonUnknownType (RunWorker: the
+	// marshal to JSON), protocol.ReasonResultTooLarge (a result over
+	// Opts.MaxResultBytes) or protocol.ReasonUnknownType (RunWorker: the
 	// worker has no handler for the task's type).
 	Failed
 	// DeadLettered: the run failed transiently on the task's last
@@ -151,7 +158,7 @@ func Run(ctx context.Context, h worker.HandlerFunc, task worker.Task, opts *Opts
 	if h == nil {
 		panic("workertest: Run with a nil handler")
 	}
-	return run(ctx, h, withDefaults(task, 0), opts.tiers(protocol.DefaultRetryTiers))
+	return run(ctx, h, withDefaults(task, 0), opts.limits(protocol.DefaultRetryTiers, protocol.DefaultMaxResultBytes))
 }
 
 // RunBatch runs h once with tasks, as the worker runs a BatchHandlerFunc
@@ -170,7 +177,7 @@ func RunBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Tas
 	if h == nil {
 		panic("workertest: RunBatch with a nil handler")
 	}
-	tiers := opts.tiers(protocol.DefaultRetryTiers)
+	lim := opts.limits(protocol.DefaultRetryTiers, protocol.DefaultMaxResultBytes)
 	if len(tasks) == 0 {
 		return nil
 	}
@@ -181,7 +188,7 @@ func RunBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Tas
 		}
 		ts[i] = withDefaults(t, i)
 	}
-	return runBatch(ctx, h, ts, tiers)
+	return runBatch(ctx, h, ts, lim)
 }
 
 // RunWorker runs the handler w has registered for task.Type, as w would
@@ -192,30 +199,30 @@ func RunBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Tas
 // dead-letter it. RunWorker does not start w and needs no broker; w
 // need not be running. It panics if opts has invalid RetryTiers.
 func RunWorker(ctx context.Context, w *worker.Worker, task worker.Task, opts *Opts) Result {
-	tiers := opts.tiers(w.RetryTiers())
+	lim := opts.limits(w.RetryTiers(), w.MaxResultBytes())
 	t := withDefaults(task, 0)
 	h, batch, ok := w.Handler(t.Type)
 	switch {
 	case !ok:
 		return Result{Action: Failed, Reason: protocol.ReasonUnknownType, Err: outcome.UnknownType(t.Type), Task: t}
 	case batch != nil:
-		return runBatch(ctx, batch, []worker.Task{t}, tiers)[0]
+		return runBatch(ctx, batch, []worker.Task{t}, lim)[0]
 	default:
-		return run(ctx, h, t, tiers)
+		return run(ctx, h, t, lim)
 	}
 }
 
-func run(ctx context.Context, h worker.HandlerFunc, t worker.Task, tiers []time.Duration) Result {
+func run(ctx context.Context, h worker.HandlerFunc, t worker.Task, lim limits) Result {
 	start := time.Now()
 	value, err := call(ctx, h, t, start)
 	elapsed := time.Since(start)
 	if ctx.Err() != nil {
 		return requeued(ctx, t)
 	}
-	return decide(outcome.Run{Value: value, Err: err, Timeout: t.Timeout, Elapsed: elapsed}, t, tiers)
+	return decide(outcome.Run{Value: value, Err: err, Timeout: t.Timeout, Elapsed: elapsed, MaxResult: lim.maxResult}, t, lim.tiers)
 }
 
-func runBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Task, tiers []time.Duration) []Result {
+func runBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Task, lim limits) []Result {
 	start := time.Now()
 	outs := callBatch(ctx, h, tasks, start)
 	elapsed := time.Since(start)
@@ -224,7 +231,7 @@ func runBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Tas
 		if ctx.Err() != nil {
 			res[i] = requeued(ctx, t)
 		} else {
-			res[i] = decide(outcome.Run{Value: outs[i].Value, Err: outs[i].Err, Timeout: t.Timeout, Elapsed: elapsed}, t, tiers)
+			res[i] = decide(outcome.Run{Value: outs[i].Value, Err: outs[i].Err, Timeout: t.Timeout, Elapsed: elapsed, MaxResult: lim.maxResult}, t, lim.tiers)
 		}
 	}
 	return res
@@ -316,14 +323,22 @@ func withDefaults(t worker.Task, i int) worker.Task {
 	return t
 }
 
-// tiers returns the retry tiers of a run: o's, or else def.
-func (o *Opts) tiers(def []time.Duration) []time.Duration {
-	tiers := def
+// limits are what decides a run's outcome besides the run itself.
+type limits struct {
+	tiers     []time.Duration
+	maxResult int
+}
+
+// limits returns the limits of a run: o's, or else the defaults given.
+func (o *Opts) limits(tiers []time.Duration, maxResult int) limits {
 	if o != nil && len(o.RetryTiers) > 0 {
 		tiers = o.RetryTiers
 	}
 	if err := broker.CheckRetryTiers(tiers); err != nil {
 		panic(fmt.Sprintf("workertest: Opts.RetryTiers: %v", err))
 	}
-	return tiers
+	if o != nil && o.MaxResultBytes > 0 {
+		maxResult = o.MaxResultBytes
+	}
+	return limits{tiers: tiers, maxResult: maxResult}
 }
