@@ -71,7 +71,7 @@ func TestAHandlerPastTheTaskTimeoutIsRetriedThenDeadLettered(t *testing.T) {
 		tasks := allTasks(t, b.store, job.ID)
 		require.Equal(t, warren.TaskFailed, tasks[1].State, "task 2 overran its task_timeout on every run")
 		require.Equal(t, 2, tasks[1].Attempts)
-		require.Contains(t, tasks[1].Error, protocol.ReasonRetriesExhausted)
+		require.Contains(t, tasks[1].Error, protocol.ReasonTimeout)
 		require.Contains(t, tasks[1].Error, "task timeout of 1s exceeded")
 		raw, err := b.store.JobResult(ctx, job.ID)
 		require.NoError(t, err)

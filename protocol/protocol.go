@@ -57,6 +57,9 @@ const (
 	ReasonRejected = "rejected"
 	// ReasonExpired: the broker dead-lettered an expired message.
 	ReasonExpired = "expired"
+	// ReasonTimeout: the task's last run overran its time limit (the job's
+	// task_timeout) and it had no retries left.
+	ReasonTimeout = "timeout"
 	// ReasonTooLarge: the task message is larger than its worker accepts
 	// (its MaxMessageBytes); the tasks were not run.
 	ReasonTooLarge = "too_large"

@@ -74,7 +74,7 @@ func TestRunATaskPastItsTimeoutIsRetriedThenDeadLettered(t *testing.T) {
 		require.ErrorIs(t, evs[0].Err, context.DeadlineExceeded)
 		require.Equal(t, fastTiers[0], evs[0].Delay)
 		require.Equal(t, worker.EventDeadLettered, evs[1].Kind, "task %d: %+v", id, evs[1])
-		require.Equal(t, protocol.ReasonRetriesExhausted, evs[1].Reason)
+		require.Equal(t, protocol.ReasonTimeout, evs[1].Reason)
 		require.Equal(t, 2, evs[1].Attempt)
 		require.EqualError(t, evs[1].Err, "worker: task timeout of 100ms exceeded")
 		mu.Lock()
@@ -87,7 +87,7 @@ func TestRunATaskPastItsTimeoutIsRetriedThenDeadLettered(t *testing.T) {
 	require.NoError(t, rw.stop())
 	for range 2 {
 		d := b.get(t, b.names.TasksDLQ)
-		requireDeadLetter(t, d, protocol.ReasonRetriesExhausted, "worker: task timeout of 100ms exceeded", "w-timeout")
+		requireDeadLetter(t, d, protocol.ReasonTimeout, "worker: task timeout of 100ms exceeded", "w-timeout")
 		require.EqualValues(t, 100, d.Headers[protocol.HeaderTaskTimeout], "the dead letter keeps the limit")
 	}
 	require.Zero(t, b.depth(t, b.names.ResultsQueue), "no result of a run past its deadline")
@@ -144,7 +144,7 @@ func TestRunABatchCallHasOneDeadline(t *testing.T) {
 		Headers: withTimeout(retries(0), limit), Body: body})
 
 	for _, ev := range rw.expect(t, worker.EventDeadLettered, worker.EventDeadLettered, worker.EventDeadLettered) {
-		require.Equal(t, protocol.ReasonRetriesExhausted, ev.Reason)
+		require.Equal(t, protocol.ReasonTimeout, ev.Reason)
 		require.EqualError(t, ev.Err, "worker: task timeout of 100ms exceeded")
 	}
 	require.InDelta(t, limit, recv(t, limits, "batch call"), float64(50*time.Millisecond), "one limit for the call, not one per task")

@@ -93,7 +93,8 @@ func Context(parent context.Context, start time.Time, timeout time.Duration) (ct
 
 // Of decides the outcome of run r, the attempt-th run of its task, which
 // has a budget of maxRetries retries. A run that overran its time limit
-// is a transient failure with the error TaskTimedOut, whatever its
+// is a transient failure with the error TaskTimedOut (dead-lettered with
+// the reason protocol.ReasonTimeout once no retry is left), whatever its
 // handler returned: a result that came too late is not recorded, and
 // even a permanent error is retried, since an error that came after the
 // deadline may be the deadline's doing (a call it cut short, reported as
@@ -105,7 +106,11 @@ func Context(parent context.Context, start time.Time, timeout time.Duration) (ct
 func Of(r Run, permanent func(error) bool, attempt, maxRetries int, tiers []time.Duration) Decision {
 	switch {
 	case r.Overran():
-		return failure(TaskTimedOut(r.Timeout), false, attempt, maxRetries, tiers)
+		d := failure(TaskTimedOut(r.Timeout), false, attempt, maxRetries, tiers)
+		if d.Action == DeadLetter {
+			d.Reason = protocol.ReasonTimeout
+		}
+		return d
 	case r.Err != nil:
 		return failure(r.Err, permanent(r.Err), attempt, maxRetries, tiers)
 	}

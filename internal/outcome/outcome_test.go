@@ -121,7 +121,7 @@ func TestOfAnOverrunIsATransientTimeout(t *testing.T) {
 
 			d = Of(r, isPermanent, 4, 3, tiers)
 			require.Equal(t, DeadLetter, d.Action, "%+v: the last attempt", r)
-			require.Equal(t, protocol.ReasonRetriesExhausted, d.Reason)
+			require.Equal(t, protocol.ReasonTimeout, d.Reason)
 			require.EqualError(t, d.Err, "worker: task timeout of 5s exceeded")
 		}
 	}

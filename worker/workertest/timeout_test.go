@@ -46,7 +46,7 @@ func TestWorkertestRetriedPastTheTaskTimeout(t *testing.T) {
 
 	res = workertest.Run(context.Background(), h, worker.Task{Timeout: 50 * time.Millisecond, MaxRetries: workertest.NoRetries}, nil)
 	require.Equal(t, workertest.DeadLettered, res.Action)
-	require.Equal(t, protocol.ReasonRetriesExhausted, res.Reason)
+	require.Equal(t, protocol.ReasonTimeout, res.Reason)
 	require.EqualError(t, res.Err, "worker: task timeout of 50ms exceeded")
 }
 
