@@ -14,7 +14,7 @@ func TestRelayClaimFitsHalfOfMaxInflightBytes(t *testing.T) {
 		cfg  Config
 		want int
 	}{
-		{Config{}, 128},                          // 128 MiB of 1 MiB payloads
+		{Config{}, 256},                          // 256 MiB of 1 MiB payloads
 		{Config{MaxTaskBytes: 64 << 10}, 500},    // RelayBatchSize
 		{Config{RelayBatchSize: 50}, 50},         // fewer asked for
 		{Config{MaxInflightBytes: 1 << 30}, 500}, // 512 MiB of 1 MiB payloads

@@ -53,7 +53,7 @@ const (
 	// (protocol.DefaultMaxMessageBytes).
 	DefaultMaxMessageBytes = protocol.DefaultMaxMessageBytes
 	// DefaultMaxInflightBytes is Config.MaxInflightBytes's default:
-	// 256 MiB.
+	// 512 MiB.
 	DefaultMaxInflightBytes = aggregator.DefaultMaxInflightBytes
 	// DefaultAggregatorBatchSize is Config.AggregatorBatchSize's default.
 	DefaultAggregatorBatchSize = aggregator.DefaultBatchSize

@@ -34,8 +34,8 @@ const (
 	// when Config.MaxResultBytes is 0.
 	DefaultMaxResultBytes = 64 << 20
 	// DefaultMaxInflightBytes bounds the message bytes the aggregator
-	// holds when Config.MaxInflightBytes is 0: 256 MiB.
-	DefaultMaxInflightBytes = 256 << 20
+	// holds when Config.MaxInflightBytes is 0: 512 MiB.
+	DefaultMaxInflightBytes = 512 << 20
 )
 
 // Config configures an Aggregator.

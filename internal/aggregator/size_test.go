@@ -101,8 +101,8 @@ func TestPrefetchFitsMaxInflightBytes(t *testing.T) {
 		cfg                 aggregator.Config
 		results, dead, size int
 	}{
-		{aggregator.Config{}, 48, 16, 32},
-		{aggregator.Config{MaxMessageBytes: mib}, 192, 64, 128},
+		{aggregator.Config{}, 96, 32, 64},
+		{aggregator.Config{MaxMessageBytes: mib}, 384, 128, 256},
 		{aggregator.Config{MaxMessageBytes: 64 << 10}, 512, 512, 256},
 		{aggregator.Config{BatchSize: 8, MaxInflightBytes: 1 << 30}, 16, 16, 8},
 		{aggregator.Config{MaxInflightBytes: 8 * mib}, 1, 1, 1},
