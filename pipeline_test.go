@@ -54,6 +54,8 @@ type testBundle struct {
 	// reconcileInterval and reconcileGrace, when set, are the servers'
 	// ReconcileInterval and ReconcileGrace.
 	reconcileInterval, reconcileGrace time.Duration
+	// relayWindow, when set, is the servers' RelayWindow.
+	relayWindow int
 	// passes, requeued and lost add up the reconcilers' passes and what
 	// they did.
 	passes, requeued, lost atomic.Int64
@@ -113,7 +115,7 @@ func (b *testBundle) startServer(t *testing.T, st store.Store) *server.Server {
 		AMQPURL: amqptest.URL(), Store: st, Prefix: b.names.Prefix, Listen: "127.0.0.1:0",
 		RelayPollInterval: 20 * time.Millisecond, CloseScanInterval: 200 * time.Millisecond,
 		AggregatorBatchSize: b.aggBatch, AggregatorLinger: b.aggLinger,
-		ReconcileInterval: b.reconcileInterval, ReconcileGrace: b.reconcileGrace,
+		ReconcileInterval: b.reconcileInterval, ReconcileGrace: b.reconcileGrace, RelayWindow: b.relayWindow,
 		Hooks: server.Hooks{
 			OnPublished: func(n int) { b.published.Add(int64(n)); b.ping() },
 			OnBatch: func(_ int, rep store.ApplyReport) {

@@ -130,6 +130,27 @@ type Policy struct {
 	// task message (1..MaxBatchSize); 0 and 1 mean one message per task.
 	// Every task keeps its own outcome, retries and dead letter.
 	BatchSize int
+	// Priority is the job's share of the relay's window (MinPriority to
+	// MaxPriority): the tasks published in each round are shared between
+	// the open jobs in proportion to their priorities, so a job of
+	// priority 20 gets twice the share of one of 10. 0 means
+	// DefaultPriority.
+	Priority int
+}
+
+// Job priorities (Policy.Priority).
+const (
+	MinPriority     = 1
+	MaxPriority     = 100
+	DefaultPriority = 10
+)
+
+// EffectivePriority returns Priority, or DefaultPriority when it is 0.
+func (p Policy) EffectivePriority() int {
+	if p.Priority == 0 {
+		return DefaultPriority
+	}
+	return p.Priority
 }
 
 // MaxBatchSize is the largest Policy.BatchSize (the wire protocol's
@@ -168,6 +189,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("task_timeout must be at least 1s, got %s", p.TaskTimeout)
 	case p.BatchSize < 0 || p.BatchSize > MaxBatchSize:
 		return fmt.Errorf("batch_size must be between 1 and %d, got %d", MaxBatchSize, p.BatchSize)
+	case p.Priority != 0 && (p.Priority < MinPriority || p.Priority > MaxPriority):
+		return fmt.Errorf("priority must be between %d and %d, got %d", MinPriority, MaxPriority, p.Priority)
 	}
 	return nil
 }

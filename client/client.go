@@ -95,8 +95,12 @@ type JobSpec struct {
 	TaskTimeout float64 `json:"task_timeout,omitempty"`
 	// BatchSize is how many consecutive tasks go out as one task message;
 	// 0 for one message per task.
-	BatchSize int             `json:"batch_size,omitempty"`
-	Metadata  json.RawMessage `json:"metadata,omitempty"`
+	BatchSize int `json:"batch_size,omitempty"`
+	// Priority is the job's share of the relay's window, 1 to 100 (0 for
+	// the server's default, 10): a job of priority 20 gets twice the share
+	// of one of 10 while both have tasks waiting.
+	Priority int             `json:"priority,omitempty"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
 	// IdempotencyKey is sent as the Idempotency-Key header: submitting the
 	// same key again returns the same job.
 	IdempotencyKey string `json:"-"`
@@ -180,6 +184,7 @@ type Job struct {
 	FailFast                bool            `json:"fail_fast"`
 	TaskTimeout             float64         `json:"task_timeout"`
 	BatchSize               int             `json:"batch_size"`
+	Priority                int             `json:"priority"`
 	Metadata                json.RawMessage `json:"metadata"`
 	CreatedAt               *time.Time      `json:"created_at"`
 	StartedAt               *time.Time      `json:"started_at"`

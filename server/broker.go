@@ -57,7 +57,14 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 		return nil, err
 	}
 	onPublished := s.cfg.Hooks.OnPublished
-	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names,
+	var depth func() (int, error)
+	if s.cfg.RelayWindow >= 0 {
+		// On the consumer connection: a publisher's connection that the
+		// broker blocks (a resource alarm) would not answer.
+		prober := broker.NewProber(bs.conConn)
+		depth = func() (int, error) { return prober.Ready(s.names.TasksQueue) }
+	}
+	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names, Window: s.cfg.RelayWindow, Depth: depth,
 		BatchSize: s.relayClaim(), PollInterval: s.cfg.RelayPollInterval, MaxMessageBytes: s.cfg.MaxMessageBytes,
 		Logger: s.log, OnFailed: func(n int) { s.failed.Add(float64(n)) }, OnReadyToClose: s.requestClose,
 		OnPublished: func(n int) {

@@ -55,6 +55,8 @@ const (
 	// DefaultMaxInflightBytes is Config.MaxInflightBytes's default:
 	// 512 MiB.
 	DefaultMaxInflightBytes = aggregator.DefaultMaxInflightBytes
+	// DefaultRelayWindow is Config.RelayWindow's default, in messages.
+	DefaultRelayWindow = relay.DefaultWindow
 	// DefaultAggregatorBatchSize is Config.AggregatorBatchSize's default.
 	DefaultAggregatorBatchSize = aggregator.DefaultBatchSize
 	// DefaultAggregatorLinger is Config.AggregatorLinger's default.
@@ -145,6 +147,15 @@ type Config struct {
 	// letters), and the relay claims at most half of it in payloads of
 	// MaxTaskBytes per round trip. 0 means DefaultMaxInflightBytes.
 	MaxInflightBytes int64
+	// RelayWindow is how many task messages the relay keeps ready in the
+	// work queue at most, ahead of the workers: the rest of the backlog
+	// stays in the store, and each round of the relay shares the room
+	// between the open jobs in proportion to their priorities
+	// (warren.Policy.Priority), so a small job never waits behind a big
+	// one's whole backlog. 0 means DefaultRelayWindow; -1 turns the window
+	// off: every pending task is published as fast as the broker takes it,
+	// still shared between the jobs round by round.
+	RelayWindow int
 	// RelayPollInterval is how long an idle relay waits before looking at
 	// the outbox again when nothing woke it; 0 means the relay's default.
 	RelayPollInterval time.Duration
@@ -286,6 +297,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("server: Config.AggregatorBatchSize must be >= 1, got %d", c.AggregatorBatchSize)
 	case c.AggregatorLinger < 0:
 		return fmt.Errorf("server: Config.AggregatorLinger must be >= 0, got %s", c.AggregatorLinger)
+	case c.RelayWindow < -1:
+		return fmt.Errorf("server: Config.RelayWindow must be >= -1 (-1: no window), got %d", c.RelayWindow)
 	case c.RelayPollInterval < 0 || c.CloseScanInterval < 0 || c.ReconcileInterval < 0:
 		return errors.New("server: Config.RelayPollInterval, CloseScanInterval and ReconcileInterval must be >= 0")
 	case c.ReconcileGrace < 0:

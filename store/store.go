@@ -61,18 +61,23 @@ type Store interface {
 	// transaction. A closed job: warren.ErrConflict.
 	CancelJob(ctx context.Context, id string) (warren.Job, error)
 
-	// RelayBatch claims up to limit unpublished (pending) tasks of open
-	// jobs (limit <= 0 meaning DefaultPageSize, as for the list methods),
-	// oldest job first and in task id order, and calls publish with them.
+	// RelayBatch is RelayRound with a round of limit tasks and limit
+	// messages (limit <= 0 meaning DefaultPageSize, as for the list
+	// methods).
+	RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []OutboxTask) ([]TaskRef, error)) (int, error)
+	// RelayRound claims unpublished (pending) tasks of open jobs, as much
+	// as round allows, shared between the jobs by Shares (in proportion
+	// to their priorities, a job's tasks in task id order, the jobs in
+	// turn), and calls publish with them, grouped by job.
 	// publish returns the tasks whose publishing the broker confirmed;
 	// exactly those are marked queued (with their queued_at), and a job
 	// whose tasks are all out moves from pending to running. Tasks publish
 	// did not return stay pending and are offered again later. The returned
 	// count is the number of tasks marked queued.
 	//
-	// Several relays may call RelayBatch at once on a store shared by
+	// Several relays may call RelayRound at once on a store shared by
 	// several processes (PostgreSQL) without being offered the same task.
-	RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []OutboxTask) ([]TaskRef, error)) (int, error)
+	RelayRound(ctx context.Context, round Round, publish func(ctx context.Context, tasks []OutboxTask) ([]TaskRef, error)) (int, error)
 
 	// ApplyOutcomes records a batch of task outcomes in ONE transaction.
 	// Each outcome is a guarded transition: it changes its task only if the

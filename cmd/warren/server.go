@@ -21,6 +21,7 @@ type serverFlags struct {
 	aggBatch    int
 	aggLinger   time.Duration
 	relayBatch  int
+	relayWindow int64
 	maxMessage  int64
 	maxInflight int64
 	shutdown    time.Duration
@@ -47,6 +48,8 @@ func (f *serverFlags) register(fs *flag.FlagSet, env *environment) {
 	fs.IntVar(&f.aggBatch, "aggregator-batch", server.DefaultAggregatorBatchSize, "results recorded per store transaction")
 	fs.DurationVar(&f.aggLinger, "aggregator-linger", server.DefaultAggregatorLinger, "how long a result batch waits to fill, once more than one result is waiting (a lone result is recorded at once)")
 	fs.IntVar(&f.relayBatch, "relay-batch", server.DefaultRelayBatchSize, "tasks published per outbox round trip")
+	fs.Int64Var(&f.relayWindow, "relay-window", f.envInt64(env, "WARREN_RELAY_WINDOW", server.DefaultRelayWindow),
+		"task messages kept ready in the work queue at most, shared between open jobs by priority; the backlog waits in the store; -1: no window (env WARREN_RELAY_WINDOW)")
 	fs.Int64Var(&f.maxMessage, "max-message-bytes", f.envInt64(env, "WARREN_MAX_MESSAGE_BYTES", server.DefaultMaxMessageBytes),
 		"largest message body published or read: task batches are cut short to stay under it, larger results are dead-lettered unread; "+
 			"keep it equal to the workers' and at or below RabbitMQ's max_message_size (env WARREN_MAX_MESSAGE_BYTES)")
@@ -74,6 +77,8 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 		return server.Config{}, fmt.Errorf("--max-body must be >= 1, got %d", f.maxBody)
 	case f.maxMessage < 1 || f.maxMessage > math.MaxInt32:
 		return server.Config{}, fmt.Errorf("--max-message-bytes must be between 1 and %d, got %d", math.MaxInt32, f.maxMessage)
+	case f.relayWindow < -1 || f.relayWindow == 0 || f.relayWindow > math.MaxInt32:
+		return server.Config{}, fmt.Errorf("--relay-window must be -1 (no window) or between 1 and %d, got %d", math.MaxInt32, f.relayWindow)
 	case f.maxInflight < 1:
 		return server.Config{}, fmt.Errorf("--max-inflight-bytes must be >= 1, got %d", f.maxInflight)
 	case f.maxResult < 1:
@@ -91,7 +96,7 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 		AMQPURL: f.amqpURL, DatabaseURL: f.databaseURL, Prefix: f.prefix, RetryTiers: tiers,
 		Listen: f.listen, Tokens: tokens, MaxBodyBytes: f.maxBody, ShutdownTimeout: f.shutdown,
 		MaxTaskBytes: f.maxTask, MaxResultBytes: int(f.maxResult), BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
-		RelayBatchSize: f.relayBatch, MaxMessageBytes: int(f.maxMessage), MaxInflightBytes: f.maxInflight, AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
+		RelayBatchSize: f.relayBatch, MaxMessageBytes: int(f.maxMessage), MaxInflightBytes: f.maxInflight, RelayWindow: int(f.relayWindow), AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
 		Logger: env.logger,
 	}, nil
 }

@@ -344,6 +344,8 @@ func decodeField(dec *json.Decoder, key string, sp *jobSpec) *apiError {
 		target = &sp.TaskTimeout
 	case "batch_size":
 		target = &sp.BatchSize
+	case "priority":
+		target = &sp.Priority
 	case "metadata":
 		target = &sp.Metadata
 	}

@@ -33,6 +33,7 @@ type jobJSON struct {
 	FailFast                bool            `json:"fail_fast"`
 	TaskTimeout             float64         `json:"task_timeout"`
 	BatchSize               int             `json:"batch_size"`
+	Priority                int             `json:"priority"`
 	Metadata                json.RawMessage `json:"metadata"` // null when absent
 	CreatedAt               time.Time       `json:"created_at"`
 	StartedAt               *time.Time      `json:"started_at"`
@@ -97,6 +98,7 @@ func toJobJSON(j warren.Job) jobJSON {
 		FailFast:                j.Policy.FailFast,
 		TaskTimeout:             j.Policy.EffectiveTaskTimeout().Seconds(),
 		BatchSize:               j.Policy.EffectiveBatchSize(),
+		Priority:                j.Policy.EffectivePriority(),
 		Metadata:                j.Metadata,
 		CreatedAt:               j.CreatedAt.UTC(),
 		StartedAt:               utc(j.StartedAt),

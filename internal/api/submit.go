@@ -47,6 +47,7 @@ var specFields = map[string]string{
 	"fail_fast":                 "a boolean",
 	"task_timeout":              "a number of seconds",
 	"batch_size":                "an integer",
+	"priority":                  "an integer",
 	"metadata":                  "an object",
 }
 
@@ -61,6 +62,7 @@ type jobSpec struct {
 	FailFast                bool
 	TaskTimeout             *float64
 	BatchSize               *int
+	Priority                *int
 	Metadata                json.RawMessage
 }
 
@@ -203,6 +205,13 @@ func (sp jobSpec) newJob(r rules) (store.NewJob, *apiError) {
 				"batch_size must be between 1 and %d, got %d", warren.MaxBatchSize, *sp.BatchSize)
 		}
 		p.BatchSize = *sp.BatchSize
+	}
+	if sp.Priority != nil {
+		if *sp.Priority < warren.MinPriority || *sp.Priority > warren.MaxPriority {
+			return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation,
+				"priority must be between %d and %d, got %d", warren.MinPriority, warren.MaxPriority, *sp.Priority)
+		}
+		p.Priority = *sp.Priority
 	}
 	if err := p.Validate(); err != nil {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "%v", err)

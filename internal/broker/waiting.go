@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -53,4 +54,50 @@ func waiting(conn *amqp.Connection, queues []string) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// Prober reads the depth of queues on one channel of its own, opened on
+// first use and again after an error (a failed passive declare closes its
+// channel). It is safe for concurrent use; its calls take turns.
+type Prober struct {
+	conn *amqp.Connection
+	mu   sync.Mutex
+	ch   *amqp.Channel
+}
+
+// NewProber returns a prober of queues on conn, which the caller keeps
+// open.
+func NewProber(conn *amqp.Connection) *Prober { return &Prober{conn: conn} }
+
+// Ready returns the number of messages ready for delivery in queue (not
+// those delivered and unacknowledged), with a passive declare. A queue
+// that does not exist or a closed connection is an error; the broker's
+// answer is bounded by the connection's heartbeat.
+func (p *Prober) Ready(queue string) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch == nil || p.ch.IsClosed() {
+		ch, err := p.conn.Channel()
+		if err != nil {
+			return 0, fmt.Errorf("broker: open a channel to read queue depths: %w", err)
+		}
+		p.ch = ch
+	}
+	info, err := p.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		_ = p.ch.Close()
+		p.ch = nil
+		return 0, fmt.Errorf("broker: read the depth of %q: %w", queue, err)
+	}
+	return info.Messages, nil
+}
+
+// Close closes the prober's channel, if it has one.
+func (p *Prober) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch != nil {
+		_ = p.ch.Close()
+		p.ch = nil
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,11 @@ const (
 	// DefaultMaxMessageBytes is 4 MiB: well under RabbitMQ 4's default
 	// max_message_size (16 MiB; 3.x: 128 MiB).
 	DefaultMaxMessageBytes = 4 << 20
+	// DefaultWindow is Config.Window's default, in messages.
+	DefaultWindow = 1000
+	// windowPoll is how long a relay whose window is full waits before it
+	// reads the work queue's depth again.
+	windowPoll = 10 * time.Millisecond
 )
 
 // Config configures a Relay.
@@ -66,6 +72,19 @@ type Config struct {
 	// task is failed. Keep it at or below the broker's max_message_size.
 	// 0 means DefaultMaxMessageBytes.
 	MaxMessageBytes int
+	// Window is how many task messages the relay keeps ready in the work
+	// queue at most, ahead of the workers: it publishes only what brings
+	// the queue's ready messages (Depth) up to Window, shared between the
+	// open jobs by priority (store.Shares), and leaves the rest of the
+	// backlog in the store. A small job submitted behind a big one thus
+	// waits behind at most Window messages. 0 means DefaultWindow; it
+	// applies only when Depth is set.
+	Window int
+	// Depth, when set, returns the number of messages ready in the work
+	// queue (broker.Prober.Ready); nil means no window: every pending task
+	// is published as fast as the broker confirms it. An error is logged
+	// and the round goes on as if the queue were empty.
+	Depth func() (int, error)
 	// Logger receives the relay's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// OnPublished, when set, is called after each batch with the number of
@@ -92,6 +111,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.Window <= 0 {
+		c.Window = DefaultWindow
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -134,6 +156,10 @@ var retryPolicy = backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Seco
 type Relay struct {
 	cfg  Config
 	wake []chan struct{} // one per loop of Run
+	// inflight is how many tasks the loops have claimed and not yet
+	// published: the work queue's depth does not show them yet, so a
+	// round's room leaves them out.
+	inflight atomic.Int64
 }
 
 // New returns a relay; it does nothing until Run.
@@ -189,7 +215,7 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
 	retry := backoff.New(retryPolicy)
 	for {
-		_, claimed, err := r.relayOnce(ctx)
+		_, claimed, full, err := r.relayOnce(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -207,14 +233,19 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
 			continue
 		}
 		retry.Reset()
-		if claimed == r.cfg.BatchSize {
+		if claimed > 0 {
 			continue // more may be waiting
+		}
+		wait := r.cfg.PollInterval
+		if full {
+			// Tasks wait in the store for room in the work queue.
+			wait = windowPoll
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-wake:
-		case <-time.After(r.cfg.PollInterval):
+		case <-time.After(wait):
 		}
 	}
 }
@@ -226,15 +257,22 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
 // returned. Tasks whose message can never be published are failed in the
 // store (see Config.MaxMessageBytes).
 func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
-	n, _, err := r.relayOnce(ctx)
+	n, _, _, err := r.relayOnce(ctx)
 	return n, err
 }
 
-// relayOnce is RelayOnce, also returning how many tasks the store offered.
-func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, err error) {
+// relayOnce is RelayOnce, also returning how many tasks the store offered
+// and whether the window was too full to claim any.
+func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full bool, err error) {
+	round, full := r.round()
+	if full {
+		return 0, 0, true, nil
+	}
 	var failed []failure
-	n, err := r.cfg.Store.RelayBatch(ctx, r.cfg.BatchSize, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+	n, err := r.cfg.Store.RelayRound(ctx, round, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
 		claimed = len(tasks)
+		r.inflight.Add(int64(claimed))
+		defer r.inflight.Add(-int64(claimed))
 		rd := r.publish(ctx, tasks)
 		failed = rd.failed
 		return rd.result(r.cfg.Logger, len(tasks))
@@ -243,12 +281,35 @@ func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, err error) 
 	// until it returns, and failing a task writes its row.
 	failErr := r.fail(ctx, failed)
 	if err != nil {
-		return 0, claimed, err
+		return 0, claimed, false, err
 	}
 	if n > 0 && r.cfg.OnPublished != nil {
 		r.cfg.OnPublished(n)
 	}
-	return n, claimed, failErr
+	return n, claimed, false, failErr
+}
+
+// round is what the next round may claim: at most BatchSize tasks, and,
+// with a window, the messages that bring the work queue's ready messages
+// (and the tasks other rounds are publishing) up to Window. full says
+// that there is too little room for a round worth its store round trip:
+// less than a tenth of the window.
+func (r *Relay) round() (store.Round, bool) {
+	round := store.Round{Messages: r.cfg.BatchSize, Tasks: r.cfg.BatchSize}
+	if r.cfg.Depth == nil {
+		return round, false
+	}
+	ready, err := r.cfg.Depth()
+	if err != nil {
+		r.cfg.Logger.Warn("relay: cannot read the work queue's depth; publishing as if it were empty", "error", err)
+		ready = 0
+	}
+	room := r.cfg.Window - ready - int(r.inflight.Load())
+	if room < max(1, r.cfg.Window/10) {
+		return round, true
+	}
+	round.Messages = room
+	return round, false
 }
 
 // BacklogCollector is a Prometheus collector of warren_relay_backlog: the

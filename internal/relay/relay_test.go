@@ -137,8 +137,8 @@ type failingMark struct{ store.Store }
 
 var errCrash = errors.New("crashed before marking")
 
-func (f failingMark) RelayBatch(ctx context.Context, limit int, publish func(context.Context, []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
-	return f.Store.RelayBatch(ctx, limit, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+func (f failingMark) RelayRound(ctx context.Context, round store.Round, publish func(context.Context, []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
+	return f.Store.RelayRound(ctx, round, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
 		if _, err := publish(ctx, tasks); err != nil {
 			return nil, err
 		}

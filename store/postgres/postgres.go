@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,6 +42,8 @@ const defaultConnectTimeout = 10 * time.Second
 type Store struct {
 	pool *pgxpool.Pool
 	now  func() time.Time
+	// turn is the next relay round's turn (store.Shares).
+	turn atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)

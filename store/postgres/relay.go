@@ -15,26 +15,33 @@ import (
 	"github.com/warrenhq/warren/store"
 )
 
-// RelayBatch claims up to limit pending tasks of open jobs, in (job_id,
-// task_id) order, and calls publish with them while holding their row
-// locks. Claiming skips rows another relay holds (FOR UPDATE SKIP LOCKED),
-// so concurrent relays, in one process or many, are never offered the same
-// task. Exactly the claimed tasks that publish returns are marked queued,
-// and a job left with no pending task moves from pending to running, in the
-// same transaction.
+// RelayBatch is RelayRound with a round of limit tasks and messages;
+// limit <= 0 means store.DefaultPageSize.
+func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
+	limit = store.PageSize(limit)
+	return s.RelayRound(ctx, store.Round{Messages: limit, Tasks: limit}, publish)
+}
+
+// RelayRound claims the pending tasks of open jobs that round allows,
+// shared between the jobs by store.Shares, and calls publish with them
+// while holding their row locks. Claiming skips rows another relay holds
+// (FOR UPDATE SKIP LOCKED), so concurrent relays, in one process or many,
+// are never offered the same task. Exactly the claimed tasks that publish
+// returns are marked queued, and a job left with no pending task moves
+// from pending to running, in the same transaction.
 //
 // An error from publish marks nothing, even tasks it returned as
 // confirmed: they are offered again, and the aggregator ignores the
 // duplicate results a second publish can cause. The error is returned as it
-// is. limit <= 0 means store.DefaultPageSize.
-func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
+// is.
+func (s *Store) RelayRound(ctx context.Context, round store.Round, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: relay: %w", err)
 	}
 	defer rollback(ctx, tx)
 
-	tasks, err := claimPending(ctx, tx, store.PageSize(limit))
+	tasks, err := s.claimPending(ctx, tx, round)
 	if err != nil || len(tasks) == 0 {
 		return 0, err
 	}
@@ -59,15 +66,33 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx cont
 	return n, nil
 }
 
-// claimPending locks and returns up to limit pending tasks of open jobs.
-func claimPending(ctx context.Context, tx pgx.Tx, limit int) ([]store.OutboxTask, error) {
+// claimPending locks and returns the pending tasks of open jobs that
+// round allows, shared between the jobs by store.Shares, grouped by job.
+func (s *Store) claimPending(ctx context.Context, tx pgx.Tx, round store.Round) ([]store.OutboxTask, error) {
+	jobs, err := pendingJobs(ctx, tx, round.Tasks)
+	if err != nil || len(jobs) == 0 {
+		return nil, err
+	}
+	shares := store.Shares(round, jobs, int(s.turn.Add(1)-1))
+	ids := make([]string, 0, len(jobs))
+	limits := make([]int32, 0, len(jobs))
+	for i, j := range jobs {
+		if shares[i] > 0 {
+			ids = append(ids, j.ID)
+			limits = append(limits, int32(shares[i]))
+		}
+	}
 	rows, err := tx.Query(ctx, `
-		SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size, t.generation, j.task_timeout_ms
-		FROM tasks t JOIN jobs j ON j.id = t.job_id
-		WHERE t.state = 'pending' AND j.state IN ('pending', 'running')
-		ORDER BY t.job_id, t.task_id
-		LIMIT $1
-		FOR UPDATE OF t SKIP LOCKED`, limit)
+		SELECT c.job_id, c.task_id, j.type, c.payload, j.max_retries, c.attempts, j.batch_size, c.generation, j.task_timeout_ms
+		FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS q(job_id, n, ord)
+		CROSS JOIN LATERAL (
+			SELECT t.job_id, t.task_id, t.payload, t.attempts, t.generation FROM tasks t
+			WHERE t.job_id = q.job_id AND t.state = 'pending'
+			ORDER BY t.task_id
+			LIMIT q.n
+			FOR UPDATE SKIP LOCKED) c
+		JOIN jobs j ON j.id = c.job_id AND j.state IN ('pending', 'running')
+		ORDER BY q.ord, c.task_id`, ids, limits)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: relay: claim tasks: %w", err)
 	}
@@ -86,6 +111,36 @@ func claimPending(ctx context.Context, tx pgx.Tx, limit int) ([]store.OutboxTask
 		return nil, fmt.Errorf("postgres: relay: claim tasks: %w", err)
 	}
 	return tasks, nil
+}
+
+// pendingJobs returns the open jobs with pending tasks, oldest first, each
+// with its pending tasks counted up to limit (an index range of at most
+// limit rows per job).
+func pendingJobs(ctx context.Context, tx pgx.Tx, limit int) ([]store.PendingJob, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT j.id, j.priority, j.batch_size,
+			(SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT $1) p)
+		FROM jobs j
+		WHERE j.state IN ('pending', 'running')
+		ORDER BY j.created_at, j.id`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: relay: pending jobs: %w", err)
+	}
+	all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.PendingJob, error) {
+		var j store.PendingJob
+		err := row.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Pending)
+		return j, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: relay: pending jobs: %w", err)
+	}
+	jobs := all[:0]
+	for _, j := range all {
+		if j.Pending > 0 {
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs, nil
 }
 
 // confirmedRefs keeps the refs publish returned that name a claimed task,

@@ -13,7 +13,9 @@ import (
 	"github.com/warrenhq/warren/store"
 )
 
-func TestRelayBatchOldestJobFirstInTaskOrder(t *testing.T) {
+// A round is shared between the open jobs (store.Shares), each job's
+// tasks in task id order, the jobs in creation order.
+func TestRelayBatchSharesBetweenJobsInTaskOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	first := b.createJob(t, 3, defaultPolicy)
@@ -32,17 +34,19 @@ func TestRelayBatchOldestJobFirstInTaskOrder(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
 	require.Equal(t, []store.TaskRef{
-		{JobID: first.ID, TaskID: 1}, {JobID: first.ID, TaskID: 2}, {JobID: first.ID, TaskID: 3},
-		{JobID: second.ID, TaskID: 1},
+		{JobID: first.ID, TaskID: 1}, {JobID: first.ID, TaskID: 2},
+		{JobID: second.ID, TaskID: 1}, {JobID: second.ID, TaskID: 2},
 	}, offered)
 
-	got, err := b.store.GetJob(b.ctx, first.ID)
+	n, err = b.store.RelayBatch(b.ctx, 4, publishAll)
 	require.NoError(t, err)
-	require.Equal(t, warren.JobRunning, got.State, "every task of the first job is out")
-	require.NotNil(t, got.StartedAt)
-	got, err = b.store.GetJob(b.ctx, second.ID)
-	require.NoError(t, err)
-	require.Equal(t, warren.JobPending, got.State)
+	require.Equal(t, 2, n, "the last task of each")
+	for _, id := range []string{first.ID, second.ID} {
+		got, err := b.store.GetJob(b.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, warren.JobRunning, got.State, "every task of the job is out")
+		require.NotNil(t, got.StartedAt)
+	}
 }
 
 func TestRelayBatchMarksOnlyConfirmedTasks(t *testing.T) {

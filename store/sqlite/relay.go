@@ -10,8 +10,16 @@ import (
 	"github.com/warrenhq/warren/store"
 )
 
-// RelayBatch offers up to limit pending tasks of open jobs (oldest job
-// first, task id order) to publish and marks queued those publish returns.
+// RelayBatch is RelayRound with a round of limit tasks and messages;
+// limit <= 0 means store.DefaultPageSize.
+func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
+	limit = store.PageSize(limit)
+	return s.RelayRound(ctx, store.Round{Messages: limit, Tasks: limit}, publish)
+}
+
+// RelayRound offers the pending tasks of open jobs that round allows,
+// shared between the jobs by store.Shares, to publish and marks queued
+// those publish returns.
 //
 // SQLite has one writer, so no write transaction is held while publish
 // talks to the broker: the candidates are read, published, then marked in a
@@ -19,17 +27,15 @@ import (
 // or finished meanwhile is left alone). Calls are serialised in-process, so
 // two relays of one store are never offered the same task. A ref publish
 // returns that was not offered is ignored. An error from publish marks
-// nothing and is returned as it is. limit <= 0 means
-// store.DefaultPageSize.
-func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
-	limit = store.PageSize(limit)
+// nothing and is returned as it is.
+func (s *Store) RelayRound(ctx context.Context, round store.Round, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
 	select {
 	case s.relay <- struct{}{}:
 		defer func() { <-s.relay }()
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	tasks, err := s.outbox(ctx, limit)
+	tasks, err := s.outbox(ctx, round)
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: relay: %w", err)
 	}
@@ -50,27 +56,72 @@ func (s *Store) RelayBatch(ctx context.Context, limit int, publish func(ctx cont
 	return n, nil
 }
 
-// outboxSQL selects up to ?1 pending tasks of open jobs, oldest job first.
-// jobs_open walks the open jobs in seq order and tasks_by_state a job's
-// pending tasks in task id order, so only the rows returned are read and
-// nothing is sorted; left to itself the planner may pick jobs_by_state and
-// sort every pending task of every open job on each call.
-const outboxSQL = `SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size, t.generation, j.task_timeout_ms
+// pendingJobsSQL lists the open jobs, oldest first, with their pending
+// tasks counted up to ?1. jobs_open walks the open jobs in seq order and
+// tasks_by_state counts a job's pending range, reading at most ?1 rows of
+// it.
+const pendingJobsSQL = `SELECT j.id, j.priority, j.batch_size,
+	(SELECT count(*) FROM (SELECT 1 FROM tasks AS t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT ?1))
 	FROM jobs AS j INDEXED BY jobs_open
-	JOIN tasks AS t ON t.job_id = j.id AND t.state = 'pending'
 	WHERE j.state IN ('pending', 'running')
-	ORDER BY j.seq, t.task_id
-	LIMIT ?`
+	ORDER BY j.seq`
 
-// outbox reads up to limit pending tasks of open jobs, oldest job first.
+// outboxSQL selects up to ?2 pending tasks of job ?1, in task id order.
+const outboxSQL = `SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size, t.generation, j.task_timeout_ms
+	FROM tasks AS t JOIN jobs AS j ON j.id = t.job_id
+	WHERE t.job_id = ?1 AND t.state = 'pending' AND j.state IN ('pending', 'running')
+	ORDER BY t.task_id
+	LIMIT ?2`
 
-func (s *Store) outbox(ctx context.Context, limit int) ([]store.OutboxTask, error) {
-	rows, err := s.r.QueryContext(ctx, outboxSQL, limit)
+// outbox reads the pending tasks of open jobs that round allows, shared
+// between the jobs by store.Shares, grouped by job.
+func (s *Store) outbox(ctx context.Context, round store.Round) ([]store.OutboxTask, error) {
+	jobs, err := s.pendingJobs(ctx, round.Tasks)
+	if err != nil || len(jobs) == 0 {
+		return nil, err
+	}
+	shares := store.Shares(round, jobs, int(s.turn.Add(1)-1))
+	var tasks []store.OutboxTask
+	for i, j := range jobs {
+		if shares[i] == 0 {
+			continue
+		}
+		if tasks, err = s.jobOutbox(ctx, tasks, j.ID, shares[i]); err != nil {
+			return nil, err
+		}
+	}
+	return tasks, nil
+}
+
+// pendingJobs returns the open jobs with pending tasks, oldest first, each
+// with its pending tasks counted up to limit.
+func (s *Store) pendingJobs(ctx context.Context, limit int) ([]store.PendingJob, error) {
+	rows, err := s.r.QueryContext(ctx, pendingJobsSQL, limit)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var tasks []store.OutboxTask
+	var jobs []store.PendingJob
+	for rows.Next() {
+		var j store.PendingJob
+		if err := rows.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Pending); err != nil {
+			return nil, err
+		}
+		if j.Pending > 0 {
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs, rows.Err()
+}
+
+// jobOutbox appends up to limit pending tasks of job id, in task id
+// order, to tasks.
+func (s *Store) jobOutbox(ctx context.Context, tasks []store.OutboxTask, id string, limit int) ([]store.OutboxTask, error) {
+	rows, err := s.r.QueryContext(ctx, outboxSQL, id, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
 	for rows.Next() {
 		var (
 			t         store.OutboxTask

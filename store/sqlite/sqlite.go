@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite" // also registers the "sqlite" driver
@@ -38,9 +39,11 @@ const readers = 4
 type Store struct {
 	w *sql.DB // one connection: every write transaction
 	r *sql.DB // a pool for reads
-	// relay serialises RelayBatch: a task is offered to one publisher at a
-	// time (see RelayBatch).
+	// relay serialises RelayRound: a task is offered to one publisher at a
+	// time (see RelayRound).
 	relay chan struct{}
+	// turn is the next relay round's turn (store.Shares).
+	turn atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)

@@ -44,13 +44,13 @@ func testCounts(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Zero(t, n)
 
 		newJob(t, s, 5)
+		relay(t, s, 4)
 		cancelled := newJob(t, s, 3)
 		newJob(t, s, 2)
 		n, err = s.Backlog(t.Context())
 		require.NoError(t, err)
-		require.Equal(t, int64(10), n)
+		require.Equal(t, int64(6), n, "one task of the first job, three of the second and two of the third")
 
-		relay(t, s, 4)
 		_, err = s.CancelJob(t.Context(), cancelled.ID)
 		require.NoError(t, err)
 		n, err = s.Backlog(t.Context())

@@ -433,8 +433,8 @@ func testCancelJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		t.Parallel()
 		s := newStore(t)
 		job := newJob(t, s, 4)
-		other := newJob(t, s, 1)
 		relay(t, s, 2)
+		other := newJob(t, s, 1)
 		apply(t, s, completed(job.ID, 1, `1`))
 
 		cancelled, err := s.CancelJob(t.Context(), job.ID)

@@ -54,6 +54,43 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Empty(t, relay(t, s, 10), "nothing is left to publish")
 	})
 
+	t.Run("SharesARoundByPriority", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		a := newJob(t, s, 10)
+		b := createJob(t, s, store.NewJob{Policy: warren.Policy{Priority: 30}}, 10)
+		c := createJob(t, s, store.NewJob{Policy: warren.Policy{BatchSize: 4}}, 10)
+		require.Equal(t, 30, getJob(t, s, b.ID).Policy.Priority)
+		require.Zero(t, getJob(t, s, a.ID).Policy.Priority, "0 is the default priority")
+
+		var offered []store.OutboxTask
+		n, err := s.RelayRound(t.Context(), store.Round{Messages: 10, Tasks: 100}, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+			offered = tasks
+			return publishAll(ctx, tasks)
+		})
+		require.NoError(t, err)
+		// Weights 10, 30 and 10 of 10 messages: 2, 6 and 2 messages, of one
+		// task for a and b, of 4 tasks for c.
+		want := append(append(refs(a.ID, 1, 2), refs(b.ID, 1, 2, 3, 4, 5, 6)...), refs(c.ID, 1, 2, 3, 4, 5, 6, 7, 8)...)
+		require.Equal(t, want, offeredRefs(offered))
+		require.Equal(t, len(want), n)
+	})
+
+	t.Run("ServesJobsInTurn", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		jobs := []warren.Job{newJob(t, s, 3), newJob(t, s, 3), newJob(t, s, 3)}
+		served := map[string]int{}
+		for range 6 {
+			offered := relay(t, s, 1)
+			require.Len(t, offered, 1, "one message per round")
+			served[offered[0].JobID]++
+		}
+		for _, j := range jobs {
+			require.Equal(t, 2, served[j.ID], "rounds of one message serve the jobs in turn")
+		}
+	})
+
 	t.Run("CarriesTheJobsTaskTimeout", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)

@@ -1,0 +1,75 @@
+package store_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren/store"
+)
+
+func job(id string, priority, batch, pending int) store.PendingJob {
+	return store.PendingJob{ID: id, Priority: priority, BatchSize: batch, Pending: pending}
+}
+
+func TestSharesSplitsARoundByPriority(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		round store.Round
+		jobs  []store.PendingJob
+		turn  int
+		want  []int
+	}{
+		{"a small job beside a big one gets all it has", store.Round{Messages: 100, Tasks: 500},
+			[]store.PendingJob{job("big", 10, 1, 500), job("small", 10, 1, 5)}, 0, []int{95, 5}},
+		{"equal priorities share equally", store.Round{Messages: 100, Tasks: 500},
+			[]store.PendingJob{job("a", 10, 1, 500), job("b", 10, 1, 500)}, 0, []int{50, 50}},
+		{"priority 30 gets three times priority 10", store.Round{Messages: 100, Tasks: 500},
+			[]store.PendingJob{job("a", 10, 1, 500), job("b", 30, 1, 500)}, 0, []int{25, 75}},
+		{"shares are whole messages of each job's batch size", store.Round{Messages: 10, Tasks: 500},
+			[]store.PendingJob{job("batched", 10, 32, 500), job("single", 10, 1, 500)}, 0, []int{160, 5}},
+		{"the task cap holds", store.Round{Messages: 100, Tasks: 60},
+			[]store.PendingJob{job("a", 10, 1, 500), job("b", 10, 1, 500)}, 0, []int{50, 10}},
+		{"more jobs than messages: the turn says who goes first", store.Round{Messages: 2, Tasks: 500},
+			[]store.PendingJob{job("a", 10, 1, 9), job("b", 10, 1, 9), job("c", 10, 1, 9)}, 1, []int{0, 1, 1}},
+		{"the turn wraps", store.Round{Messages: 2, Tasks: 500},
+			[]store.PendingJob{job("a", 10, 1, 9), job("b", 10, 1, 9), job("c", 10, 1, 9)}, 5, []int{1, 0, 1}},
+		{"nothing to share", store.Round{Messages: 0, Tasks: 500}, []store.PendingJob{job("a", 10, 1, 9)}, 0, []int{0}},
+		{"no jobs", store.Round{Messages: 10, Tasks: 10}, nil, 0, []int{}},
+	} {
+		got := store.Shares(c.round, c.jobs, c.turn)
+		require.Equal(t, c.want, got, c.name)
+	}
+}
+
+// Whatever the jobs, no share is more than the job has pending, the round's
+// tasks are never exceeded, its messages are not exceeded by more than
+// one message per job, and every message the round allows is used while
+// some job has tasks left.
+func TestSharesInvariants(t *testing.T) {
+	t.Parallel()
+	for seed := range 2000 {
+		x := uint64(seed)*2654435761 + 1
+		next := func(n int) int { x ^= x << 13; x ^= x >> 7; x ^= x << 17; return int(x % uint64(n)) }
+		jobs := make([]store.PendingJob, next(6))
+		pendingTotal := 0
+		for i := range jobs {
+			jobs[i] = job("j", 1+next(100), 1+next(40), next(300))
+			pendingTotal += jobs[i].Pending
+		}
+		r := store.Round{Messages: next(200), Tasks: next(600)}
+		shares := store.Shares(r, jobs, next(10))
+		total, messages := 0, 0
+		for i, s := range shares {
+			require.LessOrEqual(t, s, jobs[i].Pending)
+			total += s
+			messages += (s + jobs[i].BatchSize - 1) / jobs[i].BatchSize
+		}
+		require.LessOrEqual(t, total, r.Tasks)
+		require.LessOrEqual(t, messages, r.Messages+len(jobs))
+		if messages < r.Messages && total < r.Tasks {
+			require.Equal(t, min(pendingTotal, r.Tasks), total, "room left while tasks wait: %+v %+v %v", r, jobs, shares)
+		}
+	}
+}
