@@ -38,6 +38,10 @@ type report struct {
 	WallS float64 `json:"wall_s"`
 	// TasksPerS is Tasks / TotalS.
 	TasksPerS float64 `json:"tasks_per_s"`
+	// MaxQueueMessages is the most messages seen ready in the work queue,
+	// read at each poll of the job: what the relay's window lets RabbitMQ
+	// hold (-1 when the queue could not be read).
+	MaxQueueMessages int `json:"max_queue_messages"`
 	// MaxPeakRSSMB is the largest PeakRSSMB of Processes.
 	MaxPeakRSSMB float64      `json:"max_peak_rss_mb"`
 	Processes    []procReport `json:"processes"`
@@ -78,6 +82,7 @@ func printTable(w io.Writer, r report) {
 	row("submit start -> closed seen", "%.3f s (wall)", r.WallS)
 	row("tasks/s", "%.0f (tasks / (finished_at - created_at))", r.TasksPerS)
 	row("max peak RSS", "%.1f MB", r.MaxPeakRSSMB)
+	row("most messages ready in the queue", "%d (read every %s)", r.MaxQueueMessages, pollEvery)
 	fmt.Fprintln(w)
 
 	// Numbers align right; names, padded to one width here, stay left.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/warrenhq/warren/client"
+	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/protocol"
 )
 
@@ -197,6 +198,7 @@ func (r *runner) measure(ctx context.Context) (report, error) {
 	}
 	r.sampler.finish()
 	job := w.job
+	rep.MaxQueueMessages = w.maxReady
 	rep.State, rep.CompletedTasks, rep.FailedTasks = string(job.State), job.CompletedTasks, job.FailedTasks
 	rep.WallS = round(w.closedSeen.Sub(start).Seconds(), 3)
 	if !w.firstResult.IsZero() {
@@ -273,7 +275,10 @@ func (r *runner) submit(ctx context.Context, specPath string) (submitted, error)
 
 // waited is what waitClosed observed.
 type waited struct {
-	job         client.Job
+	job client.Job
+	// maxReady is the most messages seen ready in the work queue; -1 when
+	// it could not be read.
+	maxReady    int
 	firstResult time.Time // first poll that saw a finished task
 	closedSeen  time.Time // first poll that saw the job closed
 }
@@ -283,10 +288,17 @@ type waited struct {
 // pollGiveUp, or when ctx ends.
 func (r *runner) waitClosed(ctx context.Context, id string, start time.Time) (waited, error) {
 	c := client.New(r.apiURL)
+	var w waited
+	conn, err := broker.Dial(ctx, r.cfg.amqpURL, "warren scale (depth) "+r.names.Prefix)
+	if err != nil {
+		return w, err
+	}
+	defer conn.Close()
+	prober := broker.NewProber(conn)
+	defer prober.Close()
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	var (
-		w        waited
 		lastOK   = time.Now()
 		lastLine = time.Now()
 		lastDone int64
@@ -294,6 +306,11 @@ func (r *runner) waitClosed(ctx context.Context, id string, start time.Time) (wa
 		lastSeen client.Job
 	)
 	for {
+		if ready, err := prober.Ready(r.names.TasksQueue); err != nil {
+			w.maxReady = -1
+		} else if w.maxReady >= 0 {
+			w.maxReady = max(w.maxReady, ready)
+		}
 		job, err := c.Get(ctx, id)
 		now := time.Now()
 		switch {
