@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/warrenhq/warren/protocol"
 )
 
 // JobState is the lifecycle state of a job.
@@ -136,6 +138,10 @@ type Policy struct {
 	// priority 20 gets twice the share of one of 10. 0 means
 	// DefaultPriority.
 	Priority int
+	// Queue is the work queue the job's tasks go to (protocol.CheckQueueName:
+	// lowercase letters, digits, '-' and '_'); workers consume the queues
+	// they serve. "" means protocol.DefaultQueue.
+	Queue string
 }
 
 // Job priorities (Policy.Priority).
@@ -191,6 +197,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("batch_size must be between 1 and %d, got %d", MaxBatchSize, p.BatchSize)
 	case p.Priority != 0 && (p.Priority < MinPriority || p.Priority > MaxPriority):
 		return fmt.Errorf("priority must be between %d and %d, got %d", MinPriority, MaxPriority, p.Priority)
+	case p.Queue != "" && protocol.CheckQueueName(p.Queue) != nil:
+		return fmt.Errorf("queue: %v", protocol.CheckQueueName(p.Queue))
 	}
 	return nil
 }
@@ -275,3 +283,6 @@ var (
 	// for example cancelling a closed job.
 	ErrConflict = errors.New("warren: conflict with the job's state")
 )
+
+// EffectiveQueue returns Queue, or protocol.DefaultQueue when it is empty.
+func (p Policy) EffectiveQueue() string { return protocol.QueueOrDefault(p.Queue) }

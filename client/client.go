@@ -99,7 +99,10 @@ type JobSpec struct {
 	// Priority is the job's share of the relay's window, 1 to 100 (0 for
 	// the server's default, 10): a job of priority 20 gets twice the share
 	// of one of 10 while both have tasks waiting.
-	Priority int             `json:"priority,omitempty"`
+	Priority int `json:"priority,omitempty"`
+	// Queue is the work queue the job's tasks go to ("" for "default");
+	// workers consume the queues they serve.
+	Queue    string          `json:"queue,omitempty"`
 	Metadata json.RawMessage `json:"metadata,omitempty"`
 	// IdempotencyKey is sent as the Idempotency-Key header: submitting the
 	// same key again returns the same job.
@@ -185,6 +188,7 @@ type Job struct {
 	TaskTimeout             float64         `json:"task_timeout"`
 	BatchSize               int             `json:"batch_size"`
 	Priority                int             `json:"priority"`
+	Queue                   string          `json:"queue"`
 	Metadata                json.RawMessage `json:"metadata"`
 	CreatedAt               *time.Time      `json:"created_at"`
 	StartedAt               *time.Time      `json:"started_at"`

@@ -57,14 +57,16 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 		return nil, err
 	}
 	onPublished := s.cfg.Hooks.OnPublished
-	var depth func() (int, error)
+	var depth func(q string) (int, error)
 	if s.cfg.RelayWindow >= 0 {
 		// On the consumer connection: a publisher's connection that the
 		// broker blocks (a resource alarm) would not answer.
 		prober := broker.NewProber(bs.conConn)
-		depth = func() (int, error) { return prober.Ready(s.names.TasksQueue) }
+		depth = func(q string) (int, error) { return prober.Ready(s.names.WorkQueue(q)) }
 	}
-	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names, Window: s.cfg.RelayWindow, Depth: depth,
+	topo := &broker.TopologyOptions{RetryTiers: s.tiers, DeliveryLimit: s.cfg.DeliveryLimit, Logger: s.log}
+	declare := func(q string) error { return broker.DeclareWorkQueue(bs.conConn, s.names, q, topo) }
+	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names, Window: s.cfg.RelayWindow, Depth: depth, Declare: declare,
 		BatchSize: s.relayClaim(), PollInterval: s.cfg.RelayPollInterval, MaxMessageBytes: s.cfg.MaxMessageBytes,
 		Logger: s.log, OnFailed: func(n int) { s.failed.Add(float64(n)) }, OnReadyToClose: s.requestClose,
 		OnPublished: func(n int) {
@@ -163,15 +165,28 @@ func (s *Server) queuesBusy(ctx context.Context) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, busyCheckTimeout)
 	defer cancel()
-	queues := append([]string{s.names.ResultsQueue, s.names.DeadQueue}, s.tierQueues()...)
-	return broker.Waiting(ctx, conn, append(queues, s.names.TasksQueue)...)
+	// The open jobs' work queues too (the relay declares each before it
+	// publishes to it; one that cannot be read counts as busy).
+	open, err := s.store.OpenQueues(ctx)
+	if err != nil {
+		return false, err
+	}
+	work := []string{s.names.TasksQueue}
+	queues := append([]string{s.names.ResultsQueue, s.names.DeadQueue}, s.tierQueues(protocol.DefaultQueue)...)
+	for _, q := range open {
+		if q != protocol.DefaultQueue {
+			queues = append(queues, s.tierQueues(q)...)
+			work = append(work, s.names.WorkQueue(q))
+		}
+	}
+	return broker.Waiting(ctx, conn, append(queues, work...)...)
 }
 
-// tierQueues are the queues of the server's retry tiers.
-func (s *Server) tierQueues() []string {
+// tierQueues are the queues of the server's retry tiers of work queue q.
+func (s *Server) tierQueues(q string) []string {
 	queues := make([]string, len(s.tiers))
 	for i, d := range s.tiers {
-		queues[i] = s.names.RetryQueue(protocol.RetryTierName(d))
+		queues[i] = s.names.QueueRetryQueue(q, protocol.RetryTierName(d))
 	}
 	return queues
 }

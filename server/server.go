@@ -191,7 +191,7 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 		Help: "Task messages the relay published and the broker confirmed.",
 	})
 	queues := append([]string{s.names.TasksQueue, s.names.ResultsQueue, s.names.DeadQueue, s.names.TasksDLQ, s.names.ResultsDLQ},
-		s.tierQueues()...)
+		s.tierQueues(protocol.DefaultQueue)...)
 	s.failed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "warren_relay_failed_total",
 		Help: "Tasks the relay failed because their message cannot be published (refused by the broker, or not encodable).",

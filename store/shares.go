@@ -1,6 +1,11 @@
 package store
 
-import "github.com/warrenhq/warren"
+import (
+	"slices"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/protocol"
+)
 
 // Round is what one relay round may claim (Store.RelayRound): at most
 // Messages task messages' worth of tasks (a job's tasks go out in messages
@@ -8,6 +13,10 @@ import "github.com/warrenhq/warren"
 type Round struct {
 	Messages int
 	Tasks    int
+	// Room, when set, returns the messages the round may send to work
+	// queue q, in place of Messages: the relay's free window in that
+	// queue. It is called once per queue that has jobs waiting.
+	Room func(q string) int
 }
 
 // PendingJob is an open job with tasks waiting in the outbox, as a relay
@@ -22,45 +31,79 @@ type PendingJob struct {
 	// Pending is how many of its tasks are pending, counted up to the
 	// round's Tasks: no job can be given more.
 	Pending int
+	// Queue is the job's work queue (warren.Policy.EffectiveQueue).
+	Queue string
 }
 
 // Shares splits a relay round between jobs, the open jobs with pending
 // tasks in creation order: it returns how many tasks to claim from each,
-// in jobs' order. The round's messages are shared in proportion to the
-// jobs' priorities, each job given whole messages of its batch size (so
-// a job's share is at least one message while the round's messages last),
+// in jobs' order. Each work queue's messages (Round.Room, else
+// Round.Messages) are shared between its jobs in proportion to their
+// priorities, each job given whole messages of its batch size (so a
+// job's share is at least one message while the queue's messages last),
 // never more than it has pending; what a job cannot use goes to the
-// others, until the round's messages or tasks run out. turn rotates which
-// job is served first, so that when there are more jobs than messages,
-// successive rounds serve them in turn (round robin). The relay calls it
-// with a turn that grows by one each round.
+// others, until the messages or the round's tasks run out. turn rotates
+// which job, and which queue, is served first, so that when there are
+// more jobs than messages, successive rounds serve them in turn (round
+// robin). The relay calls it with a turn that grows by one each round.
 func Shares(r Round, jobs []PendingJob, turn int) []int {
 	shares := make([]int, len(jobs))
-	n := len(jobs)
-	if n == 0 || r.Messages <= 0 || r.Tasks <= 0 {
+	if len(jobs) == 0 || r.Tasks <= 0 {
 		return shares
 	}
-	start := turn % n
-	if start < 0 {
-		start += n
+	tasks := r.Tasks
+	if r.Room == nil {
+		all := make([]int, len(jobs))
+		for i := range all {
+			all[i] = i
+		}
+		shareQueue(shares, jobs, all, r.Messages, &tasks, turn)
+		return shares
 	}
-	messages, tasks := r.Messages, r.Tasks
-	for messages > 0 && tasks > 0 {
+	var queues []string
+	byQueue := map[string][]int{}
+	for i, j := range jobs {
+		if _, ok := byQueue[j.Queue]; !ok {
+			queues = append(queues, j.Queue)
+		}
+		byQueue[j.Queue] = append(byQueue[j.Queue], i)
+	}
+	for k := range queues {
+		q := queues[rotate(turn, k, len(queues))]
+		shareQueue(shares, jobs, byQueue[q], r.Room(q), &tasks, turn)
+	}
+	return shares
+}
+
+// rotate is the index of the kth of n served, starting at turn.
+func rotate(turn, k, n int) int {
+	i := (turn + k) % n
+	if i < 0 {
+		i += n
+	}
+	return i
+}
+
+// shareQueue shares messages between the jobs of one work queue (indexes
+// into jobs), adding to shares and taking from the round's tasks left.
+func shareQueue(shares []int, jobs []PendingJob, idx []int, messages int, tasks *int, turn int) {
+	n := len(idx)
+	for messages > 0 && *tasks > 0 {
 		var weight int64
-		for i, j := range jobs {
-			if shares[i] < j.Pending {
-				weight += weightOf(j)
+		for _, i := range idx {
+			if shares[i] < jobs[i].Pending {
+				weight += weightOf(jobs[i])
 			}
 		}
 		if weight == 0 {
-			break
+			return
 		}
 		// Each pass hands out the messages left at its start in
 		// proportion to the weights of the jobs that can still use some.
 		pool := int64(messages)
 		given := false
-		for k := 0; k < n && messages > 0 && tasks > 0; k++ {
-			i := (start + k) % n
+		for k := 0; k < n && messages > 0 && *tasks > 0; k++ {
+			i := idx[rotate(turn, k, n)]
 			j := jobs[i]
 			left := j.Pending - shares[i]
 			if left <= 0 {
@@ -69,17 +112,27 @@ func Shares(r Round, jobs []PendingJob, turn int) []int {
 			batch := max(j.BatchSize, 1)
 			m := max(1, int(pool*weightOf(j)/weight))
 			m = min(m, messages)
-			t := min(m*batch, left, tasks)
+			t := min(m*batch, left, *tasks)
 			shares[i] += t
-			tasks -= t
+			*tasks -= t
 			messages -= (t + batch - 1) / batch
 			given = true
 		}
 		if !given {
-			break
+			return
 		}
 	}
-	return shares
+}
+
+// SortQueues returns the work queue names queues (as a driver reads them
+// from its jobs, "" meaning the default queue) with the default queue
+// named, each once, sorted.
+func SortQueues(queues []string) []string {
+	for i, q := range queues {
+		queues[i] = protocol.QueueOrDefault(q)
+	}
+	slices.Sort(queues)
+	return slices.Compact(queues)
 }
 
 // weightOf is job j's weight: its effective priority.

@@ -73,3 +73,32 @@ func TestSharesInvariants(t *testing.T) {
 		}
 	}
 }
+
+// With Room, each work queue has its own messages, shared between its own
+// jobs; the round's tasks are shared by all.
+func TestSharesGivesEachQueueItsRoom(t *testing.T) {
+	t.Parallel()
+	jobs := []store.PendingJob{
+		{ID: "a", Priority: 10, BatchSize: 1, Pending: 100, Queue: "default"},
+		{ID: "gpu", Priority: 10, BatchSize: 1, Pending: 100, Queue: "gpu"},
+		{ID: "b", Priority: 10, BatchSize: 1, Pending: 100, Queue: "default"},
+	}
+	room := map[string]int{"default": 10, "gpu": 3}
+	var asked []string
+	shares := store.Shares(store.Round{Tasks: 100, Room: func(q string) int { asked = append(asked, q); return room[q] }}, jobs, 0)
+	require.Equal(t, []int{5, 3, 5}, shares)
+	require.ElementsMatch(t, []string{"default", "gpu"}, asked, "once per queue")
+
+	room["default"] = 0
+	require.Equal(t, []int{0, 3, 0}, store.Shares(store.Round{Tasks: 100, Room: func(q string) int { return room[q] }}, jobs, 0),
+		"a full queue holds back only its own jobs")
+	require.Equal(t, 4, sum(store.Shares(store.Round{Tasks: 4, Room: func(q string) int { return 10 }}, jobs, 0)), "the round's tasks cap all queues")
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}

@@ -56,6 +56,9 @@ type Store interface {
 	// Backlog returns the number of tasks waiting in the outbox (pending,
 	// of open jobs).
 	Backlog(ctx context.Context) (int64, error)
+	// OpenQueues returns the work queues of the open jobs
+	// (warren.Policy.EffectiveQueue), each once, sorted.
+	OpenQueues(ctx context.Context) ([]string, error)
 	// CancelJob moves an open job to cancelled, with the error
 	// CancelledError, and its unfinished tasks to cancelled, in one
 	// transaction. A closed job: warren.ErrConflict.
@@ -264,6 +267,8 @@ type OutboxTask struct {
 	// (warren.Policy.EffectiveTaskTimeout: the default when the job gives
 	// none), which its message carries as the limit of each run.
 	TaskTimeout time.Duration
+	// Queue is the job's work queue (warren.Policy.EffectiveQueue).
+	Queue string
 }
 
 // Ref returns the task's reference.

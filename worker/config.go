@@ -71,6 +71,13 @@ type Config struct {
 	// times MaxMessageBytes when that is more. What handlers allocate
 	// from a payload comes on top.
 	MaxInflightBytes int64
+	// Queues are the work queues this worker consumes (the job option
+	// "queue"; protocol.CheckQueueName), default protocol.DefaultQueue
+	// alone. It declares each at start; a task it retries goes back to the
+	// queue it came from, through that queue's retry tiers. Prefetch is
+	// shared between them: each queue's consumer gets Prefetch divided by
+	// the number of queues, rounded up.
+	Queues []string
 	// Name identifies this worker in results and dead letters; default
 	// "hostname:pid".
 	Name string
@@ -131,6 +138,10 @@ func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = defaultName()
 	}
+	if len(c.Queues) == 0 {
+		c.Queues = []string{protocol.DefaultQueue}
+	}
+	c.Queues = slices.Compact(slices.Clone(c.Queues))
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
@@ -178,6 +189,11 @@ func (c Config) validate() error {
 	}
 	if err := broker.CheckRetryTiers(c.RetryTiers); err != nil {
 		return fmt.Errorf("worker: Config.RetryTiers: %v", err)
+	}
+	for _, q := range c.Queues {
+		if err := protocol.CheckQueueName(q); err != nil {
+			return fmt.Errorf("worker: Config.Queues: %v", err)
+		}
 	}
 	if c.AMQPURL != "" {
 		if _, err := amqp.ParseURI(c.AMQPURL); err != nil {

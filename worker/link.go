@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/protocol"
 )
 
 // closeTimeout bounds the close handshake of a connection: a connection
@@ -20,13 +21,23 @@ const closeTimeout = 5 * time.Second
 // consumer and publisher connections, the publisher, the control
 // consumer, and the task consumer with its channel.
 type link struct {
-	tag           string // the task consumer's
+	tag           string // the task consumers' tags start with it
 	consumerConn  *amqp.Connection
 	publisherConn *amqp.Connection
 	pub           *broker.Publisher
 	control       *controlConsumer
-	ch            *amqp.Channel // the task consumer's
-	deliveries    <-chan amqp.Delivery
+	ch            *amqp.Channel // the task consumers'
+	// consumers maps each task consumer's tag to the work queue it
+	// consumes.
+	consumers map[string]string
+	// deliveries are every task consumer's deliveries, in one stream,
+	// closed once all of them are (after a cancel, or with the channel).
+	deliveries <-chan amqp.Delivery
+	// gone is closed when a task consumer ends: the broker cancelled it
+	// (its queue was deleted) or the channel closed.
+	gone <-chan struct{}
+	// quit, closed by close, stops merging deliveries nobody reads.
+	quit chan struct{}
 
 	consumerLost  <-chan *amqp.Error // the task channel's close reason
 	publisherLost <-chan *amqp.Error // the publisher connection's
@@ -39,7 +50,7 @@ type link struct {
 // are heard before the first task is taken. On error it closes whatever
 // it had opened.
 func (w *Worker) connect(ctx context.Context, tag string) (_ *link, err error) {
-	l := &link{tag: tag}
+	l := &link{tag: tag, quit: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			l.close()
@@ -68,11 +79,74 @@ func (w *Worker) connect(ctx context.Context, tag string) (_ *link, err error) {
 		return nil, err
 	}
 	go l.control.run(w)
-	if l.ch, l.deliveries, err = broker.Consume(l.consumerConn, w.names.TasksQueue, tag, w.cfg.Prefetch); err != nil {
+	for _, q := range w.cfg.Queues {
+		if q == protocol.DefaultQueue {
+			continue // declared with the topology
+		}
+		if err := broker.DeclareWorkQueue(l.consumerConn, w.names, q, topology); err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+	}
+	if err := l.consume(w.names, w.cfg.Queues, tag, w.cfg.Prefetch); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	l.consumerLost = l.ch.NotifyClose(make(chan *amqp.Error, 1))
 	return l, nil
+}
+
+// consume starts a consumer of each of queues on one channel, each with a
+// prefetch of prefetch divided by their number, rounded up, and tag
+// followed by its queue's name, and merges their deliveries.
+func (l *link) consume(names protocol.Names, queues []string, tag string, prefetch int) error {
+	ch, err := l.consumerConn.Channel()
+	if err != nil {
+		return fmt.Errorf("open consumer channel: %w", err)
+	}
+	l.ch = ch
+	each := (prefetch + len(queues) - 1) / len(queues)
+	if err := ch.Qos(each, 0, false); err != nil {
+		return fmt.Errorf("set prefetch %d: %w", each, err)
+	}
+	l.consumers = make(map[string]string, len(queues))
+	sources := make([]<-chan amqp.Delivery, 0, len(queues))
+	for _, q := range queues {
+		t := tag + " " + q
+		d, err := ch.Consume(names.WorkQueue(q), t, false, false, false, false, nil)
+		if err != nil {
+			return fmt.Errorf("consume %q: %w", names.WorkQueue(q), err)
+		}
+		l.consumers[t] = q
+		sources = append(sources, d)
+	}
+	l.deliveries, l.gone = merge(sources, l.quit)
+	return nil
+}
+
+// merge forwards the deliveries of sources into one channel, closed once
+// every source is; gone is closed as soon as one of them is. Once quit is
+// closed, what nobody took is dropped: it was on a channel being closed,
+// and goes back to its queue with it.
+func merge(sources []<-chan amqp.Delivery, quit <-chan struct{}) (deliveries <-chan amqp.Delivery, gone <-chan struct{}) {
+	out := make(chan amqp.Delivery)
+	ended := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	for _, src := range sources {
+		wg.Go(func() {
+			for d := range src {
+				select {
+				case out <- d:
+				case <-quit:
+				}
+			}
+			once.Do(func() { close(ended) })
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	return out, ended
 }
 
 // close closes both connections, then waits for the publisher's and the
@@ -82,6 +156,7 @@ func (w *Worker) connect(ctx context.Context, tag string) (_ *link, err error) {
 func (l *link) close() { l.closeOnce.Do(l.closeNow) }
 
 func (l *link) closeNow() {
+	close(l.quit)
 	for _, c := range []*amqp.Connection{l.consumerConn, l.publisherConn} {
 		if c != nil {
 			_ = c.CloseDeadline(time.Now().Add(closeTimeout))

@@ -26,7 +26,8 @@ type session struct {
 	w   *Worker
 	log *slog.Logger
 	pub *broker.Publisher
-	tag string // consumer tag
+	// consumers maps each task consumer's tag to its work queue.
+	consumers map[string]string
 
 	// stop is Run's context: done means stop taking tasks.
 	stop context.Context
@@ -52,14 +53,14 @@ type session struct {
 	lost atomic.Bool
 }
 
-func newSession(ctx context.Context, w *Worker, pub *broker.Publisher, tag string) *session {
+func newSession(ctx context.Context, w *Worker, pub *broker.Publisher, consumers map[string]string) *session {
 	// The handlers keep ctx's values but not its cancellation.
 	handlers, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &session{
 		w:              w,
 		log:            w.log,
 		pub:            pub,
-		tag:            tag,
+		consumers:      consumers,
 		stop:           ctx,
 		handlers:       handlers,
 		cancelHandlers: cancel,
@@ -80,11 +81,13 @@ var errControlLost = errors.New("the control consumer's channel closed or the br
 // consume starts a handler for each delivery, at most Concurrency at
 // once, until the stop context is done (nil) or a channel or connection
 // closes under it (an error).
-func (s *session) consume(deliveries <-chan amqp.Delivery, publisherDone, controlLost <-chan struct{}) error {
+func (s *session) consume(deliveries <-chan amqp.Delivery, consumerGone, publisherDone, controlLost <-chan struct{}) error {
 	for {
 		select {
 		case <-s.stop.Done():
 			return nil
+		case <-consumerGone:
+			return errors.New("a task consumer's channel closed or the broker cancelled it")
 		case <-publisherDone:
 			return errors.New("the publisher's channel closed")
 		case <-controlLost:
@@ -136,6 +139,11 @@ type delivery struct {
 // receive reads d, the one time a task delivery is decoded.
 func (s *session) receive(d amqp.Delivery) *delivery {
 	msg := wire.ReadTaskWithin(d, s.w.cfg.MaxMessageBytes)
+	if q, ok := s.consumers[d.ConsumerTag]; ok {
+		// A retry goes back to the queue the task came from, whatever
+		// its x-queue header says.
+		msg.Queue = q
+	}
 	tasks := []Task{{Type: msg.Type, Attempt: msg.Attempt()}}
 	if msg.Malformed == nil {
 		tasks = make([]Task, len(msg.Tasks))
@@ -196,7 +204,13 @@ func (s *session) stopPool() { close(s.work) }
 // received but not started, and give the running handlers
 // ShutdownTimeout to finish before cancelling them.
 func (s *session) drain(ch *amqp.Channel, deliveries <-chan amqp.Delivery) {
-	if err := ch.Cancel(s.tag, false); err != nil {
+	var err error
+	for tag := range s.consumers {
+		if err = ch.Cancel(tag, false); err != nil {
+			break
+		}
+	}
+	if err != nil {
 		// The channel is closing; its unacked deliveries return to the
 		// queue with it.
 		s.log.Warn("worker: cancel the consumer", "error", err)

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -175,7 +176,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	w.log.Info("worker: consuming", "queue", w.names.TasksQueue,
+	w.log.Info("worker: consuming", "queues", strings.Join(w.cfg.Queues, ","),
 		"concurrency", w.cfg.Concurrency, "prefetch", w.cfg.Prefetch)
 	w.emit(Event{Kind: EventConnected})
 	failed := 0 // reconnect attempts since the last stable connection
@@ -233,11 +234,11 @@ func (w *Worker) reconnect(ctx context.Context, tag string, failed *int) (*link,
 // serve runs tasks from l until ctx is done, then drains and returns
 // nil, or until l is lost, then returns why. Either way it closes l.
 func (w *Worker) serve(ctx context.Context, l *link) error {
-	s := newSession(ctx, w, l.pub, l.tag)
+	s := newSession(ctx, w, l.pub, l.consumers)
 	defer l.close()
 	defer s.cancelHandlers()
 	defer s.stopPool() // consume has returned: nothing is sent to the pool any more
-	if err := s.consume(l.deliveries, l.pub.Done(), l.control.lost); err != nil {
+	if err := s.consume(l.deliveries, l.gone, l.pub.Done(), l.control.lost); err != nil {
 		s.lose(l.close)
 		return l.lossReason(err) // after close: the broker's reasons are in
 	}

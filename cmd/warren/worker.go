@@ -23,6 +23,7 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	c.register(fs, env)
 	concurrency := fs.Int("concurrency", 8, "handlers running at once")
 	types := fs.String("types", "", "comma-separated handlers to serve (default: all built-ins)")
+	queues := fs.String("queues", env.getenv("WARREN_QUEUES"), "comma-separated work queues to consume, the jobs' \"queue\" option (env WARREN_QUEUES; default: default)")
 	shutdown := fs.Duration("shutdown-timeout", 0, "how long to let in-flight tasks finish on SIGTERM (default 30s)")
 	health := fs.String("health-listen", "", "serve /healthz and /readyz (connected to the broker) on this address, e.g. 127.0.0.1:9090")
 	maxMessage := fs.Int64("max-message-bytes", c.envInt64(env, "WARREN_MAX_MESSAGE_BYTES", protocol.DefaultMaxMessageBytes),
@@ -50,6 +51,10 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	if err != nil {
 		return err
 	}
+	consume, err := protocol.ParseQueues(*queues)
+	if err != nil {
+		return fmt.Errorf("--queues: %v", err)
+	}
 	tiers, err := c.tiers()
 	if err != nil {
 		return err
@@ -58,7 +63,7 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	w, err := worker.New(worker.Config{
 		AMQPURL: c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency,
 		ShutdownTimeout: *shutdown, Logger: env.logger, RetryTiers: tiers,
-		MaxMessageBytes: int(*maxMessage), MaxResultBytes: int(*maxResult), MaxInflightBytes: *maxInflight,
+		Queues: consume, MaxMessageBytes: int(*maxMessage), MaxResultBytes: int(*maxResult), MaxInflightBytes: *maxInflight,
 		OnEvent: func(e worker.Event) {
 			switch e.Kind {
 			case worker.EventConnected, worker.EventReconnected:
@@ -81,7 +86,8 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	for _, name := range serve {
 		w.Handle(name, handlers.Builtins[name])
 	}
-	env.logger.Info("warren worker running", "types", strings.Join(serve, ","), "concurrency", *concurrency, "prefix", c.prefix)
+	env.logger.Info("warren worker running", "types", strings.Join(serve, ","), "queues", strings.Join(consume, ","),
+		"concurrency", *concurrency, "prefix", c.prefix)
 	return w.Run(ctx)
 }
 

@@ -346,6 +346,8 @@ func decodeField(dec *json.Decoder, key string, sp *jobSpec) *apiError {
 		target = &sp.BatchSize
 	case "priority":
 		target = &sp.Priority
+	case "queue":
+		target = &sp.Queue
 	case "metadata":
 		target = &sp.Metadata
 	}

@@ -34,6 +34,7 @@ type jobJSON struct {
 	TaskTimeout             float64         `json:"task_timeout"`
 	BatchSize               int             `json:"batch_size"`
 	Priority                int             `json:"priority"`
+	Queue                   string          `json:"queue"`
 	Metadata                json.RawMessage `json:"metadata"` // null when absent
 	CreatedAt               time.Time       `json:"created_at"`
 	StartedAt               *time.Time      `json:"started_at"`
@@ -99,6 +100,7 @@ func toJobJSON(j warren.Job) jobJSON {
 		TaskTimeout:             j.Policy.EffectiveTaskTimeout().Seconds(),
 		BatchSize:               j.Policy.EffectiveBatchSize(),
 		Priority:                j.Policy.EffectivePriority(),
+		Queue:                   j.Policy.EffectiveQueue(),
 		Metadata:                j.Metadata,
 		CreatedAt:               j.CreatedAt.UTC(),
 		StartedAt:               utc(j.StartedAt),

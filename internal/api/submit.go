@@ -48,6 +48,7 @@ var specFields = map[string]string{
 	"task_timeout":              "a number of seconds",
 	"batch_size":                "an integer",
 	"priority":                  "an integer",
+	"queue":                     "a string",
 	"metadata":                  "an object",
 }
 
@@ -63,6 +64,7 @@ type jobSpec struct {
 	TaskTimeout             *float64
 	BatchSize               *int
 	Priority                *int
+	Queue                   *string
 	Metadata                json.RawMessage
 }
 
@@ -212,6 +214,14 @@ func (sp jobSpec) newJob(r rules) (store.NewJob, *apiError) {
 				"priority must be between %d and %d, got %d", warren.MinPriority, warren.MaxPriority, *sp.Priority)
 		}
 		p.Priority = *sp.Priority
+	}
+	if sp.Queue != nil {
+		if err := protocol.CheckQueueName(*sp.Queue); err != nil {
+			return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "queue: %v", err)
+		}
+		if *sp.Queue != protocol.DefaultQueue {
+			p.Queue = *sp.Queue
+		}
 	}
 	if err := p.Validate(); err != nil {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "%v", err)

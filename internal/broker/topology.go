@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -123,8 +124,7 @@ func DeclareTopology(conn *amqp.Connection, names protocol.Names, opts *Topology
 		}
 	}
 	queues := []queueSpec{
-		{names.TasksQueue, names.JobsExchange, protocol.RoutingKeyTask,
-			deadLettering(names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, limit), nil},
+		workQueue(names, protocol.DefaultQueue, limit),
 		{names.ResultsQueue, names.ResultsExchange, protocol.RoutingKeyResult,
 			deadLettering(names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, limit), nil},
 		{names.DeadQueue, names.DeadLetterExchange, protocol.RoutingKeyTaskFailed,
@@ -133,8 +133,38 @@ func DeclareTopology(conn *amqp.Connection, names protocol.Names, opts *Topology
 		{names.ResultsDLQ, names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, parking(), quorum()},
 	}
 	for _, d := range tiers {
-		queues = append(queues, retryTier(names, d))
+		queues = append(queues, retryTier(names, protocol.DefaultQueue, d))
 	}
+	return declareQueues(conn, ch, queues, opts)
+}
+
+// DeclareWorkQueue declares work queue q of names (protocol.Names.WorkQueue)
+// and its retry tiers, as DeclareTopology declares the default one, on a
+// channel of its own. The exchanges must exist (DeclareTopology). It is
+// idempotent: every process that publishes to q or consumes it declares it.
+func DeclareWorkQueue(conn *amqp.Connection, names protocol.Names, q string, opts *TopologyOptions) error {
+	tiers := opts.retryTiers()
+	if err := CheckRetryTiers(tiers); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	if err := protocol.CheckQueueName(q); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("broker: open topology channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	queues := []queueSpec{workQueue(names, q, opts.deliveryLimit())}
+	for _, d := range tiers {
+		queues = append(queues, retryTier(names, q, d))
+	}
+	return declareQueues(conn, ch, queues, opts)
+}
+
+// declareQueues declares and binds queues on ch (a queue an earlier warren
+// declared otherwise, on a channel of its own: declareLegacy).
+func declareQueues(conn *amqp.Connection, ch *amqp.Channel, queues []queueSpec, opts *TopologyOptions) error {
 	for _, q := range queues {
 		_, err := ch.QueueDeclare(q.name, true, false, false, false, q.args)
 		if err != nil && q.legacy != nil && isPreconditionFailed(err) {
@@ -143,6 +173,7 @@ func DeclareTopology(conn *amqp.Connection, names protocol.Names, opts *Topology
 				return legacyErr
 			}
 			ch, err = legacyCh, nil // the refusal closed the last one
+			defer func() { _ = legacyCh.Close() }()
 		}
 		if err != nil {
 			return fmt.Errorf("broker: declare queue %q (it may exist with other arguments; delete it or use another WARREN_PREFIX): %w", q.name, err)
@@ -182,6 +213,30 @@ func DeleteTopology(conn *amqp.Connection, names protocol.Names, tiers ...time.D
 	for _, x := range []string{names.JobsExchange, names.ResultsExchange, names.DeadLetterExchange, names.RetryExchange, names.ControlExchange} {
 		if err := ch.ExchangeDelete(x, false, false); err != nil {
 			return fmt.Errorf("broker: delete exchange %q: %w", x, err)
+		}
+	}
+	return nil
+}
+
+// DeleteWorkQueue deletes work queue q of names and its retry tiers
+// (protocol.DefaultRetryTiers and tiers), with their messages. Deleting
+// what does not exist is not an error. Tests use it to leave nothing
+// behind.
+func DeleteWorkQueue(conn *amqp.Connection, names protocol.Names, q string, tiers ...time.Duration) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("broker: open channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	queues := []string{names.WorkQueue(q)}
+	for _, d := range append(append([]time.Duration(nil), protocol.DefaultRetryTiers...), tiers...) {
+		if name := names.QueueRetryQueue(q, protocol.RetryTierName(d)); !slices.Contains(queues, name) {
+			queues = append(queues, name)
+		}
+	}
+	for _, name := range queues {
+		if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+			return fmt.Errorf("broker: delete queue %q: %w", name, err)
 		}
 	}
 	return nil
@@ -248,13 +303,19 @@ func atLeastOnce(exchange, key string) amqp.Table {
 	return t
 }
 
-// retryTier is the delay queue of one tier: messages wait d in it (a
-// queue-level TTL, so the oldest message always expires first and none
-// blocks another), then the broker dead-letters them back to the work
-// queue.
-func retryTier(names protocol.Names, d time.Duration) queueSpec {
+// workQueue is work queue q: a quorum queue that dead-letters to the
+// dead-letter exchange after limit deliveries or a reject.
+func workQueue(names protocol.Names, q string, limit int) queueSpec {
+	return queueSpec{names.WorkQueue(q), names.JobsExchange, protocol.TaskRoutingKey(q),
+		deadLettering(names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, limit), nil}
+}
+
+// retryTier is the delay queue of one tier of work queue q: messages wait
+// d in it (a queue-level TTL, so the oldest message always expires first
+// and none blocks another), then the broker dead-letters them back to q.
+func retryTier(names protocol.Names, q string, d time.Duration) queueSpec {
 	name := protocol.RetryTierName(d)
-	args := atLeastOnce(names.JobsExchange, protocol.RoutingKeyTask)
+	args := atLeastOnce(names.JobsExchange, protocol.TaskRoutingKey(q))
 	args["x-message-ttl"] = d.Milliseconds()
-	return queueSpec{names.RetryQueue(name), names.RetryExchange, name, args, nil}
+	return queueSpec{names.QueueRetryQueue(q, name), names.RetryExchange, protocol.RetryRoutingKey(q, name), args, nil}
 }

@@ -77,7 +77,7 @@ func (r *Relay) encode(g []store.OutboxTask, rd *round) []message {
 // job, type, attempts, retry budget, generation and task timeout.
 func (r *Relay) message(g []store.OutboxTask) (wire.Outbound, error) {
 	m := wire.TaskMessage{JobID: g[0].JobID, Type: g[0].Type, Retries: g[0].Attempts, MaxRetries: g[0].MaxRetries,
-		Generation: g[0].Generation, Timeout: g[0].TaskTimeout, Tasks: make([]protocol.BatchTask, len(g))}
+		Generation: g[0].Generation, Timeout: g[0].TaskTimeout, Queue: g[0].Queue, Tasks: make([]protocol.BatchTask, len(g))}
 	for i, t := range g {
 		m.Tasks[i] = protocol.BatchTask{TaskID: t.TaskID, Payload: t.Payload}
 	}

@@ -15,7 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,19 +72,25 @@ type Config struct {
 	// task is failed. Keep it at or below the broker's max_message_size.
 	// 0 means DefaultMaxMessageBytes.
 	MaxMessageBytes int
-	// Window is how many task messages the relay keeps ready in the work
+	// Window is how many task messages the relay keeps ready in each work
 	// queue at most, ahead of the workers: it publishes only what brings
 	// the queue's ready messages (Depth) up to Window, shared between the
-	// open jobs by priority (store.Shares), and leaves the rest of the
-	// backlog in the store. A small job submitted behind a big one thus
-	// waits behind at most Window messages. 0 means DefaultWindow; it
+	// queue's open jobs by priority (store.Shares), and leaves the rest of
+	// the backlog in the store. A small job submitted behind a big one
+	// thus waits behind at most Window messages. 0 means DefaultWindow; it
 	// applies only when Depth is set.
 	Window int
-	// Depth, when set, returns the number of messages ready in the work
-	// queue (broker.Prober.Ready); nil means no window: every pending task
-	// is published as fast as the broker confirms it. An error is logged
-	// and the round goes on as if the queue were empty.
-	Depth func() (int, error)
+	// Depth, when set, returns the number of messages ready in work queue
+	// q (a protocol queue name, for broker.Prober.Ready of
+	// Names.WorkQueue(q)); nil means no window: every pending task is
+	// published as fast as the broker confirms it. An error is logged and
+	// the round goes on as if the queue were empty.
+	Depth func(q string) (int, error)
+	// Declare, when set, declares work queue q other than the default one
+	// (broker.DeclareWorkQueue) before the relay first publishes to it; a
+	// job's queue exists once its first task is out, whether or not a
+	// worker consumes it yet. nil means the queues exist.
+	Declare func(q string) error
 	// Logger receives the relay's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// OnPublished, when set, is called after each batch with the number of
@@ -157,9 +163,13 @@ type Relay struct {
 	cfg  Config
 	wake []chan struct{} // one per loop of Run
 	// inflight is how many tasks the loops have claimed and not yet
-	// published: the work queue's depth does not show them yet, so a
-	// round's room leaves them out.
-	inflight atomic.Int64
+	// published, by work queue: the queue's depth does not show them yet,
+	// so a round's room leaves them out.
+	inflightMu sync.Mutex
+	inflight   map[string]int
+	// declared holds the work queues Declare declared; a failed round
+	// forgets them, in case one was deleted.
+	declared sync.Map
 }
 
 // New returns a relay; it does nothing until Run.
@@ -168,7 +178,7 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Relay{cfg: cfg, wake: make([]chan struct{}, cfg.Concurrency)}
+	r := &Relay{cfg: cfg, wake: make([]chan struct{}, cfg.Concurrency), inflight: map[string]int{}}
 	for i := range r.wake {
 		r.wake[i] = make(chan struct{}, 1)
 	}
@@ -264,15 +274,27 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 // relayOnce is RelayOnce, also returning how many tasks the store offered
 // and whether the window was too full to claim any.
 func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full bool, err error) {
-	round, full := r.round()
-	if full {
-		return 0, 0, true, nil
+	round := store.Round{Messages: r.cfg.BatchSize, Tasks: r.cfg.BatchSize}
+	if r.cfg.Depth != nil {
+		round.Room = func(q string) int {
+			room := r.room(q)
+			if room == 0 {
+				full = true
+			}
+			return room
+		}
 	}
 	var failed []failure
 	n, err := r.cfg.Store.RelayRound(ctx, round, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
 		claimed = len(tasks)
-		r.inflight.Add(int64(claimed))
-		defer r.inflight.Add(-int64(claimed))
+		counts := queueCounts(tasks)
+		r.addInflight(counts, 1)
+		defer r.addInflight(counts, -1)
+		for q := range counts {
+			if err := r.declare(q); err != nil {
+				return nil, err
+			}
+		}
 		rd := r.publish(ctx, tasks)
 		failed = rd.failed
 		return rd.result(r.cfg.Logger, len(tasks))
@@ -281,35 +303,70 @@ func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full bool, 
 	// until it returns, and failing a task writes its row.
 	failErr := r.fail(ctx, failed)
 	if err != nil {
+		r.declared.Clear()
 		return 0, claimed, false, err
 	}
 	if n > 0 && r.cfg.OnPublished != nil {
 		r.cfg.OnPublished(n)
 	}
-	return n, claimed, false, failErr
+	return n, claimed, full && claimed == 0, failErr
 }
 
-// round is what the next round may claim: at most BatchSize tasks, and,
-// with a window, the messages that bring the work queue's ready messages
-// (and the tasks other rounds are publishing) up to Window. full says
-// that there is too little room for a round worth its store round trip:
-// less than a tenth of the window.
-func (r *Relay) round() (store.Round, bool) {
-	round := store.Round{Messages: r.cfg.BatchSize, Tasks: r.cfg.BatchSize}
-	if r.cfg.Depth == nil {
-		return round, false
+// queueCounts counts tasks by work queue.
+func queueCounts(tasks []store.OutboxTask) map[string]int {
+	counts := map[string]int{}
+	for _, t := range tasks {
+		counts[protocol.QueueOrDefault(t.Queue)]++
 	}
-	ready, err := r.cfg.Depth()
+	return counts
+}
+
+// addInflight adds sign times counts to the tasks in flight by queue.
+func (r *Relay) addInflight(counts map[string]int, sign int) {
+	r.inflightMu.Lock()
+	defer r.inflightMu.Unlock()
+	for q, n := range counts {
+		r.inflight[q] += sign * n
+	}
+}
+
+// declare declares work queue q with Config.Declare the first time the
+// relay publishes to it (the default queue is the topology's).
+func (r *Relay) declare(q string) error {
+	if r.cfg.Declare == nil || q == protocol.DefaultQueue {
+		return nil
+	}
+	if _, ok := r.declared.Load(q); ok {
+		return nil
+	}
+	if err := r.cfg.Declare(q); err != nil {
+		return fmt.Errorf("relay: declare work queue %q: %w", q, err)
+	}
+	r.declared.Store(q, true)
+	return nil
+}
+
+// room is how many messages the round may send to work queue q: what
+// brings its ready messages (and the tasks other rounds are publishing to
+// it) up to Window, or 0 when that is less than a tenth of the window,
+// too little for a round worth its store round trip.
+func (r *Relay) room(q string) int {
+	if err := r.declare(q); err != nil {
+		r.cfg.Logger.Warn("relay: cannot declare a work queue; its jobs wait", "queue", q, "error", err)
+		return 0
+	}
+	ready, err := r.cfg.Depth(q)
 	if err != nil {
-		r.cfg.Logger.Warn("relay: cannot read the work queue's depth; publishing as if it were empty", "error", err)
+		r.cfg.Logger.Warn("relay: cannot read a work queue's depth; publishing as if it were empty", "queue", q, "error", err)
 		ready = 0
 	}
-	room := r.cfg.Window - ready - int(r.inflight.Load())
+	r.inflightMu.Lock()
+	room := r.cfg.Window - ready - r.inflight[q]
+	r.inflightMu.Unlock()
 	if room < max(1, r.cfg.Window/10) {
-		return round, true
+		return 0
 	}
-	round.Messages = room
-	return round, false
+	return room
 }
 
 // BacklogCollector is a Prometheus collector of warren_relay_backlog: the

@@ -207,7 +207,7 @@ func (dl DeadLetter) Replay(names protocol.Names, t protocol.Task, generation in
 	msg.Headers[protocol.HeaderRetry] = int64(0)
 	setGeneration(msg.Headers, generation)
 	msg.ContentType = cmp.Or(msg.ContentType, protocol.ContentType)
-	return Outbound{Exchange: names.JobsExchange, Key: protocol.RoutingKeyTask, Msg: msg}, nil
+	return Outbound{Exchange: names.JobsExchange, Key: protocol.TaskRoutingKey(headerQueue(dl.d.Headers)), Msg: msg}, nil
 }
 
 // lastDeath returns the broker's most recent dead-lettering: the first

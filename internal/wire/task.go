@@ -35,6 +35,9 @@ type TaskMessage struct {
 	// whole milliseconds, rounded up and at most math.MaxInt32): the
 	// job's task timeout. 0 leaves the header out.
 	Timeout time.Duration
+	// Queue is the job's work queue; "" or protocol.DefaultQueue routes
+	// to the default one and leaves x-queue out.
+	Queue string
 }
 
 // Tasks returns the publishing of m for the work queue: persistent,
@@ -61,7 +64,7 @@ func Tasks(names protocol.Names, m TaskMessage) (Outbound, error) {
 	if err != nil {
 		return Outbound{}, err
 	}
-	out := Outbound{Exchange: names.JobsExchange, Key: protocol.RoutingKeyTask, Msg: amqp.Publishing{
+	out := Outbound{Exchange: names.JobsExchange, Key: protocol.TaskRoutingKey(m.Queue), Msg: amqp.Publishing{
 		ContentType:   protocol.ContentType,
 		DeliveryMode:  amqp.Persistent,
 		MessageId:     id,
@@ -75,6 +78,9 @@ func Tasks(names protocol.Names, m TaskMessage) (Outbound, error) {
 		Body: body,
 	}}
 	setGeneration(out.Msg.Headers, m.Generation)
+	if m.Queue != "" && m.Queue != protocol.DefaultQueue {
+		out.Msg.Headers[protocol.HeaderQueue] = m.Queue
+	}
 	if m.Timeout > 0 {
 		ms := (m.Timeout + time.Millisecond - 1) / time.Millisecond
 		out.Msg.Headers[protocol.HeaderTaskTimeout] = int64(min(ms, math.MaxInt32))
@@ -115,6 +121,9 @@ type TaskDelivery struct {
 	// (no limit) when absent or not a positive integer. The copies that
 	// settle the tasks carry it.
 	Timeout time.Duration
+	// Queue is x-queue, the tasks' work queue: protocol.DefaultQueue when
+	// absent or not a valid queue name. A retry goes to its delay tiers.
+	Queue string
 
 	d amqp.Delivery // the source of every copy
 }
@@ -162,7 +171,17 @@ func readTaskHeaders(d amqp.Delivery) TaskDelivery {
 		m.MaxRetries = n
 	}
 	m.Timeout = time.Duration(headerInt(d.Headers, protocol.HeaderTaskTimeout)) * time.Millisecond
+	m.Queue = headerQueue(d.Headers)
 	return m
+}
+
+// headerQueue is the work queue x-queue names: protocol.DefaultQueue when
+// it is absent or not a valid queue name.
+func headerQueue(h amqp.Table) string {
+	if q := headerString(h, protocol.HeaderQueue); protocol.CheckQueueName(q) == nil {
+		return q
+	}
+	return protocol.DefaultQueue
 }
 
 // Attempt is the number of the run the delivery is for: Retries + 1.
@@ -177,7 +196,7 @@ func (m TaskDelivery) Retry(names protocol.Names, t protocol.Task, delay time.Du
 	msg := m.copyOf(t)
 	msg.Headers[protocol.HeaderRetry] = int64(m.Retries + 1)
 	msg.Expiration = ""
-	return Outbound{Exchange: names.RetryExchange, Key: protocol.RetryTierName(delay), Msg: msg}
+	return Outbound{Exchange: names.RetryExchange, Key: protocol.RetryRoutingKey(m.Queue, protocol.RetryTierName(delay)), Msg: msg}
 }
 
 // Results returns the result message of the completed tasks of m (Results

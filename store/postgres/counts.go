@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/internal/sqlstore"
 )
 
@@ -30,4 +33,17 @@ func (s *Store) Backlog(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("postgres: backlog: %w", err)
 	}
 	return n, nil
+}
+
+// OpenQueues returns the work queues of the open jobs, each once, sorted.
+func (s *Store) OpenQueues(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT queue FROM jobs WHERE state IN ('pending', 'running')`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open queues: %w", err)
+	}
+	queues, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open queues: %w", err)
+	}
+	return store.SortQueues(queues), nil
 }

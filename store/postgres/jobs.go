@@ -20,7 +20,7 @@ import (
 // jobColumns is the column list scanJob reads, in its order.
 const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks,
 	reduce, max_retries, tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms,
-	batch_size, priority, metadata, coalesce(idempotency_key, ''), created_at, started_at, finished_at,
+	batch_size, priority, queue, metadata, coalesce(idempotency_key, ''), created_at, started_at, finished_at,
 	result_location, error, version`
 
 // scanJob reads one row of jobColumns, then into extra the columns that
@@ -34,7 +34,7 @@ func scanJob(row pgx.Row, extra ...any) (warren.Job, error) {
 	)
 	dest := []any{&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent, &j.Policy.FailFast,
-		&timeoutMS, &j.Policy.BatchSize, &j.Policy.Priority, &metadata, &j.IdempotencyKey, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
+		&timeoutMS, &j.Policy.BatchSize, &j.Policy.Priority, &j.Policy.Queue, &metadata, &j.IdempotencyKey, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
 		&j.ResultLocation, &j.Error, &j.Version}
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
@@ -78,13 +78,13 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	var inserted string
 	err = tx.QueryRow(ctx, `
 		INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
-			tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, metadata, idempotency_key, created_at, request_hash, priority)
-		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $12, $9, NULLIF($10, ''), $11, $13, $14)
+			tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, metadata, idempotency_key, created_at, request_hash, priority, queue)
+		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $12, $9, NULLIF($10, ''), $11, $13, $14, $15)
 		ON CONFLICT (idempotency_key) DO NOTHING
 		RETURNING id`,
 		id, spec.Type, p.Reduce, p.MaxRetries, p.ToleratedFailures,
 		p.ToleratedFailurePercent, p.FailFast, p.TaskTimeout.Milliseconds(), []byte(spec.Metadata), spec.IdempotencyKey, s.clock(), p.EffectiveBatchSize(),
-		spec.RequestHash, p.Priority,
+		spec.RequestHash, p.Priority, p.Queue,
 	).Scan(&inserted)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -83,7 +84,7 @@ func (s *Store) claimPending(ctx context.Context, tx pgx.Tx, round store.Round) 
 		}
 	}
 	rows, err := tx.Query(ctx, `
-		SELECT c.job_id, c.task_id, j.type, c.payload, j.max_retries, c.attempts, j.batch_size, c.generation, j.task_timeout_ms
+		SELECT c.job_id, c.task_id, j.type, c.payload, j.max_retries, c.attempts, j.batch_size, c.generation, j.task_timeout_ms, j.queue
 		FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS q(job_id, n, ord)
 		CROSS JOIN LATERAL (
 			SELECT t.job_id, t.task_id, t.payload, t.attempts, t.generation FROM tasks t
@@ -102,8 +103,9 @@ func (s *Store) claimPending(ctx context.Context, tx pgx.Tx, round store.Round) 
 			payload   []byte
 			timeoutMS int64
 		)
-		err := row.Scan(&t.JobID, &t.TaskID, &t.Type, &payload, &t.MaxRetries, &t.Attempts, &t.BatchSize, &t.Generation, &timeoutMS)
+		err := row.Scan(&t.JobID, &t.TaskID, &t.Type, &payload, &t.MaxRetries, &t.Attempts, &t.BatchSize, &t.Generation, &timeoutMS, &t.Queue)
 		t.Payload = payload
+		t.Queue = protocol.QueueOrDefault(t.Queue)
 		t.TaskTimeout = warren.Policy{TaskTimeout: time.Duration(timeoutMS) * time.Millisecond}.EffectiveTaskTimeout()
 		return t, err
 	})
@@ -118,7 +120,7 @@ func (s *Store) claimPending(ctx context.Context, tx pgx.Tx, round store.Round) 
 // limit rows per job).
 func pendingJobs(ctx context.Context, tx pgx.Tx, limit int) ([]store.PendingJob, error) {
 	rows, err := tx.Query(ctx, `
-		SELECT j.id, j.priority, j.batch_size,
+		SELECT j.id, j.priority, j.batch_size, j.queue,
 			(SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT $1) p)
 		FROM jobs j
 		WHERE j.state IN ('pending', 'running')
@@ -128,7 +130,8 @@ func pendingJobs(ctx context.Context, tx pgx.Tx, limit int) ([]store.PendingJob,
 	}
 	all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.PendingJob, error) {
 		var j store.PendingJob
-		err := row.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Pending)
+		err := row.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &j.Pending)
+		j.Queue = protocol.QueueOrDefault(j.Queue)
 		return j, err
 	})
 	if err != nil {

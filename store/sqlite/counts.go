@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/internal/sqlstore"
 )
 
@@ -20,6 +21,27 @@ func (s *Store) CountJobs(ctx context.Context) (map[warren.JobState]int64, error
 		return nil, fmt.Errorf("sqlite: count jobs: %w", err)
 	}
 	return counts, nil
+}
+
+// OpenQueues returns the work queues of the open jobs, each once, sorted.
+func (s *Store) OpenQueues(ctx context.Context) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT queue FROM jobs INDEXED BY jobs_open WHERE state IN ('pending', 'running')`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open queues: %w", err)
+	}
+	defer rows.Close()
+	var queues []string
+	for rows.Next() {
+		var q string
+		if err := rows.Scan(&q); err != nil {
+			return nil, fmt.Errorf("sqlite: open queues: %w", err)
+		}
+		queues = append(queues, q)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: open queues: %w", err)
+	}
+	return store.SortQueues(queues), nil
 }
 
 // Backlog returns the number of pending tasks: the outbox's length. Only

@@ -134,11 +134,11 @@ func insertJob(ctx context.Context, tx *sql.Tx, j warren.Job, requestHash string
 		metadata = []byte(j.Metadata)
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
-		tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, metadata, idempotency_key, created_at, request_hash, priority)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, metadata, idempotency_key, created_at, request_hash, priority, queue)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		j.ID, j.Type, string(j.State), j.Policy.Reduce, j.Policy.MaxRetries, j.Policy.ToleratedFailures,
 		j.Policy.ToleratedFailurePercent, j.Policy.FailFast, j.Policy.TaskTimeout.Milliseconds(),
-		j.Policy.EffectiveBatchSize(), metadata, key, j.CreatedAt.UnixMicro(), requestHash, j.Policy.Priority)
+		j.Policy.EffectiveBatchSize(), metadata, key, j.CreatedAt.UnixMicro(), requestHash, j.Policy.Priority, j.Policy.Queue)
 	return err
 }
 
@@ -196,7 +196,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (warren.Job, error) {
 }
 
 const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks, reduce, max_retries,
-	tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, priority, metadata, COALESCE(idempotency_key, ''),
+	tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, priority, queue, metadata, COALESCE(idempotency_key, ''),
 	created_at, started_at, finished_at, result_location, error, version, seq`
 
 // getJob returns the one job matching where, or warren.ErrNotFound.
@@ -220,7 +220,7 @@ func scanJob(row interface{ Scan(...any) error }) (warren.Job, int64, error) {
 	)
 	err := row.Scan(&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent,
-		&j.Policy.FailFast, &timeoutMS, &j.Policy.BatchSize, &j.Policy.Priority, &metadata, &j.IdempotencyKey, &created, &started, &finished,
+		&j.Policy.FailFast, &timeoutMS, &j.Policy.BatchSize, &j.Policy.Priority, &j.Policy.Queue, &metadata, &j.IdempotencyKey, &created, &started, &finished,
 		&j.ResultLocation, &j.Error, &j.Version, &seq)
 	if err != nil {
 		return warren.Job{}, 0, err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -60,14 +61,14 @@ func (s *Store) RelayRound(ctx context.Context, round store.Round, publish func(
 // tasks counted up to ?1. jobs_open walks the open jobs in seq order and
 // tasks_by_state counts a job's pending range, reading at most ?1 rows of
 // it.
-const pendingJobsSQL = `SELECT j.id, j.priority, j.batch_size,
+const pendingJobsSQL = `SELECT j.id, j.priority, j.batch_size, j.queue,
 	(SELECT count(*) FROM (SELECT 1 FROM tasks AS t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT ?1))
 	FROM jobs AS j INDEXED BY jobs_open
 	WHERE j.state IN ('pending', 'running')
 	ORDER BY j.seq`
 
 // outboxSQL selects up to ?2 pending tasks of job ?1, in task id order.
-const outboxSQL = `SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size, t.generation, j.task_timeout_ms
+const outboxSQL = `SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size, t.generation, j.task_timeout_ms, j.queue
 	FROM tasks AS t JOIN jobs AS j ON j.id = t.job_id
 	WHERE t.job_id = ?1 AND t.state = 'pending' AND j.state IN ('pending', 'running')
 	ORDER BY t.task_id
@@ -104,9 +105,10 @@ func (s *Store) pendingJobs(ctx context.Context, limit int) ([]store.PendingJob,
 	var jobs []store.PendingJob
 	for rows.Next() {
 		var j store.PendingJob
-		if err := rows.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Pending); err != nil {
+		if err := rows.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &j.Pending); err != nil {
 			return nil, err
 		}
+		j.Queue = protocol.QueueOrDefault(j.Queue)
 		if j.Pending > 0 {
 			jobs = append(jobs, j)
 		}
@@ -127,9 +129,10 @@ func (s *Store) jobOutbox(ctx context.Context, tasks []store.OutboxTask, id stri
 			t         store.OutboxTask
 			timeoutMS int64
 		)
-		if err := rows.Scan(&t.JobID, &t.TaskID, &t.Type, &t.Payload, &t.MaxRetries, &t.Attempts, &t.BatchSize, &t.Generation, &timeoutMS); err != nil {
+		if err := rows.Scan(&t.JobID, &t.TaskID, &t.Type, &t.Payload, &t.MaxRetries, &t.Attempts, &t.BatchSize, &t.Generation, &timeoutMS, &t.Queue); err != nil {
 			return nil, err
 		}
+		t.Queue = protocol.QueueOrDefault(t.Queue)
 		t.TaskTimeout = warren.Policy{TaskTimeout: time.Duration(timeoutMS) * time.Millisecond}.EffectiveTaskTimeout()
 		tasks = append(tasks, t)
 	}

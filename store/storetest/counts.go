@@ -36,6 +36,24 @@ func testCounts(t *testing.T, newStore func(t *testing.T) store.Store) {
 		}, counts)
 	})
 
+	t.Run("OpenQueuesAreTheQueuesOfOpenJobs", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		queues, err := s.OpenQueues(t.Context())
+		require.NoError(t, err)
+		require.Empty(t, queues)
+
+		newJob(t, s, 1)
+		createJob(t, s, store.NewJob{Policy: warren.Policy{Queue: "gpu"}}, 1)
+		createJob(t, s, store.NewJob{Policy: warren.Policy{Queue: "gpu"}}, 1)
+		closed := createJob(t, s, store.NewJob{Policy: warren.Policy{Queue: "io"}}, 1)
+		_, err = s.CancelJob(t.Context(), closed.ID)
+		require.NoError(t, err)
+		queues, err = s.OpenQueues(t.Context())
+		require.NoError(t, err)
+		require.Equal(t, []string{"default", "gpu"}, queues, "each once, sorted, a closed job's left out")
+	})
+
 	t.Run("BacklogIsThePendingTasksOfOpenJobs", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)

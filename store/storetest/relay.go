@@ -76,6 +76,27 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, len(want), n)
 	})
 
+	t.Run("CarriesTheJobsQueue", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		gpu := createJob(t, s, store.NewJob{Policy: warren.Policy{Queue: "gpu"}}, 2)
+		plain := newJob(t, s, 1)
+		require.Equal(t, "gpu", getJob(t, s, gpu.ID).Policy.Queue)
+		require.Empty(t, getJob(t, s, plain.ID).Policy.Queue, `"" is the default queue`)
+
+		room := map[string]int{"gpu": 1, "default": 5}
+		var offered []store.OutboxTask
+		_, err := s.RelayRound(t.Context(), store.Round{Tasks: 100, Room: func(q string) int { return room[q] }},
+			func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+				offered = tasks
+				return publishAll(ctx, tasks)
+			})
+		require.NoError(t, err)
+		require.Equal(t, append(refs(gpu.ID, 1), refs(plain.ID, 1)...), offeredRefs(offered), "one message of room in gpu")
+		require.Equal(t, "gpu", offered[0].Queue)
+		require.Equal(t, "default", offered[1].Queue)
+	})
+
 	t.Run("ServesJobsInTurn", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
