@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,6 +33,7 @@ import (
 // config is the command line.
 type config struct {
 	tasks       int
+	servers     int
 	batchSize   int
 	workers     int
 	concurrency int
@@ -86,6 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.tasks, "tasks", 1_000_000, "tasks in the job")
 	fs.IntVar(&c.batchSize, "batch-size", 1, fmt.Sprintf("the job's batch_size: tasks per task message (1 to %d)", warren.MaxBatchSize))
 	fs.IntVar(&c.workers, "workers", 2, "`warren worker` processes")
+	fs.IntVar(&c.servers, "servers", 1, "`warren server` processes, on one store (more than one needs a postgres:// --database); the job is submitted to the first")
 	fs.IntVar(&c.concurrency, "concurrency", 16, "--concurrency of each worker")
 	fs.StringVar(&c.database, "database", "", "job store: sqlite://PATH is used as is; postgres://... gets a fresh schema, dropped afterwards\n(default: a SQLite file in the temporary directory)")
 	fs.StringVar(&c.warren, "warren", "", "the warren binary to run (default: build ./cmd/warren of this module into the temporary directory)")
@@ -104,6 +107,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		problem = fmt.Sprintf("--tasks must be >= 1, got %d", c.tasks)
 	case c.batchSize < 1 || c.batchSize > warren.MaxBatchSize:
 		problem = fmt.Sprintf("--batch-size must be between 1 and %d, got %d", warren.MaxBatchSize, c.batchSize)
+	case c.servers < 1:
+		problem = fmt.Sprintf("--servers must be >= 1, got %d", c.servers)
+	case c.servers > 1 && !strings.HasPrefix(c.database, "postgres://") && !strings.HasPrefix(c.database, "postgresql://"):
+		problem = "--servers above 1 needs a postgres:// --database: a SQLite store has one server"
 	case c.workers < 1:
 		problem = fmt.Sprintf("--workers must be >= 1, got %d", c.workers)
 	case c.concurrency < 1:

@@ -12,6 +12,7 @@ type report struct {
 	Tasks          int     `json:"tasks"`
 	BatchSize      int     `json:"batch_size"`
 	Workers        int     `json:"workers"`
+	Servers        int     `json:"servers"`
 	Concurrency    int     `json:"concurrency"`
 	Store          string  `json:"store"`
 	Prefix         string  `json:"prefix"`
@@ -71,8 +72,8 @@ func printTable(w io.Writer, r report) {
 	if r.BatchSize > 1 {
 		batch = fmt.Sprintf("batch_size %d", r.BatchSize)
 	}
-	fmt.Fprintf(w, "warren scale: %d echo tasks (%s, %.1f MB NDJSON), %d workers x concurrency %d, %s store\n\n",
-		r.Tasks, batch, r.SpecMB, r.Workers, r.Concurrency, r.Store)
+	fmt.Fprintf(w, "warren scale: %d echo tasks (%s, %.1f MB NDJSON), %d server(s), %d workers x concurrency %d, %s store\n\n",
+		r.Tasks, batch, r.SpecMB, r.Servers, r.Workers, r.Concurrency, r.Store)
 	row := func(k, format string, a ...any) { fmt.Fprintf(w, "  %-34s %s\n", k, fmt.Sprintf(format, a...)) }
 	row("job", "%s %s: %d completed, %d failed", r.JobID, r.State, r.CompletedTasks, r.FailedTasks)
 	row("submit (warren submit, wall)", "%.3f s", r.SubmitS)

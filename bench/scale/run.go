@@ -66,7 +66,7 @@ type runner struct {
 func execute(ctx context.Context, cfg config, progress io.Writer) (rep report, err error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, cfg.timeout, fmt.Errorf("--timeout %s reached", cfg.timeout))
 	defer cancel()
-	r := &runner{cfg: cfg, progress: progress, exits: make(chan *proc, cfg.workers+1)}
+	r := &runner{cfg: cfg, progress: progress, exits: make(chan *proc, cfg.workers+cfg.servers)}
 	defer func() { r.cleanup(err) }()
 
 	if r.dir, err = os.MkdirTemp("", "warren-scale-"); err != nil {
@@ -133,17 +133,27 @@ func (r *runner) prepare(ctx context.Context) error {
 // ready and every worker consumes the task queue.
 func (r *runner) start(ctx context.Context) error {
 	common := []string{"--amqp-url", r.cfg.amqpURL, "--prefix", r.names.Prefix}
-	r.logf("starting warren server (prefix %s, store %s, API %s)", r.names.Prefix, redact(r.dbURL), r.apiURL)
-	server, err := r.launch("server", append([]string{"server", "--listen", strings.TrimPrefix(r.apiURL, "http://"),
-		"--database", r.dbURL}, common...))
-	if err != nil {
-		return err
-	}
-	r.topology = true
 	r.sampler = newSampler(sampleEvery)
-	r.sampler.add(server)
-	if err := waitReady(ctx, r.apiURL, startTimeout, r.exits); err != nil {
-		return err
+	for i := 1; i <= r.cfg.servers; i++ {
+		name, url := "server", r.apiURL
+		if i > 1 {
+			addr, err := freeAddr()
+			if err != nil {
+				return err
+			}
+			name, url = "server-"+strconv.Itoa(i), "http://"+addr
+		}
+		r.logf("starting warren %s (prefix %s, store %s, API %s)", name, r.names.Prefix, redact(r.dbURL), url)
+		server, err := r.launch(name, append([]string{"server", "--listen", strings.TrimPrefix(url, "http://"),
+			"--database", r.dbURL}, common...))
+		if err != nil {
+			return err
+		}
+		r.topology = true
+		r.sampler.add(server)
+		if err := waitReady(ctx, url, startTimeout, r.exits); err != nil {
+			return err
+		}
 	}
 	r.logf("starting %d warren worker(s), concurrency %d", r.cfg.workers, r.cfg.concurrency)
 	for i := 1; i <= r.cfg.workers; i++ {
@@ -171,7 +181,7 @@ func (r *runner) launch(name string, args []string) (*proc, error) {
 // processes, checks the outcome, stops the processes and builds the
 // report.
 func (r *runner) measure(ctx context.Context) (report, error) {
-	rep := report{Tasks: r.cfg.tasks, BatchSize: r.cfg.batchSize, Workers: r.cfg.workers,
+	rep := report{Tasks: r.cfg.tasks, BatchSize: r.cfg.batchSize, Workers: r.cfg.workers, Servers: r.cfg.servers,
 		Concurrency: r.cfg.concurrency, Store: r.storeKind, Prefix: r.names.Prefix}
 
 	specPath := filepath.Join(r.dir, "job.ndjson")

@@ -97,7 +97,8 @@ func TestChildEnvDropsWarrenSettings(t *testing.T) {
 func TestParseFlagsRejectsBadValues(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"--tasks", "0"}, {"--batch-size", "0"}, {"--batch-size", "100000"},
-		{"--workers", "0"}, {"--concurrency", "0"}, {"--timeout", "0s"}, {"extra"}} {
+		{"--workers", "0"}, {"--concurrency", "0"}, {"--timeout", "0s"}, {"extra"},
+		{"--servers", "0"}, {"--servers", "2"}, {"--servers", "2", "--database", "sqlite:///tmp/x.db"}} {
 		_, err := parseFlags(args, discard{})
 		require.Error(t, err, "%v", args)
 	}
@@ -107,6 +108,10 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 	require.Equal(t, 32, c.batchSize)
 	require.Equal(t, 2, c.workers)
 	require.Equal(t, 16, c.concurrency)
+	require.Equal(t, 1, c.servers)
+	c, err = parseFlags([]string{"--servers", "2", "--database", "postgres://127.0.0.1/test"}, discard{})
+	require.NoError(t, err)
+	require.Equal(t, 2, c.servers)
 }
 
 // discard is an io.Writer that drops everything.
