@@ -141,7 +141,13 @@ func (c Config) withDefaults() Config {
 	if len(c.Queues) == 0 {
 		c.Queues = []string{protocol.DefaultQueue}
 	}
-	c.Queues = slices.Compact(slices.Clone(c.Queues))
+	queues := make([]string, 0, len(c.Queues))
+	for _, q := range c.Queues {
+		if !slices.Contains(queues, q) {
+			queues = append(queues, q)
+		}
+	}
+	c.Queues = queues
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
