@@ -226,6 +226,24 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
 	retry := backoff.New(retryPolicy)
 	for {
 		_, claimed, full, err := r.relayOnce(ctx)
+		for len(full) > 0 && err == nil {
+			// Tasks wait in the store for room in the work queues: look
+			// at the queues alone until one has room, or a new job
+			// (Wake) may bring a queue of its own.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-wake:
+				full = nil
+			case <-time.After(windowPoll):
+				if !r.stillFull(full) {
+					full = nil
+				}
+			}
+			if full == nil {
+				_, claimed, full, err = r.relayOnce(ctx)
+			}
+		}
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -246,16 +264,11 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
 		if claimed > 0 {
 			continue // more may be waiting
 		}
-		wait := r.cfg.PollInterval
-		if full {
-			// Tasks wait in the store for room in the work queue.
-			wait = windowPoll
-		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-wake:
-		case <-time.After(wait):
+		case <-time.After(r.cfg.PollInterval):
 		}
 	}
 }
@@ -272,14 +285,18 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 }
 
 // relayOnce is RelayOnce, also returning how many tasks the store offered
-// and whether the window was too full to claim any.
-func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full bool, err error) {
+// and, when it offered none because every work queue with jobs waiting
+// had too little room, those queues.
+func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []string, err error) {
 	round := store.Round{Messages: r.cfg.BatchSize, Tasks: r.cfg.BatchSize}
+	roomy := false
 	if r.cfg.Depth != nil {
 		round.Room = func(q string) int {
 			room := r.room(q)
 			if room == 0 {
-				full = true
+				full = append(full, q)
+			} else {
+				roomy = true
 			}
 			return room
 		}
@@ -304,12 +321,26 @@ func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full bool, 
 	failErr := r.fail(ctx, failed)
 	if err != nil {
 		r.declared.Clear()
-		return 0, claimed, false, err
+		return 0, claimed, nil, err
 	}
 	if n > 0 && r.cfg.OnPublished != nil {
 		r.cfg.OnPublished(n)
 	}
-	return n, claimed, full && claimed == 0, failErr
+	if claimed > 0 || roomy {
+		full = nil
+	}
+	return n, claimed, full, failErr
+}
+
+// stillFull reports whether every one of queues still has too little room
+// for a round.
+func (r *Relay) stillFull(queues []string) bool {
+	for _, q := range queues {
+		if r.room(q) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // queueCounts counts tasks by work queue.
