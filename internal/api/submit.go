@@ -47,6 +47,7 @@ var specFields = map[string]string{
 	"fail_fast":                 "a boolean",
 	"task_timeout":              "a number of seconds",
 	"batch_size":                "an integer",
+	"retention":                 "a number of seconds",
 	"metadata":                  "an object",
 }
 
@@ -61,6 +62,7 @@ type jobSpec struct {
 	FailFast                bool
 	TaskTimeout             *float64
 	BatchSize               *int
+	Retention               *float64
 	Metadata                json.RawMessage
 }
 
@@ -203,6 +205,14 @@ func (sp jobSpec) newJob(r rules) (store.NewJob, *apiError) {
 				"batch_size must be between 1 and %d, got %d", warren.MaxBatchSize, *sp.BatchSize)
 		}
 		p.BatchSize = *sp.BatchSize
+	}
+	if sp.Retention != nil {
+		secs := *sp.Retention
+		if !(secs >= 1 && secs <= warren.MaxRetention.Seconds()) {
+			return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation,
+				"retention must be between 1 and %.0f seconds (100 years), got %v", warren.MaxRetention.Seconds(), secs)
+		}
+		p.Retention = time.Duration(secs * float64(time.Second))
 	}
 	if err := p.Validate(); err != nil {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "%v", err)
