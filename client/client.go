@@ -95,7 +95,12 @@ type JobSpec struct {
 	TaskTimeout float64 `json:"task_timeout,omitempty"`
 	// BatchSize is how many consecutive tasks go out as one task message;
 	// 0 for one message per task.
-	BatchSize int             `json:"batch_size,omitempty"`
+	BatchSize int `json:"batch_size,omitempty"`
+	// Retention is how long, in seconds, the job is kept once it closed,
+	// with its tasks, results and idempotency key, before the server
+	// deletes it (at least 1, at most 100 years); 0 for the server's
+	// retention (7 days unless configured, or forever).
+	Retention float64         `json:"retention,omitempty"`
 	Metadata  json.RawMessage `json:"metadata,omitempty"`
 	// IdempotencyKey is sent as the Idempotency-Key header: submitting the
 	// same key again returns the same job.
@@ -164,7 +169,11 @@ type TaskError struct {
 // Job is a job's status as GET /v1/jobs/{id} returns it.
 // ToleratedFailures is nil when only ToleratedFailurePercent limits the
 // failed tasks; ToleratedFailurePercent is 100 when only
-// ToleratedFailures does.
+// ToleratedFailures does. Retention is how long, in seconds, the job is
+// kept once it closed (its own retention or the server's), and ExpiresAt
+// when the closed job may be deleted with its tasks, results and
+// idempotency key; Retention is nil when the job is kept forever, and
+// ExpiresAt then and while the job is open.
 type Job struct {
 	ID                      string          `json:"id"`
 	Type                    string          `json:"type"`
@@ -180,6 +189,8 @@ type Job struct {
 	FailFast                bool            `json:"fail_fast"`
 	TaskTimeout             float64         `json:"task_timeout"`
 	BatchSize               int             `json:"batch_size"`
+	Retention               *float64        `json:"retention"`
+	ExpiresAt               *time.Time      `json:"expires_at"`
 	Metadata                json.RawMessage `json:"metadata"`
 	CreatedAt               *time.Time      `json:"created_at"`
 	StartedAt               *time.Time      `json:"started_at"`
@@ -340,6 +351,13 @@ func (c *Client) Redrive(ctx context.Context, id string) (Job, error) {
 	var out Job
 	err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/redrive", "", "", nil, &out)
 	return out, err
+}
+
+// Delete deletes a closed job (completed, failed or cancelled), whatever
+// its retention, with its tasks, results and idempotency key. An open job
+// is a 409 Error (cancel it first), an unknown one a 404 (IsNotFound).
+func (c *Client) Delete(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/jobs/"+url.PathEscape(id), "", "", nil, nil)
 }
 
 // DeadLetter is one message of the dead-letter queue: a task that failed
