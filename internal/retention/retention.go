@@ -131,8 +131,8 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Report, error) {
 	err := s.sweep(ctx, store.Expiry{Now: s.cfg.Now(), Retention: s.cfg.Retention}, &r)
 	r.Took = time.Since(start)
 	if r.Jobs+r.Tasks > 0 {
-		s.cfg.Logger.Info("retention: deleted closed jobs past their retention",
-			"jobs", r.Jobs, "tasks", r.Tasks, "took", r.Took.Round(time.Millisecond))
+		s.cfg.Logger.Info("retention: swept closed jobs past their retention",
+			"jobs_deleted", r.Jobs, "tasks_purged", r.Tasks, "took", r.Took.Round(time.Millisecond))
 	}
 	if err != nil {
 		return r, err
