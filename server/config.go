@@ -179,8 +179,9 @@ type Config struct {
 	// own (a submission's "retention", warren.Policy.Retention) is kept
 	// after it closed; then the server deletes it with its tasks, its
 	// reduced result and its idempotency key (docs/operations.md,
-	// "Retention"). 0 means DefaultRetention. A negative value keeps such
-	// jobs forever; a job's own retention still applies.
+	// "Retention"). 0 means DefaultRetention; otherwise at least a
+	// second. A negative value keeps such jobs forever; a job's own
+	// retention still applies.
 	Retention time.Duration
 	// RetentionInterval is the time between the sweeps that delete the
 	// jobs past their retention; 0 means DefaultRetentionInterval.
@@ -318,6 +319,8 @@ func (c Config) validate() error {
 		return errors.New("server: Config.RelayPollInterval, CloseScanInterval and ReconcileInterval must be >= 0")
 	case c.ReconcileGrace < 0:
 		return fmt.Errorf("server: Config.ReconcileGrace must be >= 0, got %s", c.ReconcileGrace)
+	case c.Retention > 0 && c.Retention < time.Second:
+		return fmt.Errorf("server: Config.Retention must be at least 1s (or negative, to keep jobs forever), got %s", c.Retention)
 	case c.RetentionInterval < 0:
 		return fmt.Errorf("server: Config.RetentionInterval must be >= 0, got %s", c.RetentionInterval)
 	}

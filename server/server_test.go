@@ -41,6 +41,7 @@ func TestNewNamesTheFieldThatIsWrong(t *testing.T) {
 		{server.Config{DeliveryLimit: -1}, "Config.DeliveryLimit must be >= 0"},
 		{server.Config{ReconcileGrace: -time.Second}, "Config.ReconcileGrace must be >= 0"},
 		{server.Config{RetentionInterval: -time.Second}, "Config.RetentionInterval must be >= 0"},
+		{server.Config{Retention: time.Millisecond}, "Config.Retention must be at least 1s (or negative, to keep jobs forever)"},
 		{server.Config{RetryTiers: []time.Duration{time.Microsecond}}, "Config.RetryTiers"},
 		{server.Config{Listen: "0.0.0.0:8080"}, "refusing to listen on \"0.0.0.0:8080\" without API tokens"},
 		{server.Config{Listen: "nonsense"}, "listen address \"nonsense\""},

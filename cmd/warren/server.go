@@ -156,8 +156,8 @@ func (r *retentionFlag) Set(s string) error {
 }
 
 // parseRetention reads a retention as --retention and WARREN_RETENTION
-// take it: a Go duration over 0 (168h), a whole number of days (30d), or
-// "forever" (keepForever).
+// take it: a Go duration of at least a second (168h), a whole number of
+// days (30d), or "forever" (keepForever).
 func parseRetention(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if strings.EqualFold(s, "forever") {
@@ -168,10 +168,10 @@ func parseRetention(s string) (time.Duration, error) {
 			return time.Duration(n) * 24 * time.Hour, nil
 		}
 	}
-	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+	if d, err := time.ParseDuration(s); err == nil && d >= time.Second {
 		return d, nil
 	}
-	return 0, fmt.Errorf("%q is not a retention: a duration over 0 (like 168h or 30d) or forever", s)
+	return 0, fmt.Errorf("%q is not a retention: a duration of at least 1s (like 168h or 30d) or forever", s)
 }
 
 // envRetention returns the retention in WARREN_RETENTION, or

@@ -95,7 +95,7 @@ func TestServerRetentionFlag(t *testing.T) {
 		require.Equal(t, tc.want, cfg.Retention, "%v %v", tc.vars, tc.args)
 	}
 
-	for _, bad := range []string{"0", "-1h", "7x", "0d", "d", "never"} {
+	for _, bad := range []string{"0", "-1h", "500ms", "7x", "0d", "d", "never"} {
 		_, err := serverConfig(t, map[string]string{"WARREN_RETENTION": bad})
 		require.ErrorContains(t, err, "WARREN_RETENTION: \""+bad+"\" is not a retention", bad)
 

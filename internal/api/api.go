@@ -117,7 +117,7 @@ type Config struct {
 	// of their own (server.Config.Retention): a job shows it as its
 	// retention, and its expires_at follows from it. Negative means such
 	// jobs are kept forever (their retention and expires_at are null); 0
-	// means warren.DefaultRetention.
+	// means warren.DefaultRetention; otherwise at least a second.
 	Retention time.Duration
 	// DeadLetters lists, replays and purges the dead-letter queue for the
 	// /v1/deadletters routes (a *dlq.Queue). nil means those routes answer
@@ -171,6 +171,9 @@ func (c Config) validate() error {
 	}
 	if c.BodyTimeout < 0 {
 		return fmt.Errorf("api: Config.BodyTimeout must be >= 0, got %s", c.BodyTimeout)
+	}
+	if c.Retention > 0 && c.Retention < time.Second {
+		return fmt.Errorf("api: Config.Retention must be at least 1s (or negative, for forever), got %s", c.Retention)
 	}
 	for i, d := range c.RetryTiers {
 		if d <= 0 {
