@@ -8,8 +8,9 @@
 // pause after every transaction, so that the API, the relay and the
 // aggregator get the store in between: on SQLite, where every write waits
 // for the one writer, a purge transaction of 5,000 task rows holds it for
-// 15 to 25 ms here. Several servers on one PostgreSQL store may sweep at once:
-// the store never hands a job or a task row to two of them.
+// 15 to 25 ms on a 2-core machine. Several servers on one PostgreSQL store
+// may sweep at once: the store never hands a job or a task row to two of
+// them.
 package retention
 
 import (
