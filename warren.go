@@ -92,8 +92,8 @@ const MaxRetriesLimit = 100
 // failures only its percent limits: no count of failed tasks exceeds it.
 const UnlimitedFailures = math.MaxInt64
 
-// Policy is how a job runs and closes: its reducer, retry budget and
-// failure tolerance.
+// Policy is how a job runs and closes, and how long it is kept: its
+// reducer, retry budget, failure tolerance and retention.
 type Policy struct {
 	// Reduce names the reducer run over the task results in task order when
 	// the job closes ("collect", "sum", "concat", "merge", "none", or one
@@ -142,6 +142,13 @@ type Policy struct {
 	// lowercase letters, digits, '-' and '_'); workers consume the queues
 	// they serve. "" means protocol.DefaultQueue.
 	Queue string
+	// Retention is how long the job is kept once it closed, with its
+	// tasks, results and idempotency key: the server deletes it that long
+	// after its finished_at (docs/operations.md, "Retention"). A redrive or
+	// a replay that reopens the job stops the clock; it starts again when
+	// the job closes again. 0 means the server's retention
+	// (server.Config.Retention, DefaultRetention unless configured).
+	Retention time.Duration
 }
 
 // Job priorities (Policy.Priority).
@@ -158,6 +165,15 @@ func (p Policy) EffectivePriority() int {
 	}
 	return p.Priority
 }
+
+// DefaultRetention is how long a closed job is kept when neither the job
+// (Policy.Retention) nor the server's configuration says otherwise.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// MaxRetention is the longest Policy.Retention: a hundred years, as good
+// as forever, and still far from where a time.Duration or a timestamp
+// overflows.
+const MaxRetention = 100 * 365 * 24 * time.Hour
 
 // MaxBatchSize is the largest Policy.BatchSize (the wire protocol's
 // limit, protocol.MaxBatchSize).
@@ -199,6 +215,12 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("priority must be between %d and %d, got %d", MinPriority, MaxPriority, p.Priority)
 	case p.Queue != "" && protocol.CheckQueueName(p.Queue) != nil:
 		return fmt.Errorf("queue: %v", protocol.CheckQueueName(p.Queue))
+	case p.Retention < 0:
+		return fmt.Errorf("retention must be >= 0, got %s", p.Retention)
+	case p.Retention > 0 && p.Retention < time.Second:
+		return fmt.Errorf("retention must be at least 1s, got %s", p.Retention)
+	case p.Retention > MaxRetention:
+		return fmt.Errorf("retention must be at most %s (100 years), got %s", MaxRetention, p.Retention)
 	}
 	return nil
 }

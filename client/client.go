@@ -102,8 +102,13 @@ type JobSpec struct {
 	Priority int `json:"priority,omitempty"`
 	// Queue is the work queue the job's tasks go to ("" for "default");
 	// workers consume the queues they serve.
-	Queue    string          `json:"queue,omitempty"`
-	Metadata json.RawMessage `json:"metadata,omitempty"`
+	Queue string `json:"queue,omitempty"`
+	// Retention is how long, in seconds, the job is kept once it closed,
+	// with its tasks, results and idempotency key, before the server
+	// deletes it (at least 1, at most 100 years); 0 for the server's
+	// retention (7 days unless configured, or forever).
+	Retention float64         `json:"retention,omitempty"`
+	Metadata  json.RawMessage `json:"metadata,omitempty"`
 	// IdempotencyKey is sent as the Idempotency-Key header: submitting the
 	// same key again returns the same job.
 	IdempotencyKey string `json:"-"`
@@ -171,7 +176,11 @@ type TaskError struct {
 // Job is a job's status as GET /v1/jobs/{id} returns it.
 // ToleratedFailures is nil when only ToleratedFailurePercent limits the
 // failed tasks; ToleratedFailurePercent is 100 when only
-// ToleratedFailures does.
+// ToleratedFailures does. Retention is how long, in seconds, the job is
+// kept once it closed (its own retention or the server's), and ExpiresAt
+// when the closed job may be deleted with its tasks, results and
+// idempotency key; Retention is nil when the job is kept forever, and
+// ExpiresAt then and while the job is open.
 type Job struct {
 	ID                      string          `json:"id"`
 	Type                    string          `json:"type"`
@@ -189,6 +198,8 @@ type Job struct {
 	BatchSize               int             `json:"batch_size"`
 	Priority                int             `json:"priority"`
 	Queue                   string          `json:"queue"`
+	Retention               *float64        `json:"retention"`
+	ExpiresAt               *time.Time      `json:"expires_at"`
 	Metadata                json.RawMessage `json:"metadata"`
 	CreatedAt               *time.Time      `json:"created_at"`
 	StartedAt               *time.Time      `json:"started_at"`
@@ -349,6 +360,13 @@ func (c *Client) Redrive(ctx context.Context, id string) (Job, error) {
 	var out Job
 	err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/redrive", "", "", nil, &out)
 	return out, err
+}
+
+// Delete deletes a closed job (completed, failed or cancelled), whatever
+// its retention, with its tasks, results and idempotency key. An open job
+// is a 409 Error (cancel it first), an unknown one a 404 (IsNotFound).
+func (c *Client) Delete(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/jobs/"+url.PathEscape(id), "", "", nil, nil)
 }
 
 // DeadLetter is one message of the dead-letter queue: a task that failed

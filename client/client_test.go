@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -195,4 +196,41 @@ func TestTaskStateWireFormAndTerminal(t *testing.T) {
 	for state, want := range terminal {
 		require.Equal(t, want, state.Terminal(), "TaskState(%q).Terminal()", state)
 	}
+}
+
+// A job's retention goes with the submission and comes back with the
+// job, with its expiry once it closed; Delete deletes a closed job and
+// refuses an open one.
+func TestRetentionAndDelete(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	sub, err := b.client.Submit(ctx, client.JobSpec{Type: "echo", Retention: 3600, Tasks: []json.RawMessage{json.RawMessage(`1`)}})
+	require.NoError(t, err)
+	job, err := b.client.Get(ctx, sub.ID)
+	require.NoError(t, err)
+	require.NotNil(t, job.Retention)
+	require.Equal(t, 3600.0, *job.Retention)
+	require.Nil(t, job.ExpiresAt, "an open job does not expire")
+
+	err = b.client.Delete(ctx, sub.ID)
+	var apiErr *client.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusConflict, apiErr.Status)
+	require.Contains(t, apiErr.Message, "cancel it first")
+
+	b.finish(t, sub.ID)
+	job, err = b.client.Get(ctx, sub.ID)
+	require.NoError(t, err)
+	require.NotNil(t, job.ExpiresAt)
+	require.Equal(t, job.FinishedAt.Add(time.Hour), *job.ExpiresAt)
+
+	require.NoError(t, b.client.Delete(ctx, sub.ID))
+	_, err = b.client.Get(ctx, sub.ID)
+	require.True(t, client.IsNotFound(err))
+	require.True(t, client.IsNotFound(b.client.Delete(ctx, sub.ID)), "deleting twice")
+
+	_, err = b.client.Submit(ctx, client.JobSpec{Type: "echo", Retention: 0.5, Tasks: []json.RawMessage{json.RawMessage(`1`)}})
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusUnprocessableEntity, apiErr.Status)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/reconciler"
 	"github.com/warrenhq/warren/internal/relay"
+	"github.com/warrenhq/warren/internal/retention"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
@@ -63,6 +64,12 @@ const (
 	DefaultAggregatorLinger = aggregator.DefaultLinger
 	// DefaultReconcileGrace is Config.ReconcileGrace's default: 1 min.
 	DefaultReconcileGrace = reconciler.DefaultGrace
+	// DefaultRetention is Config.Retention's default: 7 days
+	// (warren.DefaultRetention).
+	DefaultRetention = warren.DefaultRetention
+	// DefaultRetentionInterval is Config.RetentionInterval's default:
+	// 1 min.
+	DefaultRetentionInterval = retention.DefaultInterval
 )
 
 // Config configures a Server. The zero value runs a server on the local
@@ -179,6 +186,18 @@ type Config struct {
 	// DefaultReconcileGrace.
 	ReconcileGrace time.Duration
 
+	// Retention is how long a closed job that gives no retention of its
+	// own (a submission's "retention", warren.Policy.Retention) is kept
+	// after it closed; then the server deletes it with its tasks, its
+	// reduced result and its idempotency key (docs/operations.md,
+	// "Retention"). 0 means DefaultRetention; otherwise at least a
+	// second. A negative value keeps such jobs forever; a job's own
+	// retention still applies.
+	Retention time.Duration
+	// RetentionInterval is the time between the sweeps that delete the
+	// jobs past their retention; 0 means DefaultRetentionInterval.
+	RetentionInterval time.Duration
+
 	// Reducers are custom reducers, by name, for jobs to name in their
 	// "reduce" field next to the built-ins (reduce.NewRegistry); a name
 	// may not repeat a built-in's. The API refuses a job whose reducer no
@@ -209,6 +228,10 @@ type Hooks struct {
 	// end, with the tasks it republished and failed as lost (usually
 	// none).
 	OnReconciled func(report store.ReconcileReport)
+	// OnRetentionSweep is called after each retention sweep that ran to
+	// its end, with how many jobs past their retention it deleted and
+	// how many task rows of deleted jobs it purged (usually none).
+	OnRetentionSweep func(jobsDeleted, tasksPurged int)
 }
 
 func (c Config) withDefaults() Config {
@@ -260,6 +283,12 @@ func (c Config) withDefaults() Config {
 	if c.ReconcileGrace == 0 {
 		c.ReconcileGrace = DefaultReconcileGrace
 	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = DefaultRetentionInterval
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -303,6 +332,10 @@ func (c Config) validate() error {
 		return errors.New("server: Config.RelayPollInterval, CloseScanInterval and ReconcileInterval must be >= 0")
 	case c.ReconcileGrace < 0:
 		return fmt.Errorf("server: Config.ReconcileGrace must be >= 0, got %s", c.ReconcileGrace)
+	case c.Retention > 0 && c.Retention < time.Second:
+		return fmt.Errorf("server: Config.Retention must be at least 1s (or negative, to keep jobs forever), got %s", c.Retention)
+	case c.RetentionInterval < 0:
+		return fmt.Errorf("server: Config.RetentionInterval must be >= 0, got %s", c.RetentionInterval)
 	}
 	if len(c.RetryTiers) > 0 {
 		if err := broker.CheckRetryTiers(c.RetryTiers); err != nil {
@@ -370,8 +403,8 @@ type Scope = api.Scope
 const (
 	// ScopeRead allows the GET routes (jobs, tasks, results, metrics).
 	ScopeRead = api.ScopeRead
-	// ScopeWrite allows submitting, cancelling and redriving jobs, and
-	// reading.
+	// ScopeWrite allows submitting, cancelling, redriving and deleting
+	// jobs, and reading.
 	ScopeWrite = api.ScopeWrite
 	// ScopeAdmin allows everything, including replaying and purging dead
 	// letters.

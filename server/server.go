@@ -1,6 +1,7 @@
 // Package server is warren's server as a library: the HTTP API, the outbox
 // relay that publishes submitted tasks, the aggregator that records
 // results and closes jobs, the reconciler that finds lost tasks, the
+// retention sweeper that deletes closed jobs past their retention, the
 // dead-letter operations and the Prometheus metrics, on one job store and
 // one RabbitMQ, started and stopped in order.
 //
@@ -30,6 +31,7 @@ import (
 	"github.com/warrenhq/warren/internal/metrics"
 	"github.com/warrenhq/warren/internal/reconciler"
 	"github.com/warrenhq/warren/internal/relay"
+	"github.com/warrenhq/warren/internal/retention"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
@@ -64,6 +66,9 @@ type Server struct {
 	failed    prometheus.Counter // tasks the relay failed: their message cannot be published
 	aggHooks  aggregator.Hooks
 	recon     *reconciler.Reconciler
+	sweeper   *retention.Sweeper
+	deleted   *prometheus.CounterVec // jobs deleted, by reason
+	purged    prometheus.Counter     // task rows of deleted jobs purged
 	http      *http.Server
 	listener  net.Listener
 
@@ -152,14 +157,19 @@ func (s *Server) start(ctx context.Context) (err error) {
 	}); err != nil {
 		return err
 	}
+	if s.sweeper, err = s.newSweeper(); err != nil {
+		return err
+	}
 	handler, err := api.New(api.Config{
 		Store: s.store, Reducers: s.reducers, Tokens: s.cfg.Tokens, Gatherer: s.registry, Metrics: apiMetrics,
 		MaxBodyBytes: s.cfg.MaxBodyBytes, MaxTaskBytes: s.cfg.MaxTaskBytes, BodyTimeout: s.cfg.BodyTimeout, RetryTiers: s.tiers,
+		Retention:   s.cfg.Retention,
 		DeadLetters: deadLetters{s},
 		Ready:       s.brokerReady,
 		OnSubmit:    func(string) { s.WakeRelay() },
 		OnRedrive:   func(string) { s.WakeRelay() },
 		OnCancel:    s.broadcastCancel,
+		OnDelete:    s.jobDeleted,
 		Logger:      s.log,
 	})
 	if err != nil {
@@ -196,7 +206,18 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 		Name: "warren_relay_failed_total",
 		Help: "Tasks the relay failed because their message cannot be published (refused by the broker, or not encodable).",
 	})
-	s.registry.MustRegister(s.published, s.failed, relay.NewBacklogCollector(s.store), metrics.NewDepthCollector(s.consumerConn, queues...))
+	s.deleted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warren_jobs_deleted_total",
+		Help: "Closed jobs deleted with their tasks, results and idempotency keys: past their retention (reason=\"expired\") or by DELETE /v1/jobs/{id} (reason=\"api\").",
+	}, []string{"reason"})
+	s.deleted.WithLabelValues("expired")
+	s.deleted.WithLabelValues("api")
+	s.purged = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "warren_tasks_purged_total",
+		Help: "Task rows of deleted jobs purged from the store (in batches, after their jobs were deleted).",
+	})
+	s.registry.MustRegister(s.published, s.failed, s.deleted, s.purged,
+		relay.NewBacklogCollector(s.store), metrics.NewDepthCollector(s.consumerConn, queues...))
 	h := s.cfg.Hooks
 	s.aggHooks = aggregator.NewMetrics(s.registry).Hooks(aggregator.Hooks{
 		OnBatch: h.OnBatch, OnJobClosed: h.OnJobClosed, OnInvalid: h.OnInvalid,
@@ -206,9 +227,10 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 
 // run runs the components until ctx is done or one fails, then stops them
 // in order: the API first (no new submissions; requests in progress get
-// Config.ShutdownTimeout), then the relay, aggregator and reconciler (the
-// aggregator records the batch it holds; unacknowledged results return
-// to their queue), then the broker connections and the store.
+// Config.ShutdownTimeout), then the relay, aggregator, reconciler and
+// retention sweeper (the aggregator records the batch it holds;
+// unacknowledged results return to their queue; a sweep stops between
+// two of its transactions), then the broker connections and the store.
 func (s *Server) run(ctx context.Context) {
 	defer close(s.done)
 	engine, stopEngine := context.WithCancel(context.Background())
@@ -236,6 +258,7 @@ func (s *Server) run(ctx context.Context) {
 	}
 	component("broker supervisor", s.superviseBroker)
 	component("reconciler", s.recon.Run)
+	component("retention", s.sweeper.Run)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -331,6 +354,31 @@ func (s *Server) CloseJob(ctx context.Context, jobID string) error {
 		return errDisconnected
 	}
 	return bs.agg.CloseJob(ctx, jobID)
+}
+
+// newSweeper returns the retention sweeper: it deletes the jobs past
+// their retention every Config.RetentionInterval, counted in
+// warren_jobs_deleted_total{reason="expired"} and
+// warren_tasks_purged_total.
+func (s *Server) newSweeper() (*retention.Sweeper, error) {
+	cfg := retention.Config{
+		Store: s.store, Retention: s.cfg.Retention, Interval: s.cfg.RetentionInterval, Logger: s.log,
+		OnDeleted: func(n int) { s.deleted.WithLabelValues("expired").Add(float64(n)) },
+		OnPurged:  func(n int) { s.purged.Add(float64(n)) },
+	}
+	if h := s.cfg.Hooks.OnRetentionSweep; h != nil {
+		cfg.OnSweep = func(r retention.Report) { h(r.Jobs, r.Tasks) }
+	}
+	return retention.New(cfg)
+}
+
+// jobDeleted counts a job deleted through the API and has the sweeper
+// purge its tasks now rather than at its next interval.
+func (s *Server) jobDeleted(string) {
+	s.deleted.WithLabelValues("api").Inc()
+	if s.sweeper != nil {
+		s.sweeper.Wake()
+	}
 }
 
 // requestClose asks the aggregator to close a job soon, without waiting.

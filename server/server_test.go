@@ -40,6 +40,8 @@ func TestNewNamesTheFieldThatIsWrong(t *testing.T) {
 		{server.Config{AggregatorLinger: -time.Second}, "Config.AggregatorLinger must be >= 0"},
 		{server.Config{DeliveryLimit: -1}, "Config.DeliveryLimit must be >= 0"},
 		{server.Config{ReconcileGrace: -time.Second}, "Config.ReconcileGrace must be >= 0"},
+		{server.Config{RetentionInterval: -time.Second}, "Config.RetentionInterval must be >= 0"},
+		{server.Config{Retention: time.Millisecond}, "Config.Retention must be at least 1s (or negative, to keep jobs forever)"},
 		{server.Config{RetryTiers: []time.Duration{time.Microsecond}}, "Config.RetryTiers"},
 		{server.Config{Listen: "0.0.0.0:8080"}, "refusing to listen on \"0.0.0.0:8080\" without API tokens"},
 		{server.Config{Listen: "nonsense"}, "listen address \"nonsense\""},
@@ -238,4 +240,73 @@ func TestServerLimitsUploadsAndIdleConnections(t *testing.T) {
 	require.False(t, resp.Close, "the connection is kept alive")
 	_, err = r.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "the server closes an idle keep-alive connection")
+}
+
+// The server deletes closed jobs past their retention in the background,
+// and a job deleted through the API has its tasks purged at once; both
+// are counted in /metrics. Config.Retention < 0 keeps the jobs without a
+// retention of their own forever.
+func TestRetentionSweepDeletesExpiredJobs(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	cfg.Retention = -1
+	cfg.RetentionInterval = 100 * time.Millisecond
+	type sweep struct{ jobs, tasks int }
+	sweeps := make(chan sweep, 100)
+	cfg.Hooks.OnRetentionSweep = func(jobs, tasks int) {
+		if jobs+tasks > 0 {
+			sweeps <- sweep{jobs, tasks}
+		}
+	}
+	srv, err := server.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, srv.Stop()) })
+	c := client.New(srv.URL())
+	ctx := t.Context()
+	tasks := []json.RawMessage{json.RawMessage(`1`), json.RawMessage(`2`), json.RawMessage(`3`)}
+
+	expiring, err := c.Submit(ctx, client.JobSpec{Type: "echo", Retention: 1, Tasks: tasks})
+	require.NoError(t, err)
+	kept, err := c.Submit(ctx, client.JobSpec{Type: "echo", Tasks: tasks})
+	require.NoError(t, err)
+	for _, id := range []string{expiring.ID, kept.ID} {
+		_, err := c.Cancel(ctx, id)
+		require.NoError(t, err)
+	}
+	require.Equal(t, sweep{jobs: 1, tasks: 3}, waitSweep(t, sweeps), "the job with a retention of 1 s")
+	_, err = c.Get(ctx, expiring.ID)
+	require.True(t, client.IsNotFound(err), "%v", err)
+	job, err := c.Get(ctx, kept.ID)
+	require.NoError(t, err)
+	require.Nil(t, job.Retention, "kept forever")
+
+	require.NoError(t, c.Delete(ctx, kept.ID))
+	require.Equal(t, sweep{jobs: 0, tasks: 3}, waitSweep(t, sweeps), "the deletion wakes the sweeper")
+
+	resp, err := http.Get(srv.URL() + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for _, line := range []string{
+		`warren_jobs_deleted_total{reason="api"} 1`,
+		`warren_jobs_deleted_total{reason="expired"} 1`,
+		`warren_tasks_purged_total 6`,
+	} {
+		require.Contains(t, string(body), line+"\n")
+	}
+}
+
+// waitSweep returns the next retention sweep that did something.
+func waitSweep[T any](t *testing.T, sweeps <-chan T) T {
+	t.Helper()
+	select {
+	case s := <-sweeps:
+		return s
+	case <-time.After(30 * time.Second):
+		t.Fatal("no retention sweep deleted anything within 30 s")
+		var zero T
+		return zero
+	}
 }

@@ -36,7 +36,9 @@ type Store interface {
 	// consumed), unless the job was created by another request (Replay:
 	// ErrKeyReused). A spec with an invalid policy (ValidateNewJob) is an
 	// error before anything is read or written, whatever its idempotency
-	// key (tasks is not consumed).
+	// key (tasks is not consumed). An explicit spec.ID that names a job,
+	// or a deleted job whose tasks are not purged yet
+	// (PurgeDeletedTasks), is warren.ErrConflict.
 	CreateJob(ctx context.Context, spec NewJob, tasks iter.Seq2[json.RawMessage, error]) (job warren.Job, created bool, err error)
 	// GetJob returns one job, or an error wrapping warren.ErrNotFound.
 	GetJob(ctx context.Context, id string) (warren.Job, error)
@@ -162,6 +164,35 @@ type Store interface {
 	// ApplyOutcomes would. Several servers may call it at once without
 	// handling a task twice.
 	ReconcileStale(ctx context.Context, at Staleness, limit int) (ReconcileReport, error)
+
+	// DeleteExpiredJobs deletes, in one transaction, up to limit closed
+	// jobs that have expired at at (Expiry, PickExpired), those that
+	// expired first first; limit <= 0 means DefaultPageSize. Each job's
+	// row, reduced result and idempotency key go at once: every read of
+	// the job then answers warren.ErrNotFound, an outcome for one of its
+	// tasks is Unknown, and a new submission may use its key. Its task
+	// rows are left for PurgeDeletedTasks, which deletes them in batches
+	// of its own size, so that a job of any size never holds the store
+	// long. An open job is never deleted, nor a reopened one (RedriveJob,
+	// ReopenTask): its retention counts again from its next close. It
+	// returns how many jobs it deleted. Several servers may call it at
+	// once without deleting a job twice.
+	DeleteExpiredJobs(ctx context.Context, at Expiry, limit int) (int, error)
+	// DeleteJob deletes one closed job now, whatever its retention, as
+	// DeleteExpiredJobs deletes an expired one: its row, reduced result
+	// and idempotency key at once, its task rows left for
+	// PurgeDeletedTasks. An open job: ErrJobOpen (which wraps
+	// warren.ErrConflict), and nothing changes; an unknown one (or one
+	// deleted already): warren.ErrNotFound.
+	DeleteJob(ctx context.Context, id string) error
+	// PurgeDeletedTasks deletes, in one transaction, up to limit task
+	// rows of jobs that DeleteExpiredJobs or DeleteJob deleted (limit <=
+	// 0 means DefaultPageSize), the jobs deleted first first, and returns
+	// how many it deleted: fewer than limit when none is left (or, on a
+	// store shared by several servers, when the rest are being purged by
+	// another). A new job may not take the id of a deleted job until its
+	// tasks are purged (CreateJob: warren.ErrConflict).
+	PurgeDeletedTasks(ctx context.Context, limit int) (int, error)
 }
 
 // Staleness says which queued tasks ReconcileStale takes for lost: a task

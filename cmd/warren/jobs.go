@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/warrenhq/warren/client"
 	"github.com/warrenhq/warren/server"
@@ -226,6 +227,14 @@ func printStatus(w io.Writer, j client.Job) {
 	if j.ResultURL != nil {
 		fmt.Fprintf(w, "result    %s\n", *j.ResultURL)
 	}
+	switch {
+	case j.Retention == nil:
+		fmt.Fprintf(w, "retention forever\n")
+	case j.ExpiresAt != nil:
+		fmt.Fprintf(w, "retention %s: deleted after %s\n", seconds(*j.Retention), j.ExpiresAt.Format("2006-01-02 15:04:05.000Z07:00"))
+	default:
+		fmt.Fprintf(w, "retention %s once it closes\n", seconds(*j.Retention))
+	}
 	for _, e := range j.Errors {
 		fmt.Fprintf(w, "error     task %d: %s\n", e.TaskID, e.Error)
 	}
@@ -249,5 +258,25 @@ func runWatch(ctx context.Context, args []string, env *environment) error {
 	if job.State != "completed" {
 		return fmt.Errorf("job %s is %s", job.ID, job.State)
 	}
+	return nil
+}
+
+// seconds is a number of seconds as a duration.
+func seconds(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second))
+}
+
+func runDelete(ctx context.Context, args []string, env *environment) error {
+	var cf clientFlags
+	fs := newFlagSet("delete", "Delete a closed job now, whatever its retention, with its tasks, results and idempotency key: warren delete ID.\nAn open job is refused: cancel it first.", env)
+	cf.register(fs, env)
+	id, err := parseWithID(fs, args, env)
+	if err != nil {
+		return err
+	}
+	if err := cf.client().Delete(ctx, id); err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "job %s deleted\n", id)
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/api"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/sqlite"
@@ -110,5 +111,41 @@ func TestStatusAndWatch(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "404")
 	code, _, _ = runCLI(t, nil, "status", "--server", url)
+	require.Equal(t, 2, code, "the id is required")
+}
+
+// `warren delete` deletes a closed job and refuses an open one; status
+// shows a job's retention.
+func TestDeleteCommand(t *testing.T) {
+	t.Parallel()
+	url, st := apiServer(t)
+	code, out, errOut := runCLI(t, nil, "submit", "--server", url, writeFile(t, `{"type":"echo","retention":3600,"tasks":[1]}`))
+	require.Equal(t, 0, code, errOut)
+	id := strings.TrimSpace(out)
+	code, out, _ = runCLI(t, nil, "status", id, "--server", url)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "retention 1h0m0s once it closes\n")
+
+	code, out, errOut = runCLI(t, nil, "delete", id, "--server", url)
+	require.Equal(t, 1, code)
+	require.Empty(t, out)
+	require.Contains(t, errOut, "cancel it first")
+
+	_, err := st.CancelJob(context.Background(), id)
+	require.NoError(t, err)
+	code, out, _ = runCLI(t, nil, "status", id, "--server", url)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "retention 1h0m0s: deleted after ")
+
+	code, out, errOut = runCLI(t, nil, "delete", "--server", url, id)
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, "job "+id+" deleted\n", out)
+	_, err = st.GetJob(context.Background(), id)
+	require.ErrorIs(t, err, warren.ErrNotFound)
+
+	code, _, errOut = runCLI(t, nil, "delete", id, "--server", url)
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "404")
+	code, _, _ = runCLI(t, nil, "delete", "--server", url)
 	require.Equal(t, 2, code, "the id is required")
 }

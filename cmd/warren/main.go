@@ -38,6 +38,7 @@ var commands = []command{
 	{"status", "show a job's status", runStatus},
 	{"watch", "show a job's progress until it closes", runWatch},
 	{"redrive", "requeue the failed tasks of a job and reopen it", runRedrive},
+	{"delete", "delete a closed job with its tasks, results and idempotency key", runDelete},
 	{"dlq", "list, replay or purge dead letters", runDLQ},
 	{"migrate", "apply the job store's schema migrations and exit", runMigrate},
 }

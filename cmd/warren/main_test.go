@@ -43,7 +43,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		require.Equal(t, 0, code, c.name)
 		require.Contains(t, errOut, "Usage: warren "+c.name, c.name)
 		env := "WARREN_AMQP_URL"
-		if c.name == "submit" || c.name == "status" || c.name == "watch" || c.name == "redrive" || c.name == "dlq" {
+		if c.name == "submit" || c.name == "status" || c.name == "watch" || c.name == "redrive" || c.name == "delete" || c.name == "dlq" {
 			env = "WARREN_LISTEN"
 		}
 		require.Contains(t, errOut, env, c.name)

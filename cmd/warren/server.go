@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/warrenhq/warren/internal/broker"
@@ -30,6 +31,7 @@ type serverFlags struct {
 	maxResult   int64
 	bodyTimeout time.Duration
 	idleTimeout time.Duration
+	retention   retentionFlag
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet, env *environment) {
@@ -45,6 +47,10 @@ func (f *serverFlags) register(fs *flag.FlagSet, env *environment) {
 		"a request body that delivers no byte for this long is cut (env WARREN_BODY_TIMEOUT)")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", f.envDuration(env, "WARREN_IDLE_TIMEOUT", server.DefaultIdleTimeout),
 		"how long a keep-alive connection may wait for its next request (env WARREN_IDLE_TIMEOUT)")
+	f.retention = retentionFlag(f.envRetention(env))
+	fs.Var(&f.retention, "retention",
+		"how long a closed job is kept, with its tasks, results and idempotency key, unless it gives its own retention: "+
+			"a duration (like 168h, or 30d in days), or forever (env WARREN_RETENTION)")
 	fs.IntVar(&f.aggBatch, "aggregator-batch", server.DefaultAggregatorBatchSize, "results recorded per store transaction")
 	fs.DurationVar(&f.aggLinger, "aggregator-linger", server.DefaultAggregatorLinger, "how long a result batch waits to fill, once more than one result is waiting (a lone result is recorded at once)")
 	fs.IntVar(&f.relayBatch, "relay-batch", server.DefaultRelayBatchSize, "tasks published per outbox round trip")
@@ -97,7 +103,8 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 		Listen: f.listen, Tokens: tokens, MaxBodyBytes: f.maxBody, ShutdownTimeout: f.shutdown,
 		MaxTaskBytes: f.maxTask, MaxResultBytes: int(f.maxResult), BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
 		RelayBatchSize: f.relayBatch, MaxMessageBytes: int(f.maxMessage), MaxInflightBytes: f.maxInflight, RelayWindow: int(f.relayWindow), AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
-		Logger: env.logger,
+		Retention: time.Duration(f.retention),
+		Logger:    env.logger,
 	}, nil
 }
 
@@ -127,6 +134,62 @@ func (f *common) envDuration(env *environment, name string, def time.Duration) t
 	d, err := time.ParseDuration(v)
 	if err != nil && f.envErr == nil {
 		f.envErr = fmt.Errorf("%s: %q is not a duration (like 30s, 2m)", name, v)
+	}
+	return d
+}
+
+// retentionFlag is --retention: a duration over 0, or keepForever.
+type retentionFlag time.Duration
+
+// keepForever is the server.Config.Retention of --retention forever.
+const keepForever = -1
+
+func (r *retentionFlag) String() string {
+	if *r < 0 {
+		return "forever"
+	}
+	return time.Duration(*r).String()
+}
+
+func (r *retentionFlag) Set(s string) error {
+	d, err := parseRetention(s)
+	if err != nil {
+		return err
+	}
+	*r = retentionFlag(d)
+	return nil
+}
+
+// parseRetention reads a retention as --retention and WARREN_RETENTION
+// take it: a Go duration of at least a second (168h), a whole number of
+// days (30d), or "forever" (keepForever).
+func parseRetention(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "forever") {
+		return keepForever, nil
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.ParseInt(days, 10, 32); err == nil && n > 0 {
+			return time.Duration(n) * 24 * time.Hour, nil
+		}
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= time.Second {
+		return d, nil
+	}
+	return 0, fmt.Errorf("%q is not a retention: a duration of at least 1s (like 168h or 30d) or forever", s)
+}
+
+// envRetention returns the retention in WARREN_RETENTION, or
+// server.DefaultRetention when it is not set; a value that does not parse
+// is remembered in f.envErr.
+func (f *common) envRetention(env *environment) time.Duration {
+	v := env.getenv("WARREN_RETENTION")
+	if v == "" {
+		return server.DefaultRetention
+	}
+	d, err := parseRetention(v)
+	if err != nil && f.envErr == nil {
+		f.envErr = fmt.Errorf("WARREN_RETENTION: %v", err)
 	}
 	return d
 }

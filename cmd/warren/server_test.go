@@ -73,3 +73,34 @@ func TestServerRefusesRetryTiersThatDoNotIncrease(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "tiers must increase")
 }
+
+// --retention (WARREN_RETENTION) is a duration, days, or forever, which
+// the server takes as a negative retention; 7 days by default.
+func TestServerRetentionFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		vars map[string]string
+		args []string
+		want time.Duration
+	}{
+		{nil, nil, server.DefaultRetention},
+		{map[string]string{"WARREN_RETENTION": "720h"}, nil, 720 * time.Hour},
+		{map[string]string{"WARREN_RETENTION": "30d"}, nil, 30 * 24 * time.Hour},
+		{map[string]string{"WARREN_RETENTION": "forever"}, nil, -1},
+		{map[string]string{"WARREN_RETENTION": "720h"}, []string{"--retention", "90m"}, 90 * time.Minute},
+		{nil, []string{"--retention", "Forever"}, -1},
+	} {
+		cfg, err := serverConfig(t, tc.vars, tc.args...)
+		require.NoError(t, err, "%v %v", tc.vars, tc.args)
+		require.Equal(t, tc.want, cfg.Retention, "%v %v", tc.vars, tc.args)
+	}
+
+	for _, bad := range []string{"0", "-1h", "500ms", "7x", "0d", "d", "never"} {
+		_, err := serverConfig(t, map[string]string{"WARREN_RETENTION": bad})
+		require.ErrorContains(t, err, "WARREN_RETENTION: \""+bad+"\" is not a retention", bad)
+
+		code, _, errOut := runCLI(t, nil, "server", "--retention", bad)
+		require.Equal(t, 2, code, bad)
+		require.Contains(t, errOut, "is not a retention", bad)
+	}
+}

@@ -1,5 +1,5 @@
 // Package api is warren's HTTP API (v1): submitting jobs, reading their
-// state, tasks and results, cancelling and redriving them, operating on
+// state, tasks and results, cancelling, redriving and deleting them, operating on
 // the dead-letter queue, and the health, readiness, metrics and OpenAPI
 // endpoints.
 //
@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
@@ -106,6 +107,18 @@ type Config struct {
 	// redrove, after the store committed it. The server uses it to wake
 	// the relay. It runs on the request's goroutine, so it must not block.
 	OnRedrive func(jobID string)
+	// OnDelete, when set, is called with the id of every job a request
+	// deleted (DELETE /v1/jobs/{id}), after the store committed it. The
+	// server uses it to count the deletion and to have the job's tasks
+	// purged soon. It runs on the request's goroutine, so it must not
+	// block.
+	OnDelete func(jobID string)
+	// Retention is the server's retention of closed jobs that give none
+	// of their own (server.Config.Retention): a job shows it as its
+	// retention, and its expires_at follows from it. Negative means such
+	// jobs are kept forever (their retention and expires_at are null); 0
+	// means warren.DefaultRetention; otherwise at least a second.
+	Retention time.Duration
 	// DeadLetters lists, replays and purges the dead-letter queue for the
 	// /v1/deadletters routes (a *dlq.Queue). nil means those routes answer
 	// 503.
@@ -137,6 +150,9 @@ func (c Config) withDefaults() Config {
 	if c.Reducers == nil {
 		c.Reducers = reduce.NewRegistry()
 	}
+	if c.Retention == 0 {
+		c.Retention = warren.DefaultRetention
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -155,6 +171,9 @@ func (c Config) validate() error {
 	}
 	if c.BodyTimeout < 0 {
 		return fmt.Errorf("api: Config.BodyTimeout must be >= 0, got %s", c.BodyTimeout)
+	}
+	if c.Retention > 0 && c.Retention < time.Second {
+		return fmt.Errorf("api: Config.Retention must be at least 1s (or negative, for forever), got %s", c.Retention)
 	}
 	for i, d := range c.RetryTiers {
 		if d <= 0 {
@@ -201,6 +220,7 @@ func (s *server) routes() []route {
 		{"GET /v1/jobs/{id}/result", ScopeRead, s.getResult},
 		{"POST /v1/jobs/{id}/cancel", ScopeWrite, s.cancelJob},
 		{"POST /v1/jobs/{id}/redrive", ScopeWrite, s.redriveJob},
+		{"DELETE /v1/jobs/{id}", ScopeWrite, s.deleteJob},
 		{"GET /v1/deadletters", ScopeRead, s.listDeadLetters},
 		{"POST /v1/deadletters/replay", ScopeAdmin, s.replayDeadLetters},
 		{"POST /v1/deadletters/purge", ScopeAdmin, s.purgeDeadLetters},

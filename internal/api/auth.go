@@ -17,8 +17,8 @@ type Scope string
 const (
 	// ScopeRead allows the GET routes (jobs, tasks, results, metrics).
 	ScopeRead Scope = "read"
-	// ScopeWrite allows submitting, cancelling and redriving jobs, and
-	// reading.
+	// ScopeWrite allows submitting, cancelling, redriving and deleting
+	// jobs, and reading.
 	ScopeWrite Scope = "write"
 	// ScopeAdmin allows everything, including replaying and purging dead
 	// letters.

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -52,6 +53,8 @@ func TestNewRejectsABadConfig(t *testing.T) {
 	s := openStore(t, sqliteStore, 0)
 	_, err = api.New(api.Config{Store: s, MaxBodyBytes: -1})
 	require.ErrorContains(t, err, "Config.MaxBodyBytes")
+	_, err = api.New(api.Config{Store: s, Retention: time.Millisecond})
+	require.ErrorContains(t, err, "Config.Retention must be at least 1s")
 	_, err = api.New(api.Config{Store: s, Tokens: []api.Token{{Value: "t", Scopes: []api.Scope{"root"}}}})
 	require.ErrorContains(t, err, "Config.Tokens[0]")
 	_, err = api.New(api.Config{Store: s, Tokens: []api.Token{{Value: "t"}}})
@@ -79,6 +82,7 @@ func TestAuth(t *testing.T) {
 		{http.MethodGet, "/v1/jobs/" + job.ID + "/result", "", api.ScopeRead},
 		{http.MethodPost, "/v1/jobs/" + job.ID + "/cancel", "", api.ScopeWrite},
 		{http.MethodPost, "/v1/jobs/" + job.ID + "/redrive", "", api.ScopeWrite},
+		{http.MethodDelete, "/v1/jobs/" + job.ID, "", api.ScopeWrite},
 		{http.MethodGet, "/metrics", "", api.ScopeRead},
 	}
 	for _, c := range calls {

@@ -17,7 +17,7 @@ import (
 //
 // application/json: {"type", "tasks": [...], "reduce", "max_retries",
 // "tolerated_failures", "tolerated_failure_percent", "fail_fast",
-// "metadata"}. The fields are read in order with a token walk. When every
+// "task_timeout", "batch_size", "retention", "metadata"}. The fields are read in order with a token walk. When every
 // other field comes before "tasks", the job is fully known when its tasks
 // start, so they are read one payload at a time, never all in memory.
 // When a field may still follow "tasks" (any field not given before it),
@@ -348,6 +348,8 @@ func decodeField(dec *json.Decoder, key string, sp *jobSpec) *apiError {
 		target = &sp.Priority
 	case "queue":
 		target = &sp.Queue
+	case "retention":
+		target = &sp.Retention
 	case "metadata":
 		target = &sp.Metadata
 	}

@@ -92,8 +92,8 @@ func TestUnknownRouteAndMethod(t *testing.T) {
 		requireError(t, b.get(t, path), http.StatusNotFound, "not_found")
 	}
 	for _, tc := range []struct{ method, path, allow string }{
-		{http.MethodDelete, "/v1/jobs", "GET, HEAD, POST"},
-		{http.MethodPut, "/v1/jobs/abc", "GET, HEAD"},
+		{http.MethodPatch, "/v1/jobs", "GET, HEAD, POST"},
+		{http.MethodPut, "/v1/jobs/abc", "DELETE, GET, HEAD"},
 		{http.MethodGet, "/v1/jobs/abc/cancel", "POST"},
 		{http.MethodGet, "/v1/jobs/abc/redrive", "POST"},
 		{http.MethodGet, "/v1/deadletters/replay", "POST"},
@@ -118,6 +118,7 @@ func storeCalls(id string) []struct{ method, path, body string } {
 		{http.MethodGet, "/v1/jobs/" + id + "/result", ""},
 		{http.MethodPost, "/v1/jobs/" + id + "/cancel", ""},
 		{http.MethodPost, "/v1/jobs/" + id + "/redrive", ""},
+		{http.MethodDelete, "/v1/jobs/" + id, ""},
 	}
 }
 
@@ -217,6 +218,13 @@ func (f *faultyStore) RedriveJob(ctx context.Context, id string) (warren.Job, in
 	return f.Store.RedriveJob(ctx, id)
 }
 
+func (f *faultyStore) DeleteJob(ctx context.Context, id string) error {
+	if err := f.check("DeleteJob"); err != nil {
+		return err
+	}
+	return f.Store.DeleteJob(ctx, id)
+}
+
 func (f *faultyStore) JobResult(ctx context.Context, id string) ([]byte, error) {
 	if err := f.check("JobResult"); err != nil {
 		return nil, err
@@ -226,7 +234,7 @@ func (f *faultyStore) JobResult(ctx context.Context, id string) ([]byte, error) 
 
 func TestStoreErrorIs500WithoutDetails(t *testing.T) {
 	t.Parallel()
-	fail := map[string]bool{"CreateJob": true, "GetJob": true, "ListJobs": true, "ListTasks": true, "CancelJob": true, "RedriveJob": true}
+	fail := map[string]bool{"CreateJob": true, "GetJob": true, "ListJobs": true, "ListTasks": true, "CancelJob": true, "RedriveJob": true, "DeleteJob": true}
 	b := setup(t, &options{wrap: func(s store.Store) store.Store { return &faultyStore{Store: s, fail: fail} }})
 	job := createJob(t, b.store, 1)
 	for _, c := range storeCalls(job.ID) {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -35,7 +36,9 @@ type jobJSON struct {
 	BatchSize               int             `json:"batch_size"`
 	Priority                int             `json:"priority"`
 	Queue                   string          `json:"queue"`
-	Metadata                json.RawMessage `json:"metadata"` // null when absent
+	Retention               *float64        `json:"retention"`  // seconds; null when kept forever
+	ExpiresAt               *time.Time      `json:"expires_at"` // null while open, or when kept forever
+	Metadata                json.RawMessage `json:"metadata"`   // null when absent
 	CreatedAt               time.Time       `json:"created_at"`
 	StartedAt               *time.Time      `json:"started_at"`
 	FinishedAt              *time.Time      `json:"finished_at"`
@@ -83,8 +86,9 @@ type taskList struct {
 func jobURL(id string) string    { return "/v1/jobs/" + id }
 func resultURL(id string) string { return store.ResultLocation(id) }
 
-// toJobJSON converts a stored job.
-func toJobJSON(j warren.Job) jobJSON {
+// toJobJSON converts a stored job; retention is the server's retention of
+// jobs that give none (Config.Retention).
+func toJobJSON(j warren.Job, retention time.Duration) jobJSON {
 	out := jobJSON{
 		ID:                      j.ID,
 		Type:                    j.Type,
@@ -116,6 +120,14 @@ func toJobJSON(j warren.Job) jobJSON {
 		u := resultURL(j.ID)
 		out.ResultURL = &u
 	}
+	if r := cmp.Or(j.Policy.Retention, max(retention, 0)); r > 0 {
+		secs := r.Seconds()
+		out.Retention = &secs
+	}
+	if at, ok := store.ExpiresAt(j, retention); ok {
+		at = at.UTC()
+		out.ExpiresAt = &at
+	}
 	return out
 }
 
@@ -129,7 +141,7 @@ func utc(t *time.Time) *time.Time {
 
 // jobDetail returns job with its sample of failed tasks.
 func (s *server) jobDetail(r *http.Request, job warren.Job) (jobDetailJSON, error) {
-	out := jobDetailJSON{jobJSON: toJobJSON(job), Errors: []taskErrorJSON{}}
+	out := jobDetailJSON{jobJSON: toJobJSON(job, s.cfg.Retention), Errors: []taskErrorJSON{}}
 	if job.FailedTasks == 0 {
 		return out, nil
 	}
@@ -202,7 +214,7 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	out := jobList{Jobs: make([]jobJSON, 0, len(jobs)), NextCursor: cursorJSON(next)}
 	for _, j := range jobs {
-		out.Jobs = append(out.Jobs, toJobJSON(j))
+		out.Jobs = append(out.Jobs, toJobJSON(j, s.cfg.Retention))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -405,4 +417,38 @@ func (s *server) redriveConflict(r *http.Request, id string, err error) error {
 		return errorf(http.StatusConflict, codeConflict, "job %q is cancelled: a cancelled job cannot be redriven", id)
 	}
 	return errorf(http.StatusConflict, codeConflict, "job %q is %s without failed tasks: there is nothing to redrive", id, job.State)
+}
+
+// deleteJob handles DELETE /v1/jobs/{id}: a closed job is deleted at once
+// with its reduced result and its idempotency key, and its tasks soon
+// after (the store purges them in batches); an open job must be
+// cancelled first.
+func (s *server) deleteJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathJobID(w, r)
+	if !ok {
+		return
+	}
+	err := s.cfg.Store.DeleteJob(r.Context(), id)
+	if errors.Is(err, store.ErrJobOpen) {
+		err = s.openConflict(r, id, err)
+	}
+	if err != nil {
+		s.storeError(w, r, err, "delete job", "job_id", id)
+		return
+	}
+	s.log.Info("api: job deleted", "job_id", id)
+	if s.cfg.OnDelete != nil {
+		s.cfg.OnDelete(id)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// openConflict turns store.ErrJobOpen from deleting job id into a 409 that
+// names the job's state and what to do.
+func (s *server) openConflict(r *http.Request, id string, err error) error {
+	job, getErr := s.cfg.Store.GetJob(r.Context(), id)
+	if getErr != nil {
+		return err
+	}
+	return errorf(http.StatusConflict, codeConflict, "job %q is %s: only a closed job can be deleted; cancel it first", id, job.State)
 }

@@ -32,8 +32,9 @@ func TestGetJob(t *testing.T) {
 				"id": id, "type": "echo", "state": "pending",
 				"expected_tasks": 3.0, "completed_tasks": 0.0, "failed_tasks": 0.0, "pending_tasks": 3.0,
 				"reduce": "sum", "max_retries": 5.0, "tolerated_failures": 2.0, "tolerated_failure_percent": 12.5,
-				"fail_fast": true, "task_timeout": 900.0, "batch_size": 16.0, "priority": 30.0, "queue": "gpu", "metadata": map[string]any{"owner": "ops"},
-				"started_at": nil, "finished_at": nil, "result_url": nil, "errors": []any{},
+				"fail_fast": true, "task_timeout": 900.0, "batch_size": 16.0, "priority": 30.0, "queue": "gpu", "retention": 86400.0, "expires_at": nil,
+				"metadata": map[string]any{"owner": "ops"}, "started_at": nil, "finished_at": nil, "result_url": nil,
+				"errors": []any{},
 			}, v)
 
 			resp = b.get(t, "/v1/jobs/no-such-job")
@@ -83,6 +84,7 @@ func TestIDsNoJobCanHave(t *testing.T) {
 				requireError(t, b.get(t, "/v1/jobs/"+id+"/result"), http.StatusNotFound, "not_found")
 				requireError(t, b.do(t, http.MethodPost, "/v1/jobs/"+id+"/cancel", nil), http.StatusNotFound, "not_found")
 				requireError(t, b.do(t, http.MethodPost, "/v1/jobs/"+id+"/redrive", nil), http.StatusNotFound, "not_found")
+				requireError(t, b.do(t, http.MethodDelete, "/v1/jobs/"+id, nil), http.StatusNotFound, "not_found")
 			}
 			for _, cursor := range []string{"%00", "%FF", "dDE6eA", "ajE6MToA"} {
 				requireError(t, b.get(t, "/v1/jobs?cursor="+cursor), http.StatusBadRequest, "invalid_parameter")

@@ -49,6 +49,7 @@ var specFields = map[string]string{
 	"batch_size":                "an integer",
 	"priority":                  "an integer",
 	"queue":                     "a string",
+	"retention":                 "a number of seconds",
 	"metadata":                  "an object",
 }
 
@@ -65,6 +66,7 @@ type jobSpec struct {
 	BatchSize               *int
 	Priority                *int
 	Queue                   *string
+	Retention               *float64
 	Metadata                json.RawMessage
 }
 
@@ -222,6 +224,14 @@ func (sp jobSpec) newJob(r rules) (store.NewJob, *apiError) {
 		if *sp.Queue != protocol.DefaultQueue {
 			p.Queue = *sp.Queue
 		}
+	}
+	if sp.Retention != nil {
+		secs := *sp.Retention
+		if !(secs >= 1 && secs <= warren.MaxRetention.Seconds()) {
+			return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation,
+				"retention must be between 1 and %.0f seconds (100 years), got %v", warren.MaxRetention.Seconds(), secs)
+		}
+		p.Retention = time.Duration(secs * float64(time.Second))
 	}
 	if err := p.Validate(); err != nil {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "%v", err)

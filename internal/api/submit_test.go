@@ -20,7 +20,7 @@ import (
 // fullSpec is every job field but tasks, so that a "tasks" after it
 // streams.
 const fullSpec = `"type":"echo","reduce":"sum","max_retries":5,"tolerated_failures":2,` +
-	`"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"priority":30,"queue":"gpu","metadata":{"owner":"ops"}`
+	`"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"priority":30,"queue":"gpu","retention":86400,"metadata":{"owner":"ops"}`
 
 func TestSubmitJSON(t *testing.T) {
 	t.Parallel()
@@ -31,7 +31,7 @@ func TestSubmitJSON(t *testing.T) {
 			for name, body := range map[string]string{
 				"tasks last (streamed)":    `{` + fullSpec + `,"tasks":[{"n": 1}, [2], "three", 4, null, true]}`,
 				"tasks first (buffered)":   `{"tasks":[{"n": 1}, [2], "three", 4, null, true],` + fullSpec + `}`,
-				"tasks between (buffered)": `{"type":"echo","reduce":"sum","max_retries":5,"tasks":[{"n": 1}, [2], "three", 4, null, true],"tolerated_failures":2,"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"priority":30,"queue":"gpu","metadata":{"owner":"ops"}}`,
+				"tasks between (buffered)": `{"type":"echo","reduce":"sum","max_retries":5,"tasks":[{"n": 1}, [2], "three", 4, null, true],"tolerated_failures":2,"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"priority":30,"queue":"gpu","retention":86400,"metadata":{"owner":"ops"}}`,
 			} {
 				t.Run(name, func(t *testing.T) {
 					resp := b.submit(t, body)
@@ -47,7 +47,7 @@ func TestSubmitJSON(t *testing.T) {
 					require.Equal(t, "echo", job.Type)
 					require.Equal(t, int64(6), job.ExpectedTasks)
 					require.Equal(t, warren.Policy{Reduce: "sum", MaxRetries: 5, ToleratedFailures: 2, ToleratedFailurePercent: 12.5,
-						FailFast: true, TaskTimeout: 900 * time.Second, BatchSize: 16, Priority: 30, Queue: "gpu"}, job.Policy)
+						FailFast: true, TaskTimeout: 900 * time.Second, BatchSize: 16, Priority: 30, Queue: "gpu", Retention: 24 * time.Hour}, job.Policy)
 					require.JSONEq(t, `{"owner":"ops"}`, string(job.Metadata))
 					require.Equal(t, []string{`{"n": 1}`, `[2]`, `"three"`, `4`, `null`, `true`},
 						payloadsOf(t, b.store, id), "payloads are stored byte for byte, in order")
@@ -210,6 +210,12 @@ func TestSubmitBadInput(t *testing.T) {
 		{"queue with a dot", j, `{"type":"echo","tasks":[1],"queue":"a.b"}`, nil, 422, "validation_failed"},
 		{"queue is a number", j, `{"type":"echo","tasks":[1],"queue":7}`, nil, 400, "invalid_type"},
 		{"batch_size over 1000", j, `{"type":"echo","tasks":[1],"batch_size":1001}`, nil, 422, "validation_failed"},
+		{"retention is a string", j, `{"type":"echo","tasks":[1],"retention":"7d"}`, nil, 400, "invalid_type"},
+		{"retention under a second", j, `{"type":"echo","tasks":[1],"retention":0.5}`, nil, 422, "validation_failed"},
+		{"retention 0", j, `{"type":"echo","tasks":[1],"retention":0}`, nil, 422, "validation_failed"},
+		{"negative retention", j, `{"type":"echo","tasks":[1],"retention":-1}`, nil, 422, "validation_failed"},
+		{"retention over 100 years", j, `{"type":"echo","tasks":[1],"retention":3153600001}`, nil, 422, "validation_failed"},
+		{"retention overflows", j, `{"type":"echo","tasks":[1],"retention":1e300}`, nil, 422, "validation_failed"},
 		{"reduce is an object", j, `{"type":"echo","tasks":[1],"reduce":{}}`, nil, 400, "invalid_type"},
 		{"metadata is an array", j, `{"type":"echo","tasks":[1],"metadata":[1]}`, nil, 400, "invalid_type"},
 		{"metadata is a string", j, `{"type":"echo","tasks":[1],"metadata":"x"}`, nil, 400, "invalid_type"},

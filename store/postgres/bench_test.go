@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -69,4 +70,43 @@ func BenchmarkApplyOutcomes(b *testing.B) {
 		require.Equal(b, batch, report.Applied)
 	}
 	b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "outcomes/s")
+}
+
+// BenchmarkDeleteExpiredJobs measures one batch of the retention sweep:
+// DeleteExpiredJobs of 500 closed jobs of 100 tasks ("ms/500-jobs"),
+// then PurgeDeletedTasks of their 50,000 task rows in transactions of
+// 5,000 ("ms/purge-tx" each).
+func BenchmarkDeleteExpiredJobs(b *testing.B) {
+	const jobs, tasks, purgeBatch = 500, 100, 5000
+	tb := setup(b)
+	var deleteTime, purgeTime time.Duration
+	purges := 0
+	for b.Loop() {
+		b.StopTimer()
+		for range jobs {
+			job, _, err := tb.store.CreateJob(tb.ctx, store.NewJob{Type: "bench", Policy: warren.Policy{Retention: time.Second}}, benchPayloads(tasks))
+			require.NoError(b, err)
+			_, err = tb.store.CancelJob(tb.ctx, job.ID)
+			require.NoError(b, err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		n, err := tb.store.DeleteExpiredJobs(tb.ctx, store.Expiry{Now: time.Now().Add(time.Hour)}, jobs)
+		require.NoError(b, err)
+		require.Equal(b, jobs, n)
+		deleteTime += time.Since(start)
+		for {
+			start = time.Now()
+			n, err := tb.store.PurgeDeletedTasks(tb.ctx, purgeBatch)
+			require.NoError(b, err)
+			purgeTime += time.Since(start)
+			purges++
+			if n < purgeBatch {
+				break
+			}
+		}
+	}
+	b.ReportMetric(float64(deleteTime.Microseconds())/1000/float64(b.N), "ms/500-jobs")
+	b.ReportMetric(float64(purgeTime.Microseconds())/1000/float64(purges), "ms/purge-tx")
+	b.ReportMetric(float64((deleteTime+purgeTime).Microseconds())/1000/float64(b.N), "ms/batch")
 }

@@ -79,6 +79,13 @@ func (s *Store) RedriveJob(ctx context.Context, id string) (warren.Job, int, err
 	}
 	job, err := scanJob(tx.QueryRow(ctx, reopenJobSQL, id, failed))
 	if errors.Is(err, pgx.ErrNoRows) {
+		exists, err := s.jobExists(ctx, tx, id)
+		if err != nil {
+			return warren.Job{}, 0, err
+		}
+		if !exists { // deleted meanwhile (DeleteJob, DeleteExpiredJobs)
+			return warren.Job{}, 0, notFound(id)
+		}
 		return warren.Job{}, 0, fmt.Errorf("postgres: redrive job %q: %w: the job was reopened meanwhile", id, warren.ErrConflict)
 	}
 	if err != nil {
@@ -171,7 +178,11 @@ func (s *Store) reopenTask(ctx context.Context, jobID string, taskID int64) (gen
 		return 0, false, nil
 	}
 	var state string
-	if err := tx.QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1 FOR UPDATE`, jobID).Scan(&state); err != nil {
+	err = tx.QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1 FOR UPDATE`, jobID).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) { // deleted meanwhile (DeleteJob, DeleteExpiredJobs)
+		return 0, false, warren.ErrNotFound
+	}
+	if err != nil {
 		return 0, false, err
 	}
 	isClosed := store.Reopenable(warren.JobState(state))

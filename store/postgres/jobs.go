@@ -20,21 +20,22 @@ import (
 // jobColumns is the column list scanJob reads, in its order.
 const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks,
 	reduce, max_retries, tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms,
-	batch_size, priority, queue, metadata, coalesce(idempotency_key, ''), created_at, started_at, finished_at,
+	batch_size, priority, queue, retention_ms, metadata, coalesce(idempotency_key, ''), created_at, started_at, finished_at,
 	result_location, error, version`
 
 // scanJob reads one row of jobColumns, then into extra the columns that
 // follow them.
 func scanJob(row pgx.Row, extra ...any) (warren.Job, error) {
 	var (
-		j         warren.Job
-		state     string
-		timeoutMS int64
-		metadata  []byte
+		j           warren.Job
+		state       string
+		timeoutMS   int64
+		retentionMS int64
+		metadata    []byte
 	)
 	dest := []any{&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent, &j.Policy.FailFast,
-		&timeoutMS, &j.Policy.BatchSize, &j.Policy.Priority, &j.Policy.Queue, &metadata, &j.IdempotencyKey, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
+		&timeoutMS, &j.Policy.BatchSize, &j.Policy.Priority, &j.Policy.Queue, &retentionMS, &metadata, &j.IdempotencyKey, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
 		&j.ResultLocation, &j.Error, &j.Version}
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
@@ -42,6 +43,7 @@ func scanJob(row pgx.Row, extra ...any) (warren.Job, error) {
 	}
 	j.State = warren.JobState(state)
 	j.Policy.TaskTimeout = time.Duration(timeoutMS) * time.Millisecond
+	j.Policy.Retention = time.Duration(retentionMS) * time.Millisecond
 	j.Metadata = metadata
 	j.CreatedAt = j.CreatedAt.UTC()
 	j.StartedAt = utc(j.StartedAt)
@@ -55,7 +57,8 @@ func scanJob(row pgx.Row, extra ...any) (warren.Job, error) {
 // back and is returned as it is. A job whose idempotency key is taken
 // (possibly by another server at the same moment) is returned with created
 // false, and tasks is not consumed. A job whose id is taken is an error
-// wrapping warren.ErrConflict. An invalid spec (store.ValidateNewJob) is an
+// wrapping warren.ErrConflict, and so is the id of a deleted job whose
+// tasks are not purged yet. An invalid spec (store.ValidateNewJob) is an
 // error before anything is read or written.
 func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
 	if err := store.ValidateNewJob(spec); err != nil {
@@ -64,6 +67,8 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	id := spec.ID
 	if id == "" {
 		id = ulid.Make().String()
+	} else if err := s.checkNotDeleted(ctx, id); err != nil {
+		return warren.Job{}, false, err
 	}
 
 	tx, err := s.pool.Begin(ctx)
@@ -78,13 +83,13 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	var inserted string
 	err = tx.QueryRow(ctx, `
 		INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
-			tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, metadata, idempotency_key, created_at, request_hash, priority, queue)
-		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $12, $9, NULLIF($10, ''), $11, $13, $14, $15)
+			tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, retention_ms, metadata, idempotency_key, created_at, request_hash, priority, queue)
+		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $12, $14, $9, NULLIF($10, ''), $11, $13, $15, $16)
 		ON CONFLICT (idempotency_key) DO NOTHING
 		RETURNING id`,
 		id, spec.Type, p.Reduce, p.MaxRetries, p.ToleratedFailures,
 		p.ToleratedFailurePercent, p.FailFast, p.TaskTimeout.Milliseconds(), []byte(spec.Metadata), spec.IdempotencyKey, s.clock(), p.EffectiveBatchSize(),
-		spec.RequestHash, p.Priority, p.Queue,
+		spec.RequestHash, p.Retention.Milliseconds(), p.Priority, p.Queue,
 	).Scan(&inserted)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -98,6 +103,11 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	}
 
 	n, err := copyTasks(ctx, tx, id, tasks)
+	if isUniqueViolation(err, "tasks_pkey") {
+		// The tasks of a job of this id, deleted since checkNotDeleted
+		// looked, are not purged yet.
+		return warren.Job{}, false, fmt.Errorf("postgres: create job %q: %w: a deleted job of that id still has tasks", id, warren.ErrConflict)
+	}
 	if err != nil {
 		return warren.Job{}, false, err
 	}
@@ -162,6 +172,20 @@ func (s *taskSource) Values() ([]any, error) {
 
 // Err returns the error the iterator yielded, if any.
 func (s *taskSource) Err() error { return s.err }
+
+// checkNotDeleted refuses the explicit id of a new job when a deleted job
+// of that id still has tasks to purge: the new job's tasks would collide
+// with them. A generated id is never a deleted job's.
+func (s *Store) checkNotDeleted(ctx context.Context, id string) error {
+	var deleted bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM deleted_jobs WHERE job_id = $1)`, id).Scan(&deleted); err != nil {
+		return fmt.Errorf("postgres: create job %q: %w", id, err)
+	}
+	if deleted {
+		return fmt.Errorf("postgres: create job %q: %w: a deleted job of that id still has tasks to purge", id, warren.ErrConflict)
+	}
+	return nil
+}
 
 // replayOf returns the job spec's idempotency key names, as store.Replay
 // decides.
@@ -373,9 +397,11 @@ func (s *Store) JobResult(ctx context.Context, jobID string) ([]byte, error) {
 // task id order. limit <= 0 means store.DefaultPageSize. An unknown job:
 // warren.ErrNotFound.
 func (s *Store) JobErrors(ctx context.Context, jobID string, limit int) ([]warren.TaskError, error) {
+	// The tasks of a deleted job outlive its row until they are purged:
+	// they are not its errors.
 	rows, err := s.pool.Query(ctx, `
 		SELECT task_id, error FROM tasks
-		WHERE job_id = $1 AND state = 'failed'
+		WHERE job_id = $1 AND state = 'failed' AND EXISTS (SELECT 1 FROM jobs WHERE id = $1)
 		ORDER BY task_id LIMIT $2`, jobID, store.PageSize(limit))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: errors of job %q: %w", jobID, err)

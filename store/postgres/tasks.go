@@ -24,8 +24,10 @@ func (s *Store) ListTasks(ctx context.Context, jobID string, opts store.ListTask
 		}
 		after = id
 	}
+	// EXISTS: the tasks of a deleted job outlive its row until they are
+	// purged, and are not listed.
 	sql := `SELECT job_id, task_id, state, attempts, worker, error, queued_at, started_at, finished_at, result
-		FROM tasks WHERE job_id = $1 AND task_id > $2`
+		FROM tasks WHERE job_id = $1 AND task_id > $2 AND EXISTS (SELECT 1 FROM jobs WHERE id = $1)`
 	args := []any{jobID, after}
 	if opts.State != "" {
 		args = append(args, string(opts.State))
@@ -80,7 +82,11 @@ func scanTaskRecord(row pgx.CollectableRow) (warren.TaskRecord, error) {
 // error from fn stops the scan and is returned as it is. An unknown job:
 // warren.ErrNotFound.
 func (s *Store) ScanResults(ctx context.Context, jobID string, fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error {
-	rows, err := s.pool.Query(ctx, `SELECT task_id, state, result FROM tasks WHERE job_id = $1 ORDER BY task_id`, jobID)
+	// EXISTS: the tasks of a deleted job outlive its row until they are
+	// purged, and are not its results.
+	rows, err := s.pool.Query(ctx, `SELECT task_id, state, result FROM tasks
+		WHERE job_id = $1 AND EXISTS (SELECT 1 FROM jobs WHERE id = $1)
+		ORDER BY task_id`, jobID)
 	if err != nil {
 		return fmt.Errorf("postgres: scan results of job %q: %w", jobID, err)
 	}

@@ -29,8 +29,8 @@ const insertArgs = 3
 // CreateJob writes the job and its tasks in one transaction, streaming the
 // payloads in multi-row INSERTs of insertBatch rows, so only one batch of
 // payloads is in memory at a time. A nil payload is stored as JSON null.
-// An explicit spec.ID that already exists is an error wrapping
-// warren.ErrConflict. An invalid spec (store.ValidateNewJob) is an error
+// An explicit spec.ID that already exists, or names a deleted job whose
+// tasks are not purged yet, is an error wrapping warren.ErrConflict. An invalid spec (store.ValidateNewJob) is an error
 // before anything is read or written.
 func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
 	if err := store.ValidateNewJob(spec); err != nil {
@@ -45,8 +45,10 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 		IdempotencyKey: spec.IdempotencyKey,
 		CreatedAt:      now(),
 	}
-	// The timeout is stored in milliseconds: return what GetJob will.
+	// The timeout and the retention are stored in milliseconds: return
+	// what GetJob will.
 	job.Policy.TaskTimeout = job.Policy.TaskTimeout.Truncate(time.Millisecond)
+	job.Policy.Retention = job.Policy.Retention.Truncate(time.Millisecond)
 	job.Policy.BatchSize = job.Policy.EffectiveBatchSize()
 	if job.ID == "" {
 		job.ID = ulid.Make().String()
@@ -85,12 +87,16 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 				return err
 			}
 		}
-		var exists bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = ?)`, job.ID).Scan(&exists); err != nil {
+		var exists, deleted bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = ?1),
+			EXISTS (SELECT 1 FROM deleted_jobs WHERE job_id = ?1)`, job.ID).Scan(&exists, &deleted); err != nil {
 			return err
 		}
 		if exists {
 			return fmt.Errorf("job %s already exists: %w", job.ID, warren.ErrConflict)
+		}
+		if deleted {
+			return fmt.Errorf("job %s was deleted and its tasks are not purged yet: %w", job.ID, warren.ErrConflict)
 		}
 		if err := insertJob(ctx, tx, job, spec.RequestHash); err != nil {
 			return err
@@ -134,11 +140,11 @@ func insertJob(ctx context.Context, tx *sql.Tx, j warren.Job, requestHash string
 		metadata = []byte(j.Metadata)
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
-		tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, metadata, idempotency_key, created_at, request_hash, priority, queue)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, retention_ms, metadata, idempotency_key, created_at, request_hash, priority, queue)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		j.ID, j.Type, string(j.State), j.Policy.Reduce, j.Policy.MaxRetries, j.Policy.ToleratedFailures,
 		j.Policy.ToleratedFailurePercent, j.Policy.FailFast, j.Policy.TaskTimeout.Milliseconds(),
-		j.Policy.EffectiveBatchSize(), metadata, key, j.CreatedAt.UnixMicro(), requestHash, j.Policy.Priority, j.Policy.Queue)
+		j.Policy.EffectiveBatchSize(), j.Policy.Retention.Milliseconds(), metadata, key, j.CreatedAt.UnixMicro(), requestHash, j.Policy.Priority, j.Policy.Queue)
 	return err
 }
 
@@ -196,7 +202,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (warren.Job, error) {
 }
 
 const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks, reduce, max_retries,
-	tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, priority, queue, metadata, COALESCE(idempotency_key, ''),
+	tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, priority, queue, retention_ms, metadata, COALESCE(idempotency_key, ''),
 	created_at, started_at, finished_at, result_location, error, version, seq`
 
 // getJob returns the one job matching where, or warren.ErrNotFound.
@@ -216,17 +222,19 @@ func scanJob(row interface{ Scan(...any) error }) (warren.Job, int64, error) {
 		metadata          []byte
 		created, seq      int64
 		timeoutMS         int64
+		retentionMS       int64
 		started, finished sql.NullInt64
 	)
 	err := row.Scan(&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent,
-		&j.Policy.FailFast, &timeoutMS, &j.Policy.BatchSize, &j.Policy.Priority, &j.Policy.Queue, &metadata, &j.IdempotencyKey, &created, &started, &finished,
+		&j.Policy.FailFast, &timeoutMS, &j.Policy.BatchSize, &j.Policy.Priority, &j.Policy.Queue, &retentionMS, &metadata, &j.IdempotencyKey, &created, &started, &finished,
 		&j.ResultLocation, &j.Error, &j.Version, &seq)
 	if err != nil {
 		return warren.Job{}, 0, err
 	}
 	j.State = warren.JobState(state)
 	j.Policy.TaskTimeout = time.Duration(timeoutMS) * time.Millisecond
+	j.Policy.Retention = time.Duration(retentionMS) * time.Millisecond
 	j.Metadata = nilIfEmpty(metadata)
 	j.CreatedAt = *timeOf(sql.NullInt64{Int64: created, Valid: true})
 	j.StartedAt = timeOf(started)

@@ -65,8 +65,11 @@ func (s *Store) ListTasks(ctx context.Context, jobID string, opts store.ListTask
 // errors, in task id order; limit <= 0 means store.DefaultPageSize. An
 // unknown job wraps warren.ErrNotFound.
 func (s *Store) JobErrors(ctx context.Context, jobID string, limit int) ([]warren.TaskError, error) {
+	// The tasks of a deleted job outlive its row until they are purged:
+	// they are not its errors.
 	rows, err := s.r.QueryContext(ctx, `SELECT task_id, error FROM tasks
-		WHERE job_id = ? AND state = 'failed' ORDER BY task_id LIMIT ?`, jobID, store.PageSize(limit))
+		WHERE job_id = ?1 AND state = 'failed' AND EXISTS (SELECT 1 FROM jobs WHERE id = ?1)
+		ORDER BY task_id LIMIT ?2`, jobID, store.PageSize(limit))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: errors of job %s: %w", jobID, err)
 	}
@@ -82,8 +85,8 @@ func (s *Store) JobErrors(ctx context.Context, jobID string, limit int) ([]warre
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: errors of job %s: %w", jobID, err)
 	}
-	// Only an empty answer needs the job looked up: a task row exists only
-	// with its job's.
+	// Only an empty answer needs the job looked up: the query read only
+	// the tasks of an existing job.
 	if len(errs) == 0 {
 		if err := s.jobExists(ctx, jobID); err != nil {
 			return nil, fmt.Errorf("sqlite: errors of job %s: %w", jobID, err)

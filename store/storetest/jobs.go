@@ -238,6 +238,7 @@ func testCreateJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 			{ToleratedFailurePercent: 101},
 			{TaskTimeout: time.Millisecond},
 			{BatchSize: warren.MaxBatchSize + 1},
+			{Retention: time.Millisecond},
 		} {
 			want := policy.Validate()
 			require.Error(t, want, "policy %+v is invalid", policy)

@@ -54,6 +54,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ReopenTask", testReopenTask},
 		{"ReconcileStale", testReconcileStale},
 		{"Generations", testGenerations},
+		{"Retention", testRetention},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
