@@ -379,8 +379,10 @@ func (r *Relay) declare(q string) error {
 
 // room is how many messages the round may send to work queue q: what
 // brings its ready messages (and the tasks other rounds are publishing to
-// it) up to Window, or 0 when that is less than a tenth of the window,
-// too little for a round worth its store round trip.
+// it) up to Window, or 0 when that is less than half the window or a
+// full round (BatchSize), whichever is less: too little for a round worth
+// its store round trip. The queue still holds the other half for the
+// workers meanwhile.
 func (r *Relay) room(q string) int {
 	if err := r.declare(q); err != nil {
 		r.cfg.Logger.Warn("relay: cannot declare a work queue; its jobs wait", "queue", q, "error", err)
@@ -394,7 +396,7 @@ func (r *Relay) room(q string) int {
 	r.inflightMu.Lock()
 	room := r.cfg.Window - ready - r.inflight[q]
 	r.inflightMu.Unlock()
-	if room < max(1, r.cfg.Window/10) {
+	if room < max(1, min(r.cfg.Window/2, r.cfg.BatchSize)) {
 		return 0
 	}
 	return room

@@ -12,8 +12,8 @@ import (
 )
 
 // With a window, the relay publishes only what brings the work queue's
-// ready messages up to the window, and nothing while less than a tenth of
-// it is free; the rest of the backlog stays in the store.
+// ready messages up to the window, and nothing while less than half of it
+// is free; the rest of the backlog stays in the store.
 func TestRelayKeepsAWindowOfMessagesInTheWorkQueue(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -35,7 +35,7 @@ func TestRelayKeepsAWindowOfMessagesInTheWorkQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 70, backlog, "the rest waits in the store")
 
-	// Workers take 2: less than a tenth of the window is free.
+	// Workers take 2: less than half of the window is free.
 	ch, err := b.conn.Channel()
 	require.NoError(t, err)
 	defer func() { _ = ch.Close() }()
@@ -50,9 +50,9 @@ func TestRelayKeepsAWindowOfMessagesInTheWorkQueue(t *testing.T) {
 	n, err = r.RelayOnce(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, n, "2 free of 30: not worth a round")
-	take(8)
+	take(14)
 	n, err = r.RelayOnce(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, 10, n, "refilled to the window")
+	require.Equal(t, 16, n, "refilled to the window")
 	require.Equal(t, 30, amqptest.QueueDepth(t, b.conn, b.names.TasksQueue))
 }
