@@ -44,13 +44,16 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	if s.names.Prefix != "" {
 		suffix = " " + s.names.Prefix
 	}
-	if bs.pubConn, err = broker.Dial(ctx, s.cfg.AMQPURL, "warren server (relay)"+suffix); err != nil {
+	// Both connections go to one node: Dial starts at the node it last
+	// connected to.
+	if bs.pubConn, err = s.nodes.Dial(ctx, "warren server (relay)"+suffix); err != nil {
 		return nil, err
 	}
-	if bs.conConn, err = broker.Dial(ctx, s.cfg.AMQPURL, "warren server (aggregator)"+suffix); err != nil {
+	if bs.conConn, err = s.nodes.Dial(ctx, "warren server (aggregator)"+suffix); err != nil {
 		return nil, err
 	}
-	if err = broker.DeclareTopology(bs.conConn, s.names, &broker.TopologyOptions{RetryTiers: s.tiers, DeliveryLimit: s.cfg.DeliveryLimit, Logger: s.log}); err != nil {
+	if err = broker.DeclareTopology(bs.conConn, s.names, &broker.TopologyOptions{RetryTiers: s.tiers, DeliveryLimit: s.cfg.DeliveryLimit,
+		QuorumReplicas: s.cfg.QuorumReplicas, Logger: s.log}); err != nil {
 		return nil, err
 	}
 	if bs.pub, err = broker.NewPublisher(bs.pubConn, &broker.PublisherOptions{Logger: s.log}); err != nil {
@@ -91,6 +94,15 @@ func (bs *brokerSet) run(ctx context.Context) error {
 	g.Go(func() error { return stopOthers(gctx, "relay", bs.relay.Run(gctx)) })
 	g.Go(func() error { return stopOthers(gctx, "aggregator", bs.agg.Run(gctx)) })
 	return g.Wait()
+}
+
+// node is the address of the node the consumer connection went to, for
+// logs.
+func (bs *brokerSet) node() string {
+	if bs.conConn == nil {
+		return ""
+	}
+	return bs.conConn.RemoteAddr().String()
 }
 
 func (bs *brokerSet) close() {
@@ -171,14 +183,18 @@ func (s *Server) tierQueues() []string {
 
 // reconnectPolicy is the backoff between attempts to reconnect to the
 // broker: jittered, so that servers that lost one broker do not return in
-// step.
+// step. An attempt tries every node of the list (broker.Nodes.Dial), so
+// a live node is reached on the first attempt after a loss; the backoff
+// grows only while no node lets the server set up.
 var reconnectPolicy = backoff.Policy{Min: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: 0.5}
 
 // superviseBroker runs the broker side and rebuilds it, with backoff,
 // whenever a connection or channel is lost: the API keeps serving
 // meanwhile (/readyz answers 503), tasks not yet confirmed stay in the
 // outbox and results not yet acknowledged stay in their queue, so nothing
-// is lost. It returns nil once ctx is done.
+// is lost. After a loss, or an attempt that failed on the node it
+// reached, the next attempt starts at another node of the cluster. It
+// returns nil once ctx is done.
 func (s *Server) superviseBroker(ctx context.Context) error {
 	retry := backoff.New(reconnectPolicy)
 	for {
@@ -189,7 +205,8 @@ func (s *Server) superviseBroker(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			s.log.Warn("broker connection lost; reconnecting", "error", err)
+			s.nodes.Failover()
+			s.log.Warn("broker connection lost; reconnecting", "node", bs.node(), "error", err)
 		}
 		wait := retry.Next()
 		if !backoff.Sleep(ctx, wait) {
@@ -200,12 +217,13 @@ func (s *Server) superviseBroker(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			s.nodes.Failover()
 			s.log.Warn("reconnecting to the broker failed; retrying", "error", err, "backoff", wait)
 			continue
 		}
 		retry.Reset()
 		s.setBroker(bs)
-		s.log.Info("broker connection restored")
+		s.log.Info("broker connection restored", "node", bs.node())
 	}
 }
 

@@ -1,12 +1,14 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
@@ -22,22 +24,26 @@ import (
 //     installation spread over the cluster without a load balancer, and
 //     stays on it while it answers: Dial tries the node it last
 //     connected to first, so a process's connections share one node.
-//   - Dial tries every node once, each within DialTimeout, going round
-//     the list from that node, until one accepts.
+//   - Dial tries every node once, each within DialTimeout, until one
+//     accepts: first the nodes that have not failed this process, round
+//     the list from that node, then those that have, the one that failed
+//     longest ago first.
 //   - After a lost connection, or a set-up that failed on its node, the
-//     process calls Failover: the next Dial starts at another node,
-//     picked at random, and tries the node it lost last. A dead node's
+//     process calls Failover: that node counts as failed, and the next
+//     Dial starts at another node picked at random. A dead node's
 //     clients spread over the survivors instead of all landing on its
-//     neighbour, and none waits on the dead node first.
+//     neighbour, and none waits on a dead node before a live one.
 //
-// A Nodes is safe for concurrent use.
+// A node that accepts a connection no longer counts as failed. A Nodes
+// is safe for concurrent use.
 type Nodes struct {
 	urls []string
 	rand func(n int) int // in [0, n)
 
-	mu   sync.Mutex
-	cur  int // the node Dial tries first
-	lost int // the node Dial tries last (the one last lost), or -1
+	mu     sync.Mutex
+	cur    int      // the node Dial tries first, unless it failed
+	failed []uint64 // per node: when it last failed, in failures counted (0: it has not)
+	fails  uint64   // failures counted
 }
 
 // schemeStart matches the start of a URL: a scheme and "://".
@@ -112,7 +118,7 @@ func ParseNodes(list string) (*Nodes, error) {
 // newNodes returns the nodes of urls, starting at a node picked by
 // random (which returns a number in [0, n)).
 func newNodes(urls []string, random func(n int) int) *Nodes {
-	return &Nodes{urls: urls, rand: random, cur: random(len(urls)), lost: -1}
+	return &Nodes{urls: urls, rand: random, cur: random(len(urls)), failed: make([]uint64, len(urls))}
 }
 
 // Len is the number of nodes.
@@ -135,6 +141,7 @@ func (n *Nodes) Dial(ctx context.Context, name string) (*amqp.Connection, error)
 			n.connected(i)
 			return conn, nil
 		}
+		n.fail(i)
 		errs = append(errs, err)
 		if ctx.Err() != nil {
 			break
@@ -148,8 +155,8 @@ func (n *Nodes) Dial(ctx context.Context, name string) (*amqp.Connection, error)
 }
 
 // Failover tells n that the connection to the node it last connected to
-// was lost, or that the process could not set up on it: the next Dial
-// starts at another node, picked at random, and tries that one last.
+// was lost, or that the process could not set up on it: that node counts
+// as failed, and the next Dial starts at another node, picked at random.
 // With one node it does nothing.
 func (n *Nodes) Failover() {
 	if len(n.urls) < 2 {
@@ -157,32 +164,42 @@ func (n *Nodes) Failover() {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.lost = n.cur
+	n.failLocked(n.cur)
 	n.cur = (n.cur + 1 + n.rand(len(n.urls)-1)) % len(n.urls)
 }
 
-// order is the sequence in which Dial tries the nodes: round the list
-// from the current one, the one last lost at the end.
+// order is the sequence in which Dial tries the nodes: those that have
+// not failed round the list from the current one, then those that have,
+// the one that failed longest ago first.
 func (n *Nodes) order() []int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := make([]int, 0, len(n.urls))
-	for k := range n.urls {
-		if i := (n.cur + k) % len(n.urls); i != n.lost {
-			out = append(out, i)
-		}
+	out := make([]int, len(n.urls))
+	for k := range out {
+		out[k] = (n.cur + k) % len(n.urls)
 	}
-	if n.lost >= 0 {
-		out = append(out, n.lost)
-	}
+	slices.SortStableFunc(out, func(a, b int) int { return cmp.Compare(n.failed[a], n.failed[b]) })
 	return out
 }
 
-// connected makes node i the one Dial tries first.
+// connected makes node i, which accepted a connection, the one Dial
+// tries first.
 func (n *Nodes) connected(i int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.cur, n.lost = i, -1
+	n.cur, n.failed[i] = i, 0
+}
+
+// fail counts node i as failed now.
+func (n *Nodes) fail(i int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.failLocked(i)
+}
+
+func (n *Nodes) failLocked(i int) {
+	n.fails++
+	n.failed[i] = n.fails
 }
 
 // dialError is a failed Dial: why each node it tried failed.

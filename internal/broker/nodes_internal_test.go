@@ -35,19 +35,28 @@ func TestSplitListKeepsCommasInsideAURL(t *testing.T) {
 }
 
 // A process starts at a random node and stays there; after a loss it
-// moves to a random other node and tries the lost one last.
-func TestNodesOrderStartsAtRandomAndLeavesTheLostNodeForLast(t *testing.T) {
+// moves to a random other node, and tries the nodes that failed last,
+// the most recent failure at the very end.
+func TestNodesOrderStartsAtRandomAndLeavesFailedNodesForLast(t *testing.T) {
 	t.Parallel()
-	n := newNodes([]string{"amqp://a/", "amqp://b/", "amqp://c/", "amqp://d/"}, seq(2, 0, 2))
+	n := newNodes([]string{"amqp://a/", "amqp://b/", "amqp://c/", "amqp://d/"}, seq(2, 0, 1, 0))
 	require.Equal(t, []int{2, 3, 0, 1}, n.order(), "starts at the picked node, round the list")
 	n.connected(3)
 	require.Equal(t, []int{3, 0, 1, 2}, n.order(), "stays on the node it connected to")
 
-	n.Failover() // lost d (3); picks 0 of the 3 others: a
+	n.Failover() // d (3) lost; picks 0 of the 3 others: a
 	require.Equal(t, []int{0, 1, 2, 3}, n.order())
+	n.fail(0) // a refused the next Dial, b accepted
 	n.connected(1)
-	n.Failover() // lost b (1); picks 2 of the 3 others: a
-	require.Equal(t, []int{0, 2, 3, 1}, n.order(), "the lost node comes last")
+	require.Equal(t, []int{1, 2, 3, 0}, n.order(), "d failed before a: a is tried last")
+
+	n.Failover() // b (1) lost; picks 1 of the 3 others: d
+	require.Equal(t, []int{2, 3, 0, 1}, n.order(), "c has not failed; then d, a and b, in the order they failed")
+	n.connected(3) // d is back
+	require.Equal(t, []int{3, 2, 0, 1}, n.order())
+
+	n.Failover() // d (3) lost again; picks 0 of the 3 others: a
+	require.Equal(t, []int{2, 0, 1, 3}, n.order())
 }
 
 func TestNodesFailoverNeverPicksTheLostNode(t *testing.T) {
