@@ -185,7 +185,8 @@ func (s *Server) tierQueues() []string {
 // broker: jittered, so that servers that lost one broker do not return in
 // step. An attempt tries every node of the list (broker.Nodes.Dial), so
 // a live node is reached on the first attempt after a loss; the backoff
-// grows only while no node lets the server set up.
+// grows while no node lets the server set up, or while connections are
+// lost soon after they are made.
 var reconnectPolicy = backoff.Policy{Min: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: 0.5}
 
 // superviseBroker runs the broker side and rebuilds it, with backoff,
@@ -197,6 +198,7 @@ var reconnectPolicy = backoff.Policy{Min: 100 * time.Millisecond, Max: 10 * time
 // returns nil once ctx is done.
 func (s *Server) superviseBroker(ctx context.Context) error {
 	retry := backoff.New(reconnectPolicy)
+	connectedAt := time.Now()
 	for {
 		if bs := s.current(); bs != nil {
 			err := bs.run(ctx)
@@ -204,6 +206,13 @@ func (s *Server) superviseBroker(ctx context.Context) error {
 			bs.close()
 			if ctx.Err() != nil {
 				return nil
+			}
+			// A connection that held resets the backoff, so a lost node
+			// is left at once; one lost soon after it was made (a node
+			// still electing its queues' leaders, a broker that keeps
+			// refusing our messages) does not, so reconnects do not spin.
+			if time.Since(connectedAt) >= reconnectPolicy.Max {
+				retry.Reset()
 			}
 			s.nodes.Failover()
 			s.log.Warn("broker connection lost; reconnecting", "node", bs.node(), "error", err)
@@ -221,7 +230,7 @@ func (s *Server) superviseBroker(ctx context.Context) error {
 			s.log.Warn("reconnecting to the broker failed; retrying", "error", err, "backoff", wait)
 			continue
 		}
-		retry.Reset()
+		connectedAt = time.Now()
 		s.setBroker(bs)
 		s.log.Info("broker connection restored", "node", bs.node())
 	}
