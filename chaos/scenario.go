@@ -43,6 +43,9 @@ type target struct {
 	// enough for the reconciler to republish, within the scenario, tasks
 	// whose messages the broker holds back.
 	taskTimeout int
+	// failEvery, if not 0, makes every failEvery-th task fail once (and
+	// wait in a retry tier) instead of every 500th.
+	failEvery int
 }
 
 // mainTarget is the main suite's: the local RabbitMQ and PostgreSQL,
@@ -231,8 +234,12 @@ func (r *runner) submit() error {
 	} else {
 		fmt.Fprintln(w, `{"type":"flaky","reduce":"sum","max_retries":3}`)
 	}
+	failEvery := 500
+	if r.tg.failEvery > 0 {
+		failEvery = r.tg.failEvery
+	}
 	for i := 1; i <= r.n; i++ {
-		if i%500 == 0 {
+		if i%failEvery == 0 {
 			fmt.Fprintf(w, "{\"value\":%d,\"sleep_ms\":%d,\"fail_times\":1}\n", i, i%3)
 		} else {
 			fmt.Fprintf(w, "{\"value\":%d,\"sleep_ms\":%d}\n", i, i%3)
