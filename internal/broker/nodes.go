@@ -32,7 +32,9 @@ import (
 //     process calls Failover: that node counts as failed, and the next
 //     Dial starts at another node picked at random. A dead node's
 //     clients spread over the survivors instead of all landing on its
-//     neighbour, and none waits on a dead node before a live one.
+//     neighbour, and none tries it, or any node that failed it, before
+//     the others: a dead node that lets connections time out costs
+//     DialTimeout only once it is the last hope.
 //
 // A node that accepts a connection no longer counts as failed. A Nodes
 // is safe for concurrent use.
