@@ -2,11 +2,11 @@
 STATICCHECK_VERSION := v0.8.2
 GO ?= go
 
-.PHONY: help build test lint fmt chaos
+.PHONY: help build test lint fmt chaos chaos-cluster
 .DEFAULT_GOAL := help
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-14s %s\n", $$1, $$2}'
 
 build: ## build the warren binary into ./bin
 	$(GO) build -o bin/ ./cmd/...
@@ -24,3 +24,6 @@ fmt: ## format the code
 
 chaos: ## run the chaos suite (real server and workers; faults on RabbitMQ and PostgreSQL)
 	$(GO) run ./chaos
+
+chaos-cluster: ## run the cluster chaos target (three RabbitMQ nodes of its own on 5681-5683; nodes killed mid-job)
+	$(GO) run ./chaos -cluster

@@ -33,7 +33,8 @@ import (
 
 // Config says what to measure. Zero fields take the defaults named.
 type Config struct {
-	// AMQPURL is the RabbitMQ URL; "" means the local broker.
+	// AMQPURL is the RabbitMQ URL, or the URLs of the nodes of one
+	// cluster separated by commas; "" means the local broker.
 	AMQPURL string
 	// DatabaseURL is the job store of warren's runs; "" means a fresh
 	// SQLite file per round, removed afterwards.

@@ -10,12 +10,19 @@
 //
 // Environment: CHAOS_N (tasks per job, default 10000), CHAOS_ONLY
 // (comma-separated scenario names), CHAOS_TIMEOUT (per job, default 4m),
-// WARREN_AMQP_URL, TEST_DATABASE_URL.
+// CHAOS_KEEP (keep the logs), WARREN_AMQP_URL, TEST_DATABASE_URL.
+//
+// With -cluster it runs the cluster scenarios instead (cluster.go): it
+// starts three RabbitMQ nodes of its own on this host (r1, r2 and
+// r3@localhost, AMQP ports 5681-5683), clusters them, kills nodes mid-job
+// and stops them at the end; it never touches the main RabbitMQ node,
+// nor restarts PostgreSQL.
 package main
 
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -60,6 +67,11 @@ func main() {
 }
 
 func mainCode() (code int) {
+	clusterMode := flag.Bool("cluster", false, "run the cluster scenarios, on three RabbitMQ nodes of their own (r1-r3@localhost, ports 5681-5683), instead of the main suite")
+	flag.Parse()
+	if *clusterMode {
+		return clusterMain()
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
@@ -85,29 +97,10 @@ func mainCode() (code int) {
 		runScenarioCleanup()
 	}()
 
-	n := 10000
-	if s := os.Getenv("CHAOS_N"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 1 {
-			logf("CHAOS_N must be a positive integer; got %q", s)
-			return 2
-		}
-		n = v
-	}
-	timeout := 4 * time.Minute
-	if s := os.Getenv("CHAOS_TIMEOUT"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			logf("CHAOS_TIMEOUT: %v", err)
-			return 2
-		}
-		timeout = d
-	}
-	only := map[string]bool{}
-	for _, s := range strings.Split(os.Getenv("CHAOS_ONLY"), ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			only[s] = true
-		}
+	n, timeout, only, err := settings(10000)
+	if err != nil {
+		logf("%v", err)
+		return 2
 	}
 
 	if err := ensureBroker(); err != nil {
@@ -123,46 +116,104 @@ func mainCode() (code int) {
 		origWatermark = currentWatermark()
 	}
 
-	binDir, err := os.MkdirTemp("", "warren-chaos-bin-")
+	bin, err := buildWarren()
 	if err != nil {
 		logf("%v", err)
 		return 2
 	}
-	defer os.RemoveAll(binDir)
-	setBinDir(binDir)
-	bin := filepath.Join(binDir, "warren")
-	logf("building %s", bin)
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/warren").CombinedOutput(); err != nil {
-		logf("go build: %v\n%s", err, out)
-		return 2
-	}
+	defer os.RemoveAll(getBinDir())
 
+	tg := mainTarget()
 	var results []*outcome
 	baseline := ""
-	failed := false
 	for _, sc := range scenarios() {
 		if len(only) > 0 && !only[sc.name] {
 			continue
 		}
 		logf("=== scenario %s (%s store, N=%d)", sc.name, sc.store, n)
-		o := runScenario(bin, sc, n, timeout)
+		o := runScenario(bin, tg, sc, n, timeout)
 		if sc.name == "baseline" && o.ok() {
 			baseline = o.result
 		}
 		results = append(results, o)
-		if !o.ok() {
-			failed = true
-			logf("--- scenario %s FAILED: %s", sc.name, strings.Join(o.problems, "; "))
-		} else {
-			logf("--- scenario %s ok in %s", sc.name, o.duration.Round(100*time.Millisecond))
+		logVerdict(sc.name, o)
+	}
+	if !report("warren chaos suite", results, n, baseline) {
+		fmt.Println("\nchaos: FAILED")
+		return 1
+	}
+	fmt.Println("\nchaos: all scenarios passed")
+	return 0
+}
+
+// settings reads CHAOS_N (defaultN when unset), CHAOS_TIMEOUT and
+// CHAOS_ONLY.
+func settings(defaultN int) (n int, timeout time.Duration, only map[string]bool, err error) {
+	n = defaultN
+	if s := os.Getenv("CHAOS_N"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			return 0, 0, nil, fmt.Errorf("CHAOS_N must be a positive integer; got %q", s)
+		}
+		n = v
+	}
+	timeout = 4 * time.Minute
+	if s := os.Getenv("CHAOS_TIMEOUT"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("CHAOS_TIMEOUT: %v", err)
+		}
+		timeout = d
+	}
+	only = map[string]bool{}
+	for _, s := range strings.Split(os.Getenv("CHAOS_ONLY"), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			only[s] = true
 		}
 	}
+	return n, timeout, only, nil
+}
 
+// buildWarren builds the warren binary into a temporary directory
+// (getBinDir, to remove at the end) and returns its path.
+func buildWarren() (string, error) {
+	dir, err := os.MkdirTemp("", "warren-chaos-bin-")
+	if err != nil {
+		return "", err
+	}
+	setBinDir(dir)
+	bin := filepath.Join(dir, "warren")
+	logf("building %s", bin)
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/warren").CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+func logVerdict(name string, o *outcome) {
+	if !o.ok() {
+		logf("--- scenario %s FAILED: %s", name, strings.Join(o.problems, "; "))
+	} else {
+		logf("--- scenario %s ok in %s", name, o.duration.Round(100*time.Millisecond))
+	}
+}
+
+// report prints the table of results under title; it returns false when
+// a scenario failed or its result differs from the expected sum (and
+// from baseline, the fault-free run's, if one ran).
+func report(title string, results []*outcome, n int, baseline string) bool {
+	failed := false
+	for _, o := range results {
+		if !o.ok() {
+			failed = true
+		}
+	}
 	expected := strconv.Itoa(n * (n + 1) / 2)
 	if baseline == "" {
 		baseline = expected
 	}
-	fmt.Printf("\nwarren chaos suite: %d tasks per job, retry tiers 100ms,200ms, expected sum %s (baseline run: %s)\n\n", n, expected, baseline)
+	fmt.Printf("\n%s: %d tasks per job, retry tiers 100ms,200ms, expected sum %s (baseline run: %s)\n\n", title, n, expected, baseline)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tfaults\tduration\ttasks lost\tduplicates absorbed\tresult identical\tverdict")
 	for _, o := range results {
@@ -188,12 +239,7 @@ func mainCode() (code int) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.name, o.faults, o.duration.Round(100*time.Millisecond), lost, dups, identical, verdict)
 	}
 	tw.Flush()
-	if failed {
-		fmt.Println("\nchaos: FAILED")
-		return 1
-	}
-	fmt.Println("\nchaos: all scenarios passed")
-	return 0
+	return !failed
 }
 
 // binDir is the built binary's directory, removed on a signal too.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -18,8 +19,50 @@ type scenario struct {
 	name    string
 	store   string // "sqlite" or "postgres"
 	servers int
+	// prepare, if set, runs once the servers and workers are up, before
+	// the job is submitted; it records what it did in r.faults.
+	prepare func(r *runner) error
 	// fault runs while the job runs; it records what it did in r.faults.
 	fault func(r *runner) error
+}
+
+// target is the RabbitMQ the scenarios run on, and how to put the
+// services right after each scenario.
+type target struct {
+	amqpURL string   // WARREN_AMQP_URL of every process: one URL, or a cluster's list
+	env     []string // more environment for every warren process
+	// restore brings the broker (and, for the main suite, PostgreSQL)
+	// back after a scenario, failing o when it cannot.
+	restore func(o *outcome)
+	// depths lists the prefix's queues with their message counts.
+	depths func(prefix string) string
+	// cluster is the local cluster the cluster scenarios fault; nil for
+	// the main suite.
+	cluster *cluster
+	// taskTimeout, if not 0, is the jobs' task_timeout in seconds: short
+	// enough for the reconciler to republish, within the scenario, tasks
+	// whose messages the broker holds back.
+	taskTimeout int
+	// failEvery, if not 0, makes every failEvery-th task fail once (and
+	// wait in a retry tier) instead of every 500th.
+	failEvery int
+}
+
+// mainTarget is the main suite's: the local RabbitMQ and PostgreSQL,
+// started again when a scenario left them down.
+func mainTarget() *target {
+	return &target{
+		amqpURL: amqpURL(),
+		restore: func(o *outcome) {
+			if err := ensureBroker(); err != nil {
+				o.fail("RabbitMQ not back: %v", err)
+			}
+			if err := ensurePostgres(); err != nil {
+				o.fail("PostgreSQL not back: %v", err)
+			}
+		},
+		depths: queueDepths,
+	}
 }
 
 // outcome is what the table shows for one scenario.
@@ -49,6 +92,7 @@ type server struct {
 // runner holds one scenario's processes, store and job.
 type runner struct {
 	sc       scenario
+	tg       *target
 	bin      string
 	dir      string
 	prefix   string
@@ -185,9 +229,17 @@ func (r *runner) submit() error {
 		return err
 	}
 	w := bufio.NewWriter(f)
-	fmt.Fprintln(w, `{"type":"flaky","reduce":"sum","max_retries":3}`)
+	if r.tg.taskTimeout > 0 {
+		fmt.Fprintf(w, "{\"type\":\"flaky\",\"reduce\":\"sum\",\"max_retries\":3,\"task_timeout\":%d}\n", r.tg.taskTimeout)
+	} else {
+		fmt.Fprintln(w, `{"type":"flaky","reduce":"sum","max_retries":3}`)
+	}
+	failEvery := 500
+	if r.tg.failEvery > 0 {
+		failEvery = r.tg.failEvery
+	}
 	for i := 1; i <= r.n; i++ {
-		if i%500 == 0 {
+		if i%failEvery == 0 {
 			fmt.Fprintf(w, "{\"value\":%d,\"sleep_ms\":%d,\"fail_times\":1}\n", i, i%3)
 		} else {
 			fmt.Fprintf(w, "{\"value\":%d,\"sleep_ms\":%d}\n", i, i%3)
@@ -244,11 +296,12 @@ func (r *runner) kill9Server(s *server) {
 	s.kill9()
 }
 
-// runScenario runs one scenario from a fresh prefix and store to cleanup.
-func runScenario(bin string, sc scenario, n int, timeout time.Duration) *outcome {
+// runScenario runs one scenario on tg from a fresh prefix and store to
+// cleanup.
+func runScenario(bin string, tg *target, sc scenario, n int, timeout time.Duration) *outcome {
 	o := &outcome{name: sc.name, lost: -1}
 	id := randHex(4)
-	r := &runner{sc: sc, bin: bin, n: n, prefix: "chaos-" + id + "-" + sc.name + "."}
+	r := &runner{sc: sc, tg: tg, bin: bin, n: n, prefix: "chaos-" + id + "-" + sc.name + "."}
 	var err error
 	r.dir, err = os.MkdirTemp("", "warren-chaos-"+sc.name+"-")
 	if err != nil {
@@ -266,14 +319,14 @@ func runScenario(bin string, sc scenario, n int, timeout time.Duration) *outcome
 			return o
 		}
 	}
-	r.env = []string{
-		"WARREN_AMQP_URL=" + amqpURL(),
+	r.env = append([]string{
+		"WARREN_AMQP_URL=" + tg.amqpURL,
 		"WARREN_DATABASE_URL=" + storeURL,
 		"WARREN_PREFIX=" + r.prefix,
 		"WARREN_RETRY_TIERS=100ms,200ms",
-	}
+	}, tg.env...)
 	setScenarioCleanup(func() {
-		_ = deleteTopology(r.prefix, retryTiers)
+		_ = deleteTopology(tg.amqpURL, r.prefix, retryTiers)
 		if schema != "" {
 			_ = dropSchema(schema)
 		}
@@ -290,6 +343,12 @@ func runScenario(bin string, sc scenario, n int, timeout time.Duration) *outcome
 	for i := 0; i < 3; i++ {
 		if _, err := r.startWorker(); err != nil {
 			o.fail("start worker: %v", err)
+			return o
+		}
+	}
+	if sc.prepare != nil {
+		if err := sc.prepare(r); err != nil {
+			o.fail("prepare: %v", err)
 			return o
 		}
 	}
@@ -337,6 +396,9 @@ func runScenario(bin string, sc scenario, n int, timeout time.Duration) *outcome
 	}
 	o.duration = time.Since(start)
 	logf("job %s closed %s: %d completed, %d failed of %d in %s", r.jobID, s.State, s.CompletedTasks, s.FailedTasks, s.ExpectedTasks, o.duration.Round(100*time.Millisecond))
+	if n := r.reconciled(); n > 0 {
+		o.faults += fmt.Sprintf("; the reconciler republished %d tasks", n)
+	}
 	r.check(o, s)
 	if !o.ok() {
 		r.diagnose()
@@ -447,13 +509,34 @@ func (r *runner) check(o *outcome, s jobStatus) {
 	}
 }
 
+// reconcileRE matches the reconciler's log line of a pass that requeued
+// tasks.
+var reconcileRE = regexp.MustCompile(`reconciler: tasks without a result past their task timeout.* requeued=(\d+)`)
+
+// reconciled counts the tasks the servers' reconcilers republished, from
+// their logs.
+func (r *runner) reconciled() int {
+	n := 0
+	for _, s := range r.servers {
+		b, err := os.ReadFile(s.log)
+		if err != nil {
+			continue
+		}
+		for _, m := range reconcileRE.FindAllStringSubmatch(string(b), -1) {
+			v, _ := strconv.Atoi(m[1])
+			n += v
+		}
+	}
+	return n
+}
+
 // diagnose prints the queue depths and the tails of the logs.
 func (r *runner) diagnose() {
 	logf("diagnostics for %s (prefix %s):", r.sc.name, r.prefix)
 	if s, err := r.status(); err == nil {
 		logf("  job: %+v", s)
 	}
-	fmt.Fprint(os.Stderr, "  queues (name ready unacked):\n"+queueDepths(r.prefix))
+	fmt.Fprint(os.Stderr, "  queues (name ready unacked):\n"+r.tg.depths(r.prefix))
 	for _, s := range r.servers {
 		fmt.Fprintf(os.Stderr, "  --- %s (%s) last lines:\n%s\n", s.name, s.log, indent(s.tail(25)))
 	}
@@ -466,8 +549,8 @@ func indent(s string) string {
 	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
 }
 
-// cleanup stops every process, restores the services and removes the
-// prefix's topology, the schema and the temp dir.
+// cleanup stops every process, restores the services (r.tg.restore) and
+// removes the prefix's topology, the schema and the temp dir.
 func (r *runner) cleanup(o *outcome, schema string) {
 	for _, w := range r.workers {
 		if code, ok := w.term(45 * time.Second); !w.exited() || (!ok) {
@@ -490,13 +573,8 @@ func (r *runner) cleanup(o *outcome, schema string) {
 	}
 	liveMu.Unlock()
 	runCleanups()
-	if err := ensureBroker(); err != nil {
-		o.fail("RabbitMQ not back: %v", err)
-	}
-	if err := ensurePostgres(); err != nil {
-		o.fail("PostgreSQL not back: %v", err)
-	}
-	if err := deleteTopology(r.prefix, retryTiers); err != nil {
+	r.tg.restore(o)
+	if err := deleteTopology(r.tg.amqpURL, r.prefix, retryTiers); err != nil {
 		logf("delete topology %s: %v", r.prefix, err)
 	}
 	if schema != "" {

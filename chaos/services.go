@@ -122,11 +122,12 @@ func dropSchema(name string) error {
 	return pgExec("DROP SCHEMA IF EXISTS " + pgx.Identifier{name}.Sanitize() + " CASCADE")
 }
 
-// deleteTopology removes the prefix's exchanges and queues.
-func deleteTopology(prefix string, tiers []time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+// deleteTopology removes the prefix's exchanges and queues, through the
+// broker (or one of the nodes) of url.
+func deleteTopology(url, prefix string, tiers []time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := broker.Dial(ctx, amqpURL(), "chaos (cleanup)")
+	conn, err := broker.Dial(ctx, url, "chaos (cleanup)")
 	if err != nil {
 		return err
 	}

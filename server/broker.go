@@ -44,13 +44,17 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	if s.names.Prefix != "" {
 		suffix = " " + s.names.Prefix
 	}
-	if bs.pubConn, err = broker.Dial(ctx, s.cfg.AMQPURL, "warren server (relay)"+suffix); err != nil {
+	// Both connections go to one node: Dial starts at the node it last
+	// connected to.
+	if bs.pubConn, err = s.nodes.Dial(ctx, "warren server (relay)"+suffix); err != nil {
 		return nil, err
 	}
-	if bs.conConn, err = broker.Dial(ctx, s.cfg.AMQPURL, "warren server (aggregator)"+suffix); err != nil {
+	if bs.conConn, err = s.nodes.Dial(ctx, "warren server (aggregator)"+suffix); err != nil {
 		return nil, err
 	}
-	if err = broker.DeclareTopology(bs.conConn, s.names, &broker.TopologyOptions{RetryTiers: s.tiers, DeliveryLimit: s.cfg.DeliveryLimit, Logger: s.log}); err != nil {
+	topo := &broker.TopologyOptions{RetryTiers: s.tiers, DeliveryLimit: s.cfg.DeliveryLimit,
+		QuorumReplicas: s.cfg.QuorumReplicas, Logger: s.log}
+	if err = broker.DeclareTopology(bs.conConn, s.names, topo); err != nil {
 		return nil, err
 	}
 	if bs.pub, err = broker.NewPublisher(bs.pubConn, &broker.PublisherOptions{Logger: s.log}); err != nil {
@@ -64,7 +68,6 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 		prober := broker.NewProber(bs.conConn)
 		depth = func(q string) (int, error) { return prober.Ready(s.names.WorkQueue(q)) }
 	}
-	topo := &broker.TopologyOptions{RetryTiers: s.tiers, DeliveryLimit: s.cfg.DeliveryLimit, Logger: s.log}
 	declare := func(q string) error { return broker.DeclareWorkQueue(bs.conConn, s.names, q, topo) }
 	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names, Window: s.cfg.RelayWindow, Depth: depth, Declare: declare,
 		BatchSize: s.relayClaim(), PollInterval: s.cfg.RelayPollInterval, MaxMessageBytes: s.cfg.MaxMessageBytes,
@@ -100,6 +103,15 @@ func (bs *brokerSet) run(ctx context.Context) error {
 	g.Go(func() error { return stopOthers(gctx, "relay", bs.relay.Run(gctx)) })
 	g.Go(func() error { return stopOthers(gctx, "aggregator", bs.agg.Run(gctx)) })
 	return g.Wait()
+}
+
+// node is the address of the node the consumer connection went to, for
+// logs.
+func (bs *brokerSet) node() string {
+	if bs.conConn == nil {
+		return ""
+	}
+	return bs.conConn.RemoteAddr().String()
 }
 
 func (bs *brokerSet) close() {
@@ -193,16 +205,22 @@ func (s *Server) tierQueues(q string) []string {
 
 // reconnectPolicy is the backoff between attempts to reconnect to the
 // broker: jittered, so that servers that lost one broker do not return in
-// step.
+// step. An attempt tries every node of the list (broker.Nodes.Dial), so
+// a live node is reached on the first attempt after a loss; the backoff
+// grows while no node lets the server set up, or while connections are
+// lost soon after they are made.
 var reconnectPolicy = backoff.Policy{Min: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: 0.5}
 
 // superviseBroker runs the broker side and rebuilds it, with backoff,
 // whenever a connection or channel is lost: the API keeps serving
 // meanwhile (/readyz answers 503), tasks not yet confirmed stay in the
 // outbox and results not yet acknowledged stay in their queue, so nothing
-// is lost. It returns nil once ctx is done.
+// is lost. After a loss, or an attempt that failed on the node it
+// reached, the next attempt starts at another node of the cluster. It
+// returns nil once ctx is done.
 func (s *Server) superviseBroker(ctx context.Context) error {
 	retry := backoff.New(reconnectPolicy)
+	connectedAt := time.Now()
 	for {
 		if bs := s.current(); bs != nil {
 			err := bs.run(ctx)
@@ -211,7 +229,15 @@ func (s *Server) superviseBroker(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			s.log.Warn("broker connection lost; reconnecting", "error", err)
+			// A connection that held resets the backoff, so a lost node
+			// is left at once; one lost soon after it was made (a node
+			// still electing its queues' leaders, a broker that keeps
+			// refusing our messages) does not, so reconnects do not spin.
+			if time.Since(connectedAt) >= reconnectPolicy.Max {
+				retry.Reset()
+			}
+			s.nodes.Failover()
+			s.log.Warn("broker connection lost; reconnecting", "node", bs.node(), "error", err)
 		}
 		wait := retry.Next()
 		if !backoff.Sleep(ctx, wait) {
@@ -222,12 +248,13 @@ func (s *Server) superviseBroker(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			s.nodes.Failover()
 			s.log.Warn("reconnecting to the broker failed; retrying", "error", err, "backoff", wait)
 			continue
 		}
-		retry.Reset()
+		connectedAt = time.Now()
 		s.setBroker(bs)
-		s.log.Info("broker connection restored")
+		s.log.Info("broker connection restored", "node", bs.node())
 	}
 }
 

@@ -75,7 +75,12 @@ const (
 // Config configures a Server. The zero value runs a server on the local
 // RabbitMQ, the SQLite file ./warren.db and 127.0.0.1:8080.
 type Config struct {
-	// AMQPURL is the RabbitMQ URL; "" means DefaultAMQPURL.
+	// AMQPURL is the RabbitMQ URL, or the URLs of the nodes of one
+	// cluster separated by commas; "" means DefaultAMQPURL. Every URL is
+	// checked by New. The server starts at a node picked at random and,
+	// when it loses its connection, reconnects to another node at once,
+	// trying the lost one last (see docs/operations.md, "RabbitMQ
+	// cluster").
 	AMQPURL string
 	// Store is the job store to use. The server does not close a store it
 	// was given. nil means the store DatabaseURL names.
@@ -98,6 +103,12 @@ type Config struct {
 	// dead-letters it; 0 means the default (20). Servers and workers must
 	// agree.
 	DeliveryLimit int
+	// QuorumReplicas is x-quorum-initial-group-size of every quorum
+	// queue the server declares: on how many nodes a queue gets a replica
+	// when it is created. 0 leaves it to RabbitMQ (its
+	// quorum_cluster_size, 3 unless configured). Servers and workers must
+	// agree: RabbitMQ refuses to declare a queue again with another value.
+	QuorumReplicas int
 
 	// Listen is the API's address; "" means DefaultListen. A port of 0
 	// picks a free port (see Server.URL).
@@ -312,6 +323,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("server: Config.ShutdownTimeout must be > 0, got %s", c.ShutdownTimeout)
 	case c.DeliveryLimit < 0:
 		return fmt.Errorf("server: Config.DeliveryLimit must be >= 0, got %d", c.DeliveryLimit)
+	case c.QuorumReplicas < 0:
+		return fmt.Errorf("server: Config.QuorumReplicas must be >= 0, got %d", c.QuorumReplicas)
 	case c.RelayBatchSize < 1:
 		return fmt.Errorf("server: Config.RelayBatchSize must be >= 1, got %d", c.RelayBatchSize)
 	case c.MaxMessageBytes <= protocol.EnvelopeBytes:
@@ -336,6 +349,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("server: Config.Retention must be at least 1s (or negative, to keep jobs forever), got %s", c.Retention)
 	case c.RetentionInterval < 0:
 		return fmt.Errorf("server: Config.RetentionInterval must be >= 0, got %s", c.RetentionInterval)
+	}
+	if _, err := broker.ParseNodes(c.AMQPURL); err != nil {
+		return fmt.Errorf("server: Config.AMQPURL: %v", err)
 	}
 	if len(c.RetryTiers) > 0 {
 		if err := broker.CheckRetryTiers(c.RetryTiers); err != nil {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/warrenhq/warren/internal/aggregator"
 	"github.com/warrenhq/warren/internal/api"
+	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/metrics"
 	"github.com/warrenhq/warren/internal/reconciler"
 	"github.com/warrenhq/warren/internal/relay"
@@ -51,6 +52,7 @@ var ErrStarted = errors.New("server: already started")
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
+	nodes    *broker.Nodes
 	names    protocol.Names
 	tiers    []time.Duration
 	reducers *reduce.Registry
@@ -93,7 +95,11 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, names: protocol.NamesFor(cfg.Prefix), tiers: cfg.RetryTiers, reducers: reducers}
+	nodes, err := broker.ParseNodes(cfg.AMQPURL)
+	if err != nil {
+		return nil, fmt.Errorf("server: Config.AMQPURL: %v", err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, nodes: nodes, names: protocol.NamesFor(cfg.Prefix), tiers: cfg.RetryTiers, reducers: reducers}
 	if len(s.tiers) == 0 {
 		s.tiers = protocol.DefaultRetryTiers
 	}

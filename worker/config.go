@@ -4,13 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
 	"time"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/protocol"
@@ -35,8 +32,12 @@ const (
 // Config configures a Worker. The zero value works against a local
 // RabbitMQ with warren's default names.
 type Config struct {
-	// AMQPURL is the broker address; default broker.DefaultURL. Commands
-	// fill it from WARREN_AMQP_URL.
+	// AMQPURL is the broker address, or the URLs of the nodes of one
+	// cluster separated by commas; default broker.DefaultURL. Commands
+	// fill it from WARREN_AMQP_URL. Every URL is checked by New. The
+	// worker starts at a node picked at random and, when it loses its
+	// connection, reconnects to another node at once, trying the lost one
+	// last (see docs/operations.md, "RabbitMQ cluster").
 	AMQPURL string
 	// Prefix is prepended to every exchange and queue name
 	// (protocol.NamesFor); commands fill it from WARREN_PREFIX. It must
@@ -97,6 +98,13 @@ type Config struct {
 	// broker.DeclareTopology; 0 means broker.DefaultDeliveryLimit. It must
 	// match the value the queues were declared with.
 	DeliveryLimit int
+	// QuorumReplicas is x-quorum-initial-group-size of every quorum
+	// queue, passed to broker.DeclareTopology: on how many nodes a queue
+	// gets a replica when it is created. 0 leaves it to RabbitMQ (its
+	// quorum_cluster_size, 3 unless configured). It must match the
+	// server's: RabbitMQ refuses to declare a queue again with another
+	// value.
+	QuorumReplicas int
 	// RetryTiers are the delays of the retry tiers: the nth retry of a task
 	// waits RetryTiers[n-1], every retry past the last tier waits the last.
 	// Default protocol.DefaultRetryTiers. Each must be a positive whole
@@ -192,6 +200,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: Config.ReconnectBackoffMax must be >= 0, got %v", c.ReconnectBackoffMax)
 	case c.DeliveryLimit < 0:
 		return fmt.Errorf("worker: Config.DeliveryLimit must be >= 0, got %d", c.DeliveryLimit)
+	case c.QuorumReplicas < 0:
+		return fmt.Errorf("worker: Config.QuorumReplicas must be >= 0, got %d", c.QuorumReplicas)
 	}
 	if err := broker.CheckRetryTiers(c.RetryTiers); err != nil {
 		return fmt.Errorf("worker: Config.RetryTiers: %v", err)
@@ -201,15 +211,8 @@ func (c Config) validate() error {
 			return fmt.Errorf("worker: Config.Queues: %v", err)
 		}
 	}
-	if c.AMQPURL != "" {
-		if _, err := amqp.ParseURI(c.AMQPURL); err != nil {
-			// A *url.Error quotes the whole URL, password included.
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				err = ue.Err
-			}
-			return fmt.Errorf("worker: Config.AMQPURL %s is not an AMQP URL: %v", broker.Redact(c.AMQPURL), err)
-		}
+	if _, err := broker.ParseNodes(c.AMQPURL); err != nil {
+		return fmt.Errorf("worker: Config.AMQPURL: %v", err)
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ const closeTimeout = 5 * time.Second
 // consumer, and the task consumer with its channel.
 type link struct {
 	tag           string // the task consumers' tags start with it
+	node          string // the address of the node the consumer connection went to
 	consumerConn  *amqp.Connection
 	publisherConn *amqp.Connection
 	pub           *broker.Publisher
@@ -56,18 +57,21 @@ func (w *Worker) connect(ctx context.Context, tag string) (_ *link, err error) {
 			l.close()
 		}
 	}()
-	l.consumerConn, err = broker.Dial(ctx, w.cfg.AMQPURL, "warren worker "+w.cfg.Name+" (consumer)")
+	// Both connections go to one node: Dial starts at the node it last
+	// connected to.
+	l.consumerConn, err = w.nodes.Dial(ctx, "warren worker "+w.cfg.Name+" (consumer)")
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	topology := &broker.TopologyOptions{DeliveryLimit: w.cfg.DeliveryLimit, RetryTiers: w.cfg.RetryTiers}
+	l.node = l.consumerConn.RemoteAddr().String()
+	topology := &broker.TopologyOptions{DeliveryLimit: w.cfg.DeliveryLimit, RetryTiers: w.cfg.RetryTiers, QuorumReplicas: w.cfg.QuorumReplicas}
 	if err := broker.DeclareTopology(l.consumerConn, w.names, topology); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	// Outcomes are published on a connection of their own: when RabbitMQ
 	// blocks publishers (a memory or disk alarm) it blocks their whole
 	// connection, and the consumer must still be able to ack and nack.
-	l.publisherConn, err = broker.Dial(ctx, w.cfg.AMQPURL, "warren worker "+w.cfg.Name+" (publisher)")
+	l.publisherConn, err = w.nodes.Dial(ctx, "warren worker "+w.cfg.Name+" (publisher)")
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}

@@ -58,7 +58,9 @@ func setupTiers(t *testing.T, tiers []time.Duration) *testBundle {
 // config returns a worker configuration for the bundle's topology; cfg's
 // non-zero fields are kept, except RetryTiers, which are the bundle's.
 func (b *testBundle) config(cfg worker.Config) worker.Config {
-	cfg.AMQPURL = amqptest.URL()
+	if cfg.AMQPURL == "" {
+		cfg.AMQPURL = amqptest.URL()
+	}
 	cfg.Prefix = b.names.Prefix
 	cfg.RetryTiers = b.tiers
 	if cfg.Name == "" {

@@ -28,6 +28,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren/internal/backoff"
+	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/protocol"
 )
 
@@ -41,6 +42,7 @@ var ErrConnectionLost = errors.New("worker: lost the connection to RabbitMQ")
 // Create it with New, register handlers with Handle, then call Run.
 type Worker struct {
 	cfg   Config
+	nodes *broker.Nodes
 	names protocol.Names
 	log   *slog.Logger
 
@@ -67,8 +69,13 @@ func New(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	nodes, err := broker.ParseNodes(cfg.AMQPURL)
+	if err != nil {
+		return nil, fmt.Errorf("worker: Config.AMQPURL: %v", err)
+	}
 	return &Worker{
 		cfg:       cfg,
+		nodes:     nodes,
 		names:     protocol.NamesFor(cfg.Prefix),
 		log:       cfg.Logger.With("worker", cfg.Name),
 		handlers:  make(map[string]handlerSet),
@@ -148,7 +155,9 @@ func (w *Worker) handler(taskType string) (handlerSet, bool) {
 // only ever acked on the channel that delivered it), closes both
 // connections and reconnects with exponential backoff up to
 // Config.ReconnectBackoffMax, declaring the topology and subscribing
-// again (EventConnectionLost, then EventReconnected). The cancelled jobs
+// again (EventConnectionLost, then EventReconnected). Given the nodes of
+// a cluster, each attempt starts at another node than the one lost and
+// tries every node, so a live node is reached on the first attempt. The cancelled jobs
 // it has heard of are kept across reconnects.
 //
 // Run returns an error if it cannot connect the first time, if the broker
@@ -176,7 +185,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	w.log.Info("worker: consuming", "queues", strings.Join(w.cfg.Queues, ","),
+	w.log.Info("worker: consuming", "queues", strings.Join(w.cfg.Queues, ","), "node", l.node,
 		"concurrency", w.cfg.Concurrency, "prefetch", w.cfg.Prefetch)
 	w.emit(Event{Kind: EventConnected})
 	failed := 0 // reconnect attempts since the last stable connection
@@ -190,7 +199,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		if time.Since(connectedAt) >= w.cfg.ReconnectBackoffMax {
 			failed = 0 // else a connection that keeps dropping keeps the backoff growing
 		}
-		w.log.Warn("worker: lost the connection to RabbitMQ; its unfinished tasks go back to the queue; reconnecting", "error", lost)
+		w.log.Warn("worker: lost the connection to RabbitMQ; its unfinished tasks go back to the queue; reconnecting", "node", l.node, "error", lost)
 		w.emit(Event{Kind: EventConnectionLost, Err: lost})
 		if l, err = w.reconnect(ctx, tag, &failed); l == nil {
 			return err
@@ -205,6 +214,9 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) reconnect(ctx context.Context, tag string, failed *int) (*link, error) {
 	lostAt := time.Now()
 	for attempt := 1; ; attempt++ {
+		// The node lost, or the one this attempt could not set up on, is
+		// tried last.
+		w.nodes.Failover()
 		*failed++
 		if !backoff.Sleep(ctx, w.backoff(*failed)) {
 			w.log.Info("worker: stopped while reconnecting")
@@ -224,7 +236,7 @@ func (w *Worker) reconnect(ctx context.Context, tag string, failed *int) (*link,
 		case err != nil:
 			w.log.Debug("worker: reconnect failed", "attempt", attempt, "error", err)
 		default:
-			w.log.Info("worker: reconnected to RabbitMQ", "attempts", attempt, "down_for", time.Since(lostAt).Round(time.Millisecond))
+			w.log.Info("worker: reconnected to RabbitMQ", "node", l.node, "attempts", attempt, "down_for", time.Since(lostAt).Round(time.Millisecond))
 			w.emit(Event{Kind: EventReconnected})
 			return l, nil
 		}

@@ -92,7 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.concurrency, "concurrency", 16, "--concurrency of each worker")
 	fs.StringVar(&c.database, "database", "", "job store: sqlite://PATH is used as is; postgres://... gets a fresh schema, dropped afterwards\n(default: a SQLite file in the temporary directory)")
 	fs.StringVar(&c.warren, "warren", "", "the warren binary to run (default: build ./cmd/warren of this module into the temporary directory)")
-	fs.StringVar(&c.amqpURL, "amqp-url", amqpDefault, "RabbitMQ URL (env WARREN_AMQP_URL)")
+	fs.StringVar(&c.amqpURL, "amqp-url", amqpDefault, "RabbitMQ URL, or the URLs of the nodes of one cluster separated by commas (env WARREN_AMQP_URL)")
 	fs.BoolVar(&c.json, "json", false, "print one JSON object on stdout instead of the table (progress still goes to stderr)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary directory (logs, store, spec) and a PostgreSQL schema for inspection")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up (and clean up) after this long")
@@ -117,6 +117,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		problem = fmt.Sprintf("--concurrency must be >= 1, got %d", c.concurrency)
 	case c.timeout <= 0:
 		problem = fmt.Sprintf("--timeout must be > 0, got %s", c.timeout)
+	}
+	if _, err := broker.ParseNodes(c.amqpURL); problem == "" && err != nil {
+		problem = fmt.Sprintf("--amqp-url (env WARREN_AMQP_URL): %v", err)
 	}
 	if problem != "" {
 		fmt.Fprintf(stderr, "scale: %s\n", problem)

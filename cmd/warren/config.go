@@ -24,12 +24,28 @@ type common struct {
 }
 
 func (c *common) register(fs *flag.FlagSet, env *environment) {
-	fs.StringVar(&c.amqpURL, "amqp-url", orDefault(env.getenv("WARREN_AMQP_URL"), broker.DefaultURL), "RabbitMQ URL (env WARREN_AMQP_URL)")
+	fs.StringVar(&c.amqpURL, "amqp-url", orDefault(env.getenv("WARREN_AMQP_URL"), broker.DefaultURL), amqpURLUsage)
 	fs.StringVar(&c.databaseURL, "database", orDefault(env.getenv("WARREN_DATABASE_URL"), open.DefaultURL), "job store: sqlite://PATH or postgres://... (env WARREN_DATABASE_URL)")
 	fs.StringVar(&c.prefix, "prefix", env.getenv("WARREN_PREFIX"), "prefix of every exchange and queue name (env WARREN_PREFIX)")
 	fs.StringVar(&c.retryTiers, "retry-tiers", env.getenv("WARREN_RETRY_TIERS"),
 		"retry delay tiers, comma-separated durations (env WARREN_RETRY_TIERS; default 1s,5s,30s,2m,10m); servers and workers must agree")
 }
+
+// amqpURLUsage is the help of every command's --amqp-url.
+const amqpURLUsage = "RabbitMQ URL, or the URLs of the nodes of one cluster separated by commas (env WARREN_AMQP_URL)"
+
+// checkAMQPURL checks every URL of --amqp-url; its error names the flag,
+// and the URL by position, without its password.
+func checkAMQPURL(raw string) error {
+	if _, err := broker.ParseNodes(raw); err != nil {
+		return fmt.Errorf("--amqp-url (env WARREN_AMQP_URL): %v", err)
+	}
+	return nil
+}
+
+// quorumReplicasUsage is the help of --quorum-replicas.
+const quorumReplicasUsage = "replicas of each quorum queue when it is created (x-quorum-initial-group-size); 0 leaves it to RabbitMQ " +
+	"(quorum_cluster_size, 3 by default); servers and workers must agree (env WARREN_QUORUM_REPLICAS)"
 
 // tiers parses --retry-tiers; nil means the defaults.
 func (c *common) tiers() ([]time.Duration, error) {

@@ -73,12 +73,32 @@ func TestBadFlagValuesAreOneLine(t *testing.T) {
 		{[]string{"worker", "--concurrency", "0"}, "--concurrency must be >= 1"},
 		{[]string{"server", "--relay-batch", "0"}, "must be >= 1"},
 		{[]string{"migrate", "--database", "mysql://x"}, "unsupported scheme"},
+		{[]string{"server", "--quorum-replicas", "-1"}, "--quorum-replicas must be >= 0"},
+		{[]string{"worker", "--quorum-replicas", "-1"}, "--quorum-replicas must be >= 0"},
 	} {
 		code, _, errOut := runCLI(t, nil, tc.args...)
 		require.Equal(t, 1, code, "%v", tc.args)
 		require.Contains(t, errOut, tc.want, "%v", tc.args)
 		require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
 	}
+}
+
+// Every command that connects to RabbitMQ checks each URL of the list
+// before it starts, and names the wrong one without its password.
+func TestAMQPURLListIsCheckedUpFront(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"WARREN_AMQP_URL": "amqp://guest:s3cret@127.0.0.1:5672/, amqp://guest:s3cret@127.0.0.1:bad/"}
+	for _, cmd := range []string{"server", "worker", "bench", "demo"} {
+		code, _, errOut := runCLI(t, vars, cmd)
+		require.Equal(t, 1, code, cmd)
+		require.Contains(t, errOut, "--amqp-url (env WARREN_AMQP_URL): URL 2 of 2, (unparsable URL), is not an AMQP URL", cmd)
+		require.NotContains(t, errOut, "s3cret", cmd)
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
+	}
+	code, _, errOut := runCLI(t, map[string]string{"WARREN_AMQP_URL": "amqp://guest:s3cret@127.0.0.1:1/,amqp://guest:s3cret@127.0.0.1:2/"}, "worker")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "cannot connect to RabbitMQ at any of its 2 nodes: amqp://guest:xxxxx@127.0.0.1:")
+	require.NotContains(t, errOut, "s3cret")
 }
 
 func TestUnreachableServicesAreOneClearLine(t *testing.T) {

@@ -26,6 +26,7 @@ type serverFlags struct {
 	maxMessage  int64
 	maxInflight int64
 	shutdown    time.Duration
+	replicas    int
 
 	maxTask     int64
 	maxResult   int64
@@ -62,6 +63,7 @@ func (f *serverFlags) register(fs *flag.FlagSet, env *environment) {
 	fs.Int64Var(&f.maxInflight, "max-inflight-bytes", f.envInt64(env, "WARREN_MAX_INFLIGHT_BYTES", server.DefaultMaxInflightBytes),
 		"message bytes the server holds at once: bounds the aggregator's prefetch and the relay's claim (env WARREN_MAX_INFLIGHT_BYTES)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long requests in progress may take to finish")
+	fs.IntVar(&f.replicas, "quorum-replicas", int(f.envInt64(env, "WARREN_QUORUM_REPLICAS", 0)), quorumReplicasUsage)
 }
 
 // config maps the flags onto a server configuration; its errors name the
@@ -74,7 +76,12 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 	if err != nil {
 		return server.Config{}, err
 	}
+	if err := checkAMQPURL(f.amqpURL); err != nil {
+		return server.Config{}, err
+	}
 	switch {
+	case f.replicas < 0:
+		return server.Config{}, fmt.Errorf("--quorum-replicas must be >= 0, got %d", f.replicas)
 	case f.aggBatch < 1 || f.relayBatch < 1 || f.aggLinger < 0:
 		return server.Config{}, fmt.Errorf("--aggregator-batch and --relay-batch must be >= 1 and --aggregator-linger >= 0")
 	case f.shutdown <= 0:
@@ -99,7 +106,7 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 		return server.Config{}, fmt.Errorf("WARREN_API_TOKENS: %w", err)
 	}
 	return server.Config{
-		AMQPURL: f.amqpURL, DatabaseURL: f.databaseURL, Prefix: f.prefix, RetryTiers: tiers,
+		AMQPURL: f.amqpURL, DatabaseURL: f.databaseURL, Prefix: f.prefix, RetryTiers: tiers, QuorumReplicas: f.replicas,
 		Listen: f.listen, Tokens: tokens, MaxBodyBytes: f.maxBody, ShutdownTimeout: f.shutdown,
 		MaxTaskBytes: f.maxTask, MaxResultBytes: int(f.maxResult), BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
 		RelayBatchSize: f.relayBatch, MaxMessageBytes: int(f.maxMessage), MaxInflightBytes: f.maxInflight, RelayWindow: int(f.relayWindow), AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/handlers"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/worker"
@@ -32,12 +33,15 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 		"largest result of one task in bytes of JSON; a larger one fails the task (env WARREN_MAX_TASK_RESULT_BYTES)")
 	maxInflight := fs.Int64("max-inflight-bytes", c.envInt64(env, "WARREN_MAX_INFLIGHT_BYTES", 0),
 		"task message bytes held at once, which bounds the prefetch (env WARREN_MAX_INFLIGHT_BYTES; default 256 MiB, or --concurrency messages when more)")
+	replicas := fs.Int("quorum-replicas", int(c.envInt64(env, "WARREN_QUORUM_REPLICAS", 0)), quorumReplicasUsage)
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
 	switch {
 	case c.envErr != nil:
 		return c.envErr
+	case *replicas < 0:
+		return fmt.Errorf("--quorum-replicas must be >= 0, got %d", *replicas)
 	case *concurrency < 1:
 		return fmt.Errorf("--concurrency must be >= 1, got %d", *concurrency)
 	case *maxMessage < 1 || *maxMessage > math.MaxInt32:
@@ -46,6 +50,9 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 		return fmt.Errorf("--max-task-result-bytes must be between 1 and %d, got %d", math.MaxInt32, *maxResult)
 	case *maxInflight < 0:
 		return fmt.Errorf("--max-inflight-bytes must be >= 0, got %d", *maxInflight)
+	}
+	if err := checkAMQPURL(c.amqpURL); err != nil {
+		return err
 	}
 	serve, err := selectBuiltins(*types)
 	if err != nil {
@@ -62,7 +69,7 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	var ready atomic.Bool
 	w, err := worker.New(worker.Config{
 		AMQPURL: c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency,
-		ShutdownTimeout: *shutdown, Logger: env.logger, RetryTiers: tiers,
+		ShutdownTimeout: *shutdown, Logger: env.logger, RetryTiers: tiers, QuorumReplicas: *replicas,
 		Queues: consume, MaxMessageBytes: int(*maxMessage), MaxResultBytes: int(*maxResult), MaxInflightBytes: *maxInflight,
 		OnEvent: func(e worker.Event) {
 			switch e.Kind {
@@ -87,7 +94,7 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 		w.Handle(name, handlers.Builtins[name])
 	}
 	env.logger.Info("warren worker running", "types", strings.Join(serve, ","), "queues", strings.Join(consume, ","),
-		"concurrency", *concurrency, "prefix", c.prefix)
+		"concurrency", *concurrency, "prefix", c.prefix, "amqp", broker.Redact(c.amqpURL))
 	return w.Run(ctx)
 }
 

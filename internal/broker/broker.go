@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -17,13 +18,28 @@ import (
 // DefaultURL is the broker address used when none is configured.
 const DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
 
-// DialTimeout bounds the TCP connect and the AMQP handshake of Dial.
+// DialTimeout bounds the TCP connect and the AMQP handshake of Dial, per
+// node tried.
 const DialTimeout = 10 * time.Second
 
-// Dial opens an AMQP connection named name (shown in the management UI),
-// bounded by ctx and DialTimeout. Its error is one line that names the
-// broker address without the password.
-func Dial(ctx context.Context, rawURL, name string) (*amqp.Connection, error) {
+// Dial opens an AMQP connection named name (shown in the management UI)
+// to one of the nodes of rawURLs, a comma-separated list of URLs
+// (ParseNodes), trying them as Nodes.Dial does from a node picked at
+// random; a single URL is a list of one. It suits a one-off connection:
+// a process that reconnects keeps one Nodes instead, so that it leaves a
+// lost node for another. Its error is one line that names the nodes
+// without their passwords.
+func Dial(ctx context.Context, rawURLs, name string) (*amqp.Connection, error) {
+	nodes, err := ParseNodes(rawURLs)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to RabbitMQ: %w", err)
+	}
+	return nodes.Dial(ctx, name)
+}
+
+// dialNode connects to the node at rawURL, bounded by ctx and
+// DialTimeout.
+func dialNode(ctx context.Context, rawURL, name string) (*amqp.Connection, error) {
 	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
 	props := amqp.NewConnectionProperties()
@@ -48,20 +64,24 @@ func Dial(ctx context.Context, rawURL, name string) (*amqp.Connection, error) {
 			return conn, nil
 		},
 	}
-	conn, err := amqp.DialConfig(rawURL, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("cannot connect to RabbitMQ at %s: %w", Redact(rawURL), err)
-	}
-	return conn, nil
+	return amqp.DialConfig(rawURL, cfg)
 }
 
-// Redact returns rawURL with its password replaced, for logs and errors.
+// Redact returns rawURL with its password replaced, for logs and errors;
+// a comma-separated list of URLs (as ParseNodes reads it) comes back with
+// every URL's password replaced. A URL that does not parse is shown as
+// "(unparsable URL)", whole.
 func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "(unparsable URL)"
+	urls := splitList(rawURL)
+	for i, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || u.Scheme == "" || u.Opaque != "" {
+			urls[i] = "(unparsable URL)"
+			continue
+		}
+		urls[i] = u.Redacted()
 	}
-	return u.Redacted()
+	return strings.Join(urls, ",")
 }
 
 // Consume opens a channel on conn with the given prefetch and starts a

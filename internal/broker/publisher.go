@@ -45,6 +45,15 @@ const DefaultBlockedWait = 30 * time.Second
 // wait for their confirms at once.
 const DefaultConfirmWindow = 256
 
+// NackLimit is how many publishes in a row the broker may nack before a
+// Publisher closes its channel, as if the broker had closed it, so that
+// its owner connects again (see Publisher). A channel of RabbitMQ (seen
+// on 3.10) whose first publish to a quorum queue came while the queue
+// had no leader, during the election that follows the loss of its
+// leader's node, nacks every later publish to that queue for as long as
+// it lives, while a new channel publishes to it at once.
+const NackLimit = 3
+
 // PublisherOptions configures a Publisher.
 type PublisherOptions struct {
 	// Window is the maximum number of unconfirmed publishes; Publish blocks
@@ -62,12 +71,18 @@ type PublisherOptions struct {
 // Publisher publishes persistent, mandatory messages on one channel in
 // confirm mode and reports, for each, whether the broker confirmed it.
 // Returned (unroutable) messages are reported as ErrUnroutable even though
-// the broker also acks them. It is safe for concurrent use.
+// the broker also acks them. When the broker nacks NackLimit publishes in
+// a row, the Publisher closes its channel: Done is closed and its
+// unconfirmed publishes fail with ErrClosed, as when the broker closes
+// it, and its owner reconnects. It is safe for concurrent use.
 type Publisher struct {
 	conn    *amqp.Connection // for PublishAlone's channels
 	ch      *amqp.Channel
 	window  chan struct{}
 	blocked *blockState
+	log     *slog.Logger
+
+	nackClose sync.Once // closes the channel after NackLimit nacks in a row
 
 	pubMu sync.Mutex // serialises publishes so delivery tags are known
 
@@ -75,6 +90,7 @@ type Publisher struct {
 	pending map[uint64]*Confirmation
 	closed  bool
 	reason  *amqp.Error // why the channel closed, when the broker closed it
+	nacks   int         // nacks since the last ack
 
 	done chan struct{} // closed when the listener has stopped
 }
@@ -157,6 +173,7 @@ func openPublisher(conn *amqp.Connection, window int, blocked *blockState) (*Pub
 		conn:    conn,
 		ch:      ch,
 		blocked: blocked,
+		log:     blocked.log,
 		window:  make(chan struct{}, window),
 		pending: make(map[uint64]*Confirmation),
 		done:    make(chan struct{}),
@@ -356,7 +373,16 @@ func (p *Publisher) confirm(conf amqp.Confirmation) {
 	p.mu.Lock()
 	c := p.pending[conf.DeliveryTag]
 	delete(p.pending, conf.DeliveryTag)
+	if conf.Ack {
+		p.nacks = 0
+	} else {
+		p.nacks++
+	}
+	nacks := p.nacks
 	p.mu.Unlock()
+	if nacks >= NackLimit {
+		p.closeAfterNacks(nacks)
+	}
 	if c == nil {
 		return
 	}
@@ -368,6 +394,16 @@ func (p *Publisher) confirm(conf amqp.Confirmation) {
 	default:
 		c.resolve(nil)
 	}
+}
+
+// closeAfterNacks closes the channel once, in the background: the
+// listener calls it, and must go on reading confirms until the channel
+// has closed.
+func (p *Publisher) closeAfterNacks(nacks int) {
+	p.nackClose.Do(func() {
+		p.log.Warn("broker: the broker nacked publishes in a row on this channel; closing it to publish on a new one", "nacks", nacks)
+		go func() { _ = p.ch.Close() }()
+	})
 }
 
 func (p *Publisher) failPending(reason *amqp.Error) {

@@ -226,3 +226,40 @@ func TestPublishAloneReportsAMessageOverTheBrokersMaxSize(t *testing.T) {
 	require.False(t, conn.IsClosed())
 	require.NoError(t, p.PublishAndWait(ctx, names.JobsExchange, protocol.RoutingKeyTask, msg("small")))
 }
+
+// A channel the broker nacks NackLimit times in a row is closed, so that
+// its owner publishes on a new one. (The nacks come from a full queue
+// that rejects publishes.)
+func TestPublisherClosesItsChannelAfterNacksInARow(t *testing.T) {
+	t.Parallel()
+	conn := amqptest.Dial(t)
+	queue := amqptest.Prefix(t) + "full.q"
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare(queue, true, false, false, false,
+		amqp.Table{"x-queue-type": "quorum", "x-max-length": int64(1), "x-overflow": "reject-publish"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = ch.QueueDelete(queue, false, false, false) })
+
+	p, err := broker.NewPublisher(conn, nil)
+	require.NoError(t, err)
+	defer p.Close()
+	ctx := context.Background()
+	nacks := 0
+	for i := 0; i < 20 && nacks < broker.NackLimit; i++ {
+		err := p.PublishAndWait(ctx, "", queue, msg(fmt.Sprint(i)))
+		if err == nil {
+			require.Zero(t, nacks, "the queue is full once a publish was nacked")
+			continue
+		}
+		require.ErrorIs(t, err, broker.ErrNacked)
+		nacks++
+	}
+	require.Equal(t, broker.NackLimit, nacks)
+	select {
+	case <-p.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the publisher's channel is still open after %d nacks in a row", broker.NackLimit)
+	}
+	require.ErrorIs(t, p.PublishAndWait(ctx, "", queue, msg("last")), broker.ErrClosed)
+}

@@ -45,6 +45,23 @@ type TopologyOptions struct {
 	// is named after its delay, so processes with different tiers do not
 	// conflict: each declares the tiers it uses.
 	RetryTiers []time.Duration
+	// QuorumReplicas is x-quorum-initial-group-size of every quorum
+	// queue: on how many nodes of the cluster a queue gets a replica when
+	// it is created (at most as many as there are nodes). 0 declares
+	// none, which leaves it to the broker: its quorum_cluster_size, 3
+	// unless configured. RabbitMQ refuses to declare a queue again with
+	// another value, or without one when it was created with one, so
+	// every process of an installation must use the same; it does not
+	// change the replicas of a queue that exists (rabbitmq-queues grow
+	// and shrink do).
+	QuorumReplicas int
+}
+
+func (o *TopologyOptions) quorumReplicas() int {
+	if o == nil || o.QuorumReplicas <= 0 {
+		return 0
+	}
+	return o.QuorumReplicas
 }
 
 func (o *TopologyOptions) deliveryLimit() int {
@@ -104,7 +121,7 @@ func DeclareTopology(conn *amqp.Connection, names protocol.Names, opts *Topology
 	if err := CheckRetryTiers(tiers); err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}
-	limit := opts.deliveryLimit()
+	limit, replicas := opts.deliveryLimit(), opts.quorumReplicas()
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("broker: open topology channel: %w", err)
@@ -124,16 +141,18 @@ func DeclareTopology(conn *amqp.Connection, names protocol.Names, opts *Topology
 		}
 	}
 	queues := []queueSpec{
-		workQueue(names, protocol.DefaultQueue, limit),
+		workQueue(names, protocol.DefaultQueue, limit, replicas),
 		{names.ResultsQueue, names.ResultsExchange, protocol.RoutingKeyResult,
-			deadLettering(names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, limit), nil},
+			deadLettering(replicas, names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, limit), nil},
 		{names.DeadQueue, names.DeadLetterExchange, protocol.RoutingKeyTaskFailed,
-			deadLettering(names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, limit), nil},
-		{names.TasksDLQ, names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, parking(), quorum()},
-		{names.ResultsDLQ, names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, parking(), quorum()},
+			deadLettering(replicas, names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, limit), nil},
+		// An earlier warren declared these two as bare quorum queues,
+		// before there was a replica setting.
+		{names.TasksDLQ, names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, parking(replicas), quorum(0)},
+		{names.ResultsDLQ, names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, parking(replicas), quorum(0)},
 	}
 	for _, d := range tiers {
-		queues = append(queues, retryTier(names, protocol.DefaultQueue, d))
+		queues = append(queues, retryTier(names, protocol.DefaultQueue, d, replicas))
 	}
 	return declareQueues(conn, ch, queues, opts)
 }
@@ -155,9 +174,10 @@ func DeclareWorkQueue(conn *amqp.Connection, names protocol.Names, q string, opt
 		return fmt.Errorf("broker: open topology channel: %w", err)
 	}
 	defer func() { _ = ch.Close() }()
-	queues := []queueSpec{workQueue(names, q, opts.deliveryLimit())}
+	replicas := opts.quorumReplicas()
+	queues := []queueSpec{workQueue(names, q, opts.deliveryLimit(), replicas)}
 	for _, d := range tiers {
-		queues = append(queues, retryTier(names, q, d))
+		queues = append(queues, retryTier(names, q, d, replicas))
 	}
 	return declareQueues(conn, ch, queues, opts)
 }
@@ -268,24 +288,30 @@ func isPreconditionFailed(err error) bool {
 	return errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed
 }
 
-func quorum() amqp.Table {
-	return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
+// quorum is a quorum queue with replicas replicas when it is created, or
+// as many as the broker gives it (0).
+func quorum(replicas int) amqp.Table {
+	t := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
+	if replicas > 0 {
+		t["x-quorum-initial-group-size"] = int64(replicas)
+	}
+	return t
 }
 
 // parking is a dead-letter queue for people: a quorum queue whose
 // delivery limit no listing reaches (DeadLetterDeliveryLimit), and no
 // dead-letter target, so a message leaves it only when someone removes
 // it.
-func parking() amqp.Table {
-	t := quorum()
+func parking(replicas int) amqp.Table {
+	t := quorum(replicas)
 	t["x-delivery-limit"] = int64(DeadLetterDeliveryLimit)
 	return t
 }
 
 // deadLettering is a quorum queue that dead-letters, at least once, to
 // exchange with key after limit deliveries or a reject.
-func deadLettering(exchange, key string, limit int) amqp.Table {
-	t := atLeastOnce(exchange, key)
+func deadLettering(replicas int, exchange, key string, limit int) amqp.Table {
+	t := atLeastOnce(replicas, exchange, key)
 	t["x-delivery-limit"] = int64(limit)
 	return t
 }
@@ -294,8 +320,8 @@ func deadLettering(exchange, key string, limit int) amqp.Table {
 // keeps each message until the queues it is dead-lettered to confirm it,
 // so a dead letter is never lost; RabbitMQ requires reject-publish
 // overflow for that.
-func atLeastOnce(exchange, key string) amqp.Table {
-	t := quorum()
+func atLeastOnce(replicas int, exchange, key string) amqp.Table {
+	t := quorum(replicas)
 	t["x-dead-letter-exchange"] = exchange
 	t["x-dead-letter-routing-key"] = key
 	t["x-dead-letter-strategy"] = "at-least-once"
@@ -303,19 +329,20 @@ func atLeastOnce(exchange, key string) amqp.Table {
 	return t
 }
 
-// workQueue is work queue q: a quorum queue that dead-letters to the
+// workQueue is work queue q: a quorum queue, of replicas replicas when it
+// is created (0: the broker's default), that dead-letters to the
 // dead-letter exchange after limit deliveries or a reject.
-func workQueue(names protocol.Names, q string, limit int) queueSpec {
+func workQueue(names protocol.Names, q string, limit, replicas int) queueSpec {
 	return queueSpec{names.WorkQueue(q), names.JobsExchange, protocol.TaskRoutingKey(q),
-		deadLettering(names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, limit), nil}
+		deadLettering(replicas, names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, limit), nil}
 }
 
 // retryTier is the delay queue of one tier of work queue q: messages wait
 // d in it (a queue-level TTL, so the oldest message always expires first
 // and none blocks another), then the broker dead-letters them back to q.
-func retryTier(names protocol.Names, q string, d time.Duration) queueSpec {
+func retryTier(names protocol.Names, q string, d time.Duration, replicas int) queueSpec {
 	name := protocol.RetryTierName(d)
-	args := atLeastOnce(names.JobsExchange, protocol.TaskRoutingKey(q))
+	args := atLeastOnce(replicas, names.JobsExchange, protocol.TaskRoutingKey(q))
 	args["x-message-ttl"] = d.Milliseconds()
 	return queueSpec{names.QueueRetryQueue(q, name), names.RetryExchange, protocol.RetryRoutingKey(q, name), args, nil}
 }

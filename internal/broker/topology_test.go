@@ -34,6 +34,29 @@ func TestDeclareTopologyConflictingArgumentsIsAClearError(t *testing.T) {
 	require.Contains(t, err.Error(), names.TasksQueue)
 }
 
+// QuorumReplicas sets x-quorum-initial-group-size on every quorum queue,
+// and RabbitMQ refuses to declare a queue again with another value or
+// without one: every process of an installation must agree.
+func TestDeclareTopologyQuorumReplicas(t *testing.T) {
+	t.Parallel()
+	opts := &broker.TopologyOptions{QuorumReplicas: 1, RetryTiers: shortTiers}
+	names, conn := amqptest.Topology(t, opts)
+	require.NoError(t, broker.DeclareTopology(conn, names, opts), "the same setting: idempotent")
+
+	queues := []string{names.TasksQueue, names.ResultsQueue, names.DeadQueue, names.TasksDLQ, names.ResultsDLQ,
+		names.RetryQueue("200ms"), names.RetryQueue("400ms")}
+	for q, args := range amqptest.QueueArguments(t, queues...) {
+		require.Equal(t, float64(1), args["x-quorum-initial-group-size"], "%s: %v", q, args)
+		require.Equal(t, "quorum", args["x-queue-type"], "%s: %v", q, args)
+	}
+
+	for _, other := range []int{0, 3} {
+		err := broker.DeclareTopology(conn, names, &broker.TopologyOptions{QuorumReplicas: other, RetryTiers: shortTiers})
+		require.ErrorContains(t, err, names.TasksQueue, "QuorumReplicas %d", other)
+		require.ErrorContains(t, err, "x-quorum-initial-group-size", "QuorumReplicas %d", other)
+	}
+}
+
 func TestDeclareTopologyRejectsBadRetryTiers(t *testing.T) {
 	t.Parallel()
 	conn := amqptest.Dial(t)
@@ -257,4 +280,25 @@ func TestDeclareTopologyKeepsTheDeadLetterQueuesOfAnEarlierWarren(t *testing.T) 
 	require.NoError(t, ch.Close())
 	err = broker.DeclareTopology(conn, names, &broker.TopologyOptions{Logger: log})
 	require.ErrorContains(t, err, names.ResultsDLQ)
+}
+
+// The replica setting does not apply to dead-letter queues an earlier
+// warren declared, before there was one: they are kept as they are too.
+func TestDeclareTopologyWithQuorumReplicasKeepsTheDeadLetterQueuesOfAnEarlierWarren(t *testing.T) {
+	t.Parallel()
+	conn := amqptest.Dial(t)
+	names := protocol.NamesFor(amqptest.Prefix(t))
+	t.Cleanup(func() { _ = broker.DeleteTopology(conn, names) })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	for _, q := range []string{names.TasksDLQ, names.ResultsDLQ} {
+		_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		require.NoError(t, err)
+	}
+	require.NoError(t, ch.Close())
+
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	require.NoError(t, broker.DeclareTopology(conn, names, &broker.TopologyOptions{QuorumReplicas: 1, Logger: log}))
+	require.Equal(t, 2, strings.Count(logs.String(), "level=WARN"), logs.String())
 }

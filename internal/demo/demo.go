@@ -40,7 +40,8 @@ var corpus embed.FS
 
 // Config says how to run the demo.
 type Config struct {
-	// AMQPURL is the RabbitMQ URL; "" means the local broker.
+	// AMQPURL is the RabbitMQ URL, or the URLs of the nodes of one
+	// cluster separated by commas; "" means the local broker.
 	AMQPURL string
 	// DatabaseURL is the job store; "" means a temporary SQLite file,
 	// removed afterwards.

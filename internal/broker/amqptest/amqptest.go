@@ -140,9 +140,48 @@ func RabbitMQ4DeliveryLimit(t testing.TB, conn *amqp.Connection, queue string) {
 	})
 }
 
+// QueueArguments returns the arguments each of queues was declared with
+// on the test broker, as rabbitmqctl lists them (numbers as float64),
+// by queue. It fails the test when rabbitmqctl cannot list them or does
+// not list one of the queues.
+func QueueArguments(t testing.TB, queues ...string) map[string]map[string]any {
+	t.Helper()
+	uri, err := amqp.ParseURI(URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := listQueueArguments(uri.Vhost)
+	if err != nil {
+		t.Fatalf("rabbitmqctl (installed with rabbitmq-server) lists queue arguments: %v", err)
+	}
+	out := make(map[string]map[string]any, len(queues))
+	for _, q := range queues {
+		args, ok := all[q]
+		if !ok {
+			t.Fatalf("rabbitmqctl does not list queue %q", q)
+		}
+		out[q] = args
+	}
+	return out
+}
+
 // queueArguments returns the arguments queue was declared with, as
 // rabbitmqctl lists them.
 func queueArguments(vhost, queue string) (map[string]any, error) {
+	all, err := listQueueArguments(vhost)
+	if err != nil {
+		return nil, err
+	}
+	args, ok := all[queue]
+	if !ok {
+		return nil, fmt.Errorf("rabbitmqctl does not list queue %q", queue)
+	}
+	return args, nil
+}
+
+// listQueueArguments returns the arguments of every queue of vhost, by
+// queue, as rabbitmqctl lists them.
+func listQueueArguments(vhost string) (map[string]map[string]any, error) {
 	out, err := rabbitmqctl("list_queues", "-p", vhost, "name", "arguments", "--formatter", "json")
 	if err != nil {
 		return nil, err
@@ -154,20 +193,19 @@ func queueArguments(vhost, queue string) (map[string]any, error) {
 	if err := json.Unmarshal(out, &queues); err != nil {
 		return nil, fmt.Errorf("rabbitmqctl list_queues: %w", err)
 	}
+	all := make(map[string]map[string]any, len(queues))
 	for _, q := range queues {
-		if q.Name == queue {
-			args := make(map[string]any, len(q.Arguments))
-			for _, a := range q.Arguments {
-				if len(a) == 3 {
-					if name, ok := a[0].(string); ok {
-						args[name] = a[2]
-					}
+		args := make(map[string]any, len(q.Arguments))
+		for _, a := range q.Arguments {
+			if len(a) == 3 {
+				if name, ok := a[0].(string); ok {
+					args[name] = a[2]
 				}
 			}
-			return args, nil
 		}
+		all[q.Name] = args
 	}
-	return nil, fmt.Errorf("rabbitmqctl does not list queue %q", queue)
+	return all, nil
 }
 
 func rabbitmqctl(args ...string) ([]byte, error) {
