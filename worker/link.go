@@ -34,8 +34,9 @@ type link struct {
 	// deliveries are every task consumer's deliveries, in one stream,
 	// closed once all of them are (after a cancel, or with the channel).
 	deliveries <-chan amqp.Delivery
-	// gone is closed when a task consumer ends: the broker cancelled it
-	// (its queue was deleted) or the channel closed.
+	// gone is closed when one of several task consumers ends: the broker
+	// cancelled it (its queue was deleted) or the channel closed. nil (never
+	// ready) with one consumer, whose deliveries closing says as much.
 	gone <-chan struct{}
 	// quit, closed by close, stops merging deliveries nobody reads.
 	quit chan struct{}
@@ -121,6 +122,12 @@ func (l *link) consume(names protocol.Names, queues []string, tag string, prefet
 		}
 		l.consumers[t] = q
 		sources = append(sources, d)
+	}
+	if len(sources) == 1 {
+		// One queue, the common case: no hop through a goroutine per
+		// delivery. Its channel closing is the consumer's end.
+		l.deliveries = sources[0]
+		return nil
 	}
 	l.deliveries, l.gone = merge(sources, l.quit)
 	return nil
