@@ -681,20 +681,7 @@ func clusterMain() (code int) {
 		// a node's queues elect their leaders.
 		failEvery: 50,
 	}
-	var results []*outcome
-	baseline := ""
-	for _, sc := range clusterScenarios() {
-		if len(only) > 0 && !only[sc.name] {
-			continue
-		}
-		logf("=== scenario %s (%s store, N=%d, 3 RabbitMQ nodes)", sc.name, sc.store, n)
-		o := runScenario(bin, tg, sc, n, timeout)
-		if sc.name == "cluster-baseline" && o.ok() {
-			baseline = o.result
-		}
-		results = append(results, o)
-		logVerdict(sc.name, o)
-	}
+	results, baseline := runAll(bin, tg, clusterScenarios(), only, n, timeout, "cluster-baseline", ", 3 RabbitMQ nodes")
 	ok := report("warren chaos suite, cluster target (3 RabbitMQ nodes, WARREN_QUORUM_REPLICAS=3)", results, n, baseline)
 	fmt.Printf("\ncluster target: %s from starting the nodes to the last scenario\n", time.Since(start).Round(time.Second))
 	if !ok {

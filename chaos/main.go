@@ -123,27 +123,34 @@ func mainCode() (code int) {
 	}
 	defer os.RemoveAll(getBinDir())
 
-	tg := mainTarget()
-	var results []*outcome
-	baseline := ""
-	for _, sc := range scenarios() {
-		if len(only) > 0 && !only[sc.name] {
-			continue
-		}
-		logf("=== scenario %s (%s store, N=%d)", sc.name, sc.store, n)
-		o := runScenario(bin, tg, sc, n, timeout)
-		if sc.name == "baseline" && o.ok() {
-			baseline = o.result
-		}
-		results = append(results, o)
-		logVerdict(sc.name, o)
-	}
+	results, baseline := runAll(bin, mainTarget(), scenarios(), only, n, timeout, "baseline", "")
 	if !report("warren chaos suite", results, n, baseline) {
 		fmt.Println("\nchaos: FAILED")
 		return 1
 	}
 	fmt.Println("\nchaos: all scenarios passed")
 	return 0
+}
+
+// runAll runs the scenarios only names (all when empty) against tg, in
+// order, logging each one's start (with what, if not empty) and verdict,
+// and returns their outcomes and the result of the scenario named
+// baselineName, when it passed.
+func runAll(bin string, tg *target, all []scenario, only map[string]bool, n int, timeout time.Duration,
+	baselineName, what string) (results []*outcome, baseline string) {
+	for _, sc := range all {
+		if len(only) > 0 && !only[sc.name] {
+			continue
+		}
+		logf("=== scenario %s (%s store, N=%d%s)", sc.name, sc.store, n, what)
+		o := runScenario(bin, tg, sc, n, timeout)
+		if sc.name == baselineName && o.ok() {
+			baseline = o.result
+		}
+		results = append(results, o)
+		logVerdict(sc.name, o)
+	}
+	return results, baseline
 }
 
 // settings reads CHAOS_N (defaultN when unset), CHAOS_TIMEOUT and
