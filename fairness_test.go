@@ -70,7 +70,7 @@ func TestASmallJobDoesNotWaitBehindABigOne(t *testing.T) {
 		took, got.CompletedTasks, before.CompletedTasks, maxReady)
 	// Measured in the big job's progress rather than in seconds, which a
 	// loaded machine stretches: behind the whole backlog (no window, 3,000
-	// messages and more ready), the small job would wait for thousands of
+	// messages and more ready), the small job waited for about 2,000 of
 	// the big job's tasks.
 	require.Less(t, got.CompletedTasks-before.CompletedTasks, int64(1200),
 		"the small job waited behind about a window of the big job's tasks, not its backlog")
