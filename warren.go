@@ -129,8 +129,12 @@ type Policy struct {
 	// (worker.Task.Timeout). 0 means DefaultTaskTimeout.
 	TaskTimeout time.Duration
 	// BatchSize is how many consecutive tasks the relay packs into one
-	// task message (1..MaxBatchSize); 0 and 1 mean one message per task.
-	// Every task keeps its own outcome, retries and dead letter.
+	// task message (1..MaxBatchSize), exactly; 1 means one message per
+	// task. 0 (the default) lets warren choose, as the job runs, from its
+	// tasks' observed durations and the workers consuming its queue:
+	// fast tasks travel in batches, slow ones one per message
+	// (docs/protocol.md, "Task batching"). Every task keeps its own
+	// outcome, retries and dead letter either way.
 	BatchSize int
 	// Priority is the job's share of the relay's window (MinPriority to
 	// MaxPriority): the tasks published in each round are shared between
@@ -179,10 +183,9 @@ const MaxRetention = 100 * 365 * 24 * time.Hour
 // limit, protocol.MaxBatchSize).
 const MaxBatchSize = 1000
 
-// EffectiveBatchSize returns BatchSize, or 1 when it is 0.
-func (p Policy) EffectiveBatchSize() int {
-	return max(p.BatchSize, 1)
-}
+// AutoBatch reports whether warren chooses the job's batch size
+// (BatchSize 0).
+func (p Policy) AutoBatch() bool { return p.BatchSize == 0 }
 
 // DefaultTaskTimeout is a job's TaskTimeout when it gives none.
 const DefaultTaskTimeout = time.Hour

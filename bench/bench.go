@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/broker"
@@ -45,8 +46,12 @@ type Config struct {
 	// ceiling run; 0 means 4.
 	Workers int
 	// BatchSize is the warren job's batch_size (the ceiling always sends
-	// one message per task); 0 means 1.
+	// one message per task); 0 leaves it to warren, as a job without
+	// batch_size does.
 	BatchSize int
+	// TaskDuration is how long each warren task's handler sleeps; 0 means
+	// no-op tasks. With it, the ceiling (no-op by nature) is not run.
+	TaskDuration time.Duration
 	// Concurrency is each warren worker's handler concurrency; 0 means 16.
 	Concurrency int
 	// Prefetch is each warren worker's prefetch; 0 means 2 x Concurrency.
@@ -81,7 +86,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	def(&c.Tasks, 20000)
 	def(&c.Workers, 4)
-	def(&c.BatchSize, 1)
 	def(&c.Concurrency, 16)
 	def(&c.Rounds, 3)
 	if c.Progress == nil {
@@ -95,8 +99,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("bench: Config.Tasks, Workers, Concurrency and Rounds must be >= 1")
 	case c.Prefetch < 0 || (c.Prefetch > 0 && c.Prefetch < c.Concurrency):
 		return c, fmt.Errorf("bench: Config.Prefetch must be at least Concurrency (%d), got %d", c.Concurrency, c.Prefetch)
-	case c.BatchSize < 1 || c.BatchSize > warren.MaxBatchSize:
-		return c, fmt.Errorf("bench: Config.BatchSize must be between 1 and %d, got %d", warren.MaxBatchSize, c.BatchSize)
+	case c.BatchSize < 0 || c.BatchSize > warren.MaxBatchSize:
+		return c, fmt.Errorf("bench: Config.BatchSize must be between 0 (automatic) and %d, got %d", warren.MaxBatchSize, c.BatchSize)
+	case c.TaskDuration < 0:
+		return c, fmt.Errorf("bench: Config.TaskDuration must be >= 0, got %s", c.TaskDuration)
 	case c.RelayBatch < 0 || c.AggregatorBatch < 0:
 		return c, errors.New("bench: Config.RelayBatch and AggregatorBatch must be >= 0")
 	}
@@ -111,7 +117,8 @@ var Prefetches = []int{10, 50, 200}
 type Report struct {
 	Tasks             int                `json:"tasks"`
 	Workers           int                `json:"workers"`
-	BatchSize         int                `json:"batch_size"`
+	BatchSize         int                `json:"batch_size"` // 0: automatic
+	TaskDurationMs    float64            `json:"task_duration_ms"`
 	CeilingTasksPerS  float64            `json:"ceiling_tasks_per_s"`
 	CeilingPrefetch   int                `json:"ceiling_prefetch"`
 	WarrenTasksPerS   float64            `json:"warren_tasks_per_s"`
@@ -158,11 +165,15 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	}()
 
 	rep = Report{Tasks: cfg.Tasks, Workers: cfg.Workers, BatchSize: cfg.BatchSize, CeilingTrialsPerS: map[string]float64{},
+		TaskDurationMs: float64(cfg.TaskDuration) / float64(time.Millisecond),
 		PeakRSSNote: "one process running all parts (broker clients, store, relay, aggregator, workers)"}
 
 	// 1. The broker's ceiling.
 	trialN := max(1, cfg.Tasks/2)
 	for _, p := range Prefetches {
+		if cfg.TaskDuration > 0 {
+			break
+		}
 		progress("ceiling: %d tasks, %d consumers, prefetch %d", trialN, cfg.Workers, p)
 		d, err := ceiling(ctx, cfg.AMQPURL, ceilNames, trialN, cfg.Workers, p)
 		if err != nil {
@@ -185,13 +196,16 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 	var ceilings []float64
 	var rounds []Report
 	for i := range cfg.Rounds {
-		progress("round %d/%d: ceiling, %d tasks at the best prefetch %d", i+1, cfg.Rounds, cfg.Tasks, rep.CeilingPrefetch)
-		d, err := ceiling(ctx, cfg.AMQPURL, ceilNames, cfg.Tasks, cfg.Workers, rep.CeilingPrefetch)
-		if err != nil {
-			return Report{}, fmt.Errorf("ceiling run (prefetch %d): %w", rep.CeilingPrefetch, err)
+		ceilings = append(ceilings, 0)
+		if cfg.TaskDuration == 0 {
+			progress("round %d/%d: ceiling, %d tasks at the best prefetch %d", i+1, cfg.Rounds, cfg.Tasks, rep.CeilingPrefetch)
+			d, err := ceiling(ctx, cfg.AMQPURL, ceilNames, cfg.Tasks, cfg.Workers, rep.CeilingPrefetch)
+			if err != nil {
+				return Report{}, fmt.Errorf("ceiling run (prefetch %d): %w", rep.CeilingPrefetch, err)
+			}
+			ceilings[i] = float64(cfg.Tasks) / d.Seconds()
+			progress("round %d/%d: ceiling: %.0f tasks/s", i+1, cfg.Rounds, ceilings[i])
 		}
-		ceilings = append(ceilings, float64(cfg.Tasks)/d.Seconds())
-		progress("round %d/%d: ceiling: %.0f tasks/s", i+1, cfg.Rounds, ceilings[i])
 
 		rf := cfg
 		if cfg.DatabaseURL == "" {
@@ -202,8 +216,8 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 			defer os.RemoveAll(dir)
 			rf.DatabaseURL = "sqlite://" + filepath.Join(dir, "warren.db")
 		}
-		progress("round %d/%d: warren: %d echo tasks, %d workers (concurrency %d), batch size %d, store %s",
-			i+1, cfg.Rounds, cfg.Tasks, cfg.Workers, cfg.Concurrency, cfg.BatchSize, redactDB(rf.DatabaseURL))
+		progress("round %d/%d: warren: %d echo tasks of %s, %d workers (concurrency %d), batch size %s, store %s",
+			i+1, cfg.Rounds, cfg.Tasks, cfg.TaskDuration, cfg.Workers, cfg.Concurrency, batchName(cfg.BatchSize), redactDB(rf.DatabaseURL))
 		var r Report
 		if err := runWarren(ctx, rf, warrenNames, &r, i == cfg.Rounds-1); err != nil {
 			return Report{}, fmt.Errorf("warren run: %w", err)
@@ -238,8 +252,18 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 
 	rep.CeilingTasksPerS = round1(rep.CeilingTasksPerS)
 	rep.WarrenTasksPerS = round1(rep.WarrenTasksPerS)
-	rep.Ratio = math.Round(rep.WarrenTasksPerS/rep.CeilingTasksPerS*1000) / 1000
+	if rep.CeilingTasksPerS > 0 {
+		rep.Ratio = math.Round(rep.WarrenTasksPerS/rep.CeilingTasksPerS*1000) / 1000
+	}
 	return rep, nil
+}
+
+// batchName names a batch size for people: 0 is "automatic".
+func batchName(n int) string {
+	if n == 0 {
+		return "automatic"
+	}
+	return strconv.Itoa(n)
 }
 
 // redactDB hides a password in a database URL for the progress lines.

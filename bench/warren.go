@@ -104,7 +104,7 @@ func runWarren(ctx context.Context, cfg Config, names protocol.Names, rep *Repor
 		if err != nil {
 			return err
 		}
-		w.Handle("echo", echo)
+		w.Handle("echo", echoAfter(cfg.TaskDuration))
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- w.Run(runCtx) }()
 	}
@@ -232,8 +232,17 @@ func taskLatencies(ctx context.Context, st store.Store, jobID string, n int) ([]
 	return lat, nil
 }
 
-// echo is the benchmark's no-op handler: the payload is the result.
-func echo(_ context.Context, t worker.Task) (any, error) { return t.Payload, nil }
+// echoAfter is the benchmark's handler: the payload is the result, after
+// sleeping d (no-op tasks when d is 0).
+func echoAfter(d time.Duration) worker.HandlerFunc {
+	if d == 0 {
+		return func(_ context.Context, t worker.Task) (any, error) { return t.Payload, nil }
+	}
+	return func(_ context.Context, t worker.Task) (any, error) {
+		time.Sleep(d)
+		return t.Payload, nil
+	}
+}
 
 // payloads yields n tiny task payloads.
 func payloads(n int) iter.Seq2[json.RawMessage, error] {

@@ -61,15 +61,15 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 		return nil, err
 	}
 	onPublished := s.cfg.Hooks.OnPublished
-	var depth func(q string) (int, error)
+	var depth func(q string) (broker.QueueDepth, error)
 	if s.cfg.RelayWindow >= 0 {
 		// On the consumer connection: a publisher's connection that the
 		// broker blocks (a resource alarm) would not answer.
 		prober := broker.NewProber(bs.conConn)
-		depth = func(q string) (int, error) { return prober.Ready(s.names.WorkQueue(q)) }
+		depth = func(q string) (broker.QueueDepth, error) { return prober.Depth(s.names.WorkQueue(q)) }
 	}
 	declare := func(q string) error { return broker.DeclareWorkQueue(bs.conConn, s.names, q, topo) }
-	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names, Window: s.cfg.RelayWindow, Depth: depth, Declare: declare,
+	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names, Window: s.cfg.RelayWindow, Depth: depth, Declare: declare, Sizer: s.sizer,
 		BatchSize: s.relayClaim(), PollInterval: s.cfg.RelayPollInterval, MaxMessageBytes: s.cfg.MaxMessageBytes,
 		Logger: s.log, OnFailed: func(n int) { s.failed.Add(float64(n)) }, OnReadyToClose: s.requestClose,
 		OnPublished: func(n int) {

@@ -26,8 +26,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/aggregator"
 	"github.com/warrenhq/warren/internal/api"
+	"github.com/warrenhq/warren/internal/autobatch"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/metrics"
 	"github.com/warrenhq/warren/internal/reconciler"
@@ -67,12 +69,15 @@ type Server struct {
 	published prometheus.Counter
 	failed    prometheus.Counter // tasks the relay failed: their message cannot be published
 	aggHooks  aggregator.Hooks
-	recon     *reconciler.Reconciler
-	sweeper   *retention.Sweeper
-	deleted   *prometheus.CounterVec // jobs deleted, by reason
-	purged    prometheus.Counter     // task rows of deleted jobs purged
-	http      *http.Server
-	listener  net.Listener
+	// sizer chooses the batch size of jobs without one, from what the
+	// aggregator records; the relay asks it each round.
+	sizer    *autobatch.Sizer
+	recon    *reconciler.Reconciler
+	sweeper  *retention.Sweeper
+	deleted  *prometheus.CounterVec // jobs deleted, by reason
+	purged   prometheus.Counter     // task rows of deleted jobs purged
+	http     *http.Server
+	listener net.Listener
 
 	// stop asks the running server to stop; done is closed once every
 	// component has; err is the first failure, read after done.
@@ -99,7 +104,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: Config.AMQPURL: %v", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, nodes: nodes, names: protocol.NamesFor(cfg.Prefix), tiers: cfg.RetryTiers, reducers: reducers}
+	s := &Server{cfg: cfg, log: cfg.Logger, nodes: nodes, names: protocol.NamesFor(cfg.Prefix), tiers: cfg.RetryTiers, reducers: reducers,
+		sizer: autobatch.New(autobatch.Config{})}
 	if len(s.tiers) == 0 {
 		s.tiers = protocol.DefaultRetryTiers
 	}
@@ -226,7 +232,13 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 		relay.NewBacklogCollector(s.store), metrics.NewDepthCollector(s.consumerConn, queues...))
 	h := s.cfg.Hooks
 	s.aggHooks = aggregator.NewMetrics(s.registry).Hooks(aggregator.Hooks{
-		OnBatch: h.OnBatch, OnJobClosed: h.OnJobClosed, OnInvalid: h.OnInvalid,
+		OnBatch: h.OnBatch, OnInvalid: h.OnInvalid, OnOutcomes: s.sizer.Observe,
+		OnJobClosed: func(id string, state warren.JobState) {
+			s.sizer.Forget(id)
+			if h.OnJobClosed != nil {
+				h.OnJobClosed(id, state)
+			}
+		},
 	})
 	return api.NewMetrics(s.registry, s.store)
 }

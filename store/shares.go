@@ -17,6 +17,13 @@ type Round struct {
 	// queue q, in place of Messages: the relay's free window in that
 	// queue. It is called once per queue that has jobs waiting.
 	Room func(q string) int
+	// Batch, when set, returns the batch size of a job that leaves it to
+	// warren (PendingJob.BatchSize 0, warren.Policy.AutoBatch): how many
+	// of its tasks this round packs into one message, 1..
+	// warren.MaxBatchSize. It is called once per such job, after Room was
+	// called for the job's queue; j.Pending equal to Tasks means the job
+	// has at least that many. nil means one task per message.
+	Batch func(j PendingJob) int
 }
 
 // PendingJob is an open job with tasks waiting in the outbox, as a relay
@@ -26,7 +33,10 @@ type PendingJob struct {
 	// Priority is the job's weight, its warren.Policy.Priority (0 meaning
 	// warren.DefaultPriority).
 	Priority int
-	// BatchSize is how many of its tasks one message carries (at least 1).
+	// BatchSize is how many of its tasks one message carries: the job's
+	// warren.Policy.BatchSize, 0 when warren chooses it. Shares sets it
+	// to the size the round uses (Round.Batch), which the driver gives
+	// the job's tasks (OutboxTask.BatchSize).
 	BatchSize int
 	// Pending is how many of its tasks are pending, counted up to the
 	// round's Tasks: no job can be given more.
@@ -46,17 +56,22 @@ type PendingJob struct {
 // which job, and which queue, is served first, so that when there are
 // more jobs than messages, successive rounds serve them in turn (round
 // robin). The relay calls it with a turn that grows by one each round.
+//
+// Shares sets the BatchSize of each job that has none to the one the
+// round packs its tasks by (Round.Batch, 1 without it).
 func Shares(r Round, jobs []PendingJob, turn int) []int {
 	shares := make([]int, len(jobs))
 	if len(jobs) == 0 || r.Tasks <= 0 {
 		return shares
 	}
+
 	tasks := r.Tasks
 	if r.Room == nil {
 		all := make([]int, len(jobs))
 		for i := range all {
 			all[i] = i
 		}
+		r.resolveBatches(jobs, all)
 		shareQueue(shares, jobs, all, r.Messages, &tasks, turn)
 		return shares
 	}
@@ -70,9 +85,26 @@ func Shares(r Round, jobs []PendingJob, turn int) []int {
 	}
 	for k := range queues {
 		q := queues[rotate(turn, k, len(queues))]
-		shareQueue(shares, jobs, byQueue[q], r.Room(q), &tasks, turn)
+		room := r.Room(q)
+		r.resolveBatches(jobs, byQueue[q])
+		shareQueue(shares, jobs, byQueue[q], room, &tasks, turn)
 	}
 	return shares
+}
+
+// resolveBatches sets the batch size of the jobs idx (indexes into jobs)
+// that have none: Round.Batch's, within 1..warren.MaxBatchSize.
+func (r Round) resolveBatches(jobs []PendingJob, idx []int) {
+	for _, i := range idx {
+		if jobs[i].BatchSize > 0 {
+			continue
+		}
+		b := 1
+		if r.Batch != nil {
+			b = min(max(r.Batch(jobs[i]), 1), warren.MaxBatchSize)
+		}
+		jobs[i].BatchSize = b
+	}
 }
 
 // rotate is the index of the kth of n served, starting at turn.

@@ -102,3 +102,24 @@ func sum(xs []int) int {
 	}
 	return n
 }
+
+func TestSharesAsksTheRoundForAutomaticBatchSizes(t *testing.T) {
+	t.Parallel()
+	jobs := []store.PendingJob{job("auto", 10, 0, 500), job("fixed", 10, 4, 500), job("huge", 10, 0, 5000)}
+	var asked []string
+	round := store.Round{Messages: 10, Tasks: 5000, Batch: func(j store.PendingJob) int {
+		asked = append(asked, j.ID)
+		return map[string]int{"auto": 20, "huge": 5000}[j.ID]
+	}}
+	shares := store.Shares(round, jobs, 0)
+	require.Equal(t, []string{"auto", "huge"}, asked, "only jobs without a batch size are asked about")
+	require.Equal(t, []int{20, 4, 1000}, []int{jobs[0].BatchSize, jobs[1].BatchSize, jobs[2].BatchSize},
+		"Shares records the sizes, within 1..MaxBatchSize")
+	// 10 messages by equal weights: 3 or 4 each, in messages of each
+	// job's size.
+	require.Equal(t, []int{80, 12, 3000}, shares)
+
+	without := []store.PendingJob{job("auto", 10, 0, 5)}
+	require.Equal(t, []int{5}, store.Shares(store.Round{Messages: 10, Tasks: 10}, without, 0))
+	require.Equal(t, 1, without[0].BatchSize, "without Round.Batch, one task per message")
+}

@@ -73,7 +73,8 @@ type Store interface {
 	// RelayRound claims unpublished (pending) tasks of open jobs, as much
 	// as round allows, shared between the jobs by Shares (in proportion
 	// to their priorities, a job's tasks in task id order, the jobs in
-	// turn), and calls publish with them, grouped by job.
+	// turn), and calls publish with them, grouped by job, each task with
+	// the batch size Shares set for its job.
 	// publish returns the tasks whose publishing the broker confirmed;
 	// exactly those are marked queued (with their queued_at), and a job
 	// whose tasks are all out moves from pending to running. Tasks publish
@@ -288,8 +289,10 @@ type OutboxTask struct {
 	// Attempts is how many runs the task has already had (0 for a new
 	// task; more after a redrive).
 	Attempts int
-	// BatchSize is the job's warren.Policy.BatchSize (at least 1): how many
-	// consecutive tasks of the job the relay may send as one message.
+	// BatchSize is how many consecutive tasks of the job the relay may
+	// send as one message (at least 1): the job's warren.Policy.BatchSize,
+	// or the size the round chose for a job that leaves it to warren
+	// (Round.Batch).
 	BatchSize int
 	// Generation is the task's generation (1 for a new task), which its
 	// message carries and its outcomes report (Outcome.Generation).

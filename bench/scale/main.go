@@ -86,7 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		amqpDefault = broker.DefaultURL
 	}
 	fs.IntVar(&c.tasks, "tasks", 1_000_000, "tasks in the job")
-	fs.IntVar(&c.batchSize, "batch-size", 1, fmt.Sprintf("the job's batch_size: tasks per task message (1 to %d)", warren.MaxBatchSize))
+	fs.IntVar(&c.batchSize, "batch-size", 0, fmt.Sprintf("the job's batch_size: tasks per task message (1 to %d); 0 submits none, leaving it to warren", warren.MaxBatchSize))
 	fs.IntVar(&c.workers, "workers", 2, "`warren worker` processes")
 	fs.IntVar(&c.servers, "servers", 1, "`warren server` processes, on one store (more than one needs a postgres:// --database); the job is submitted to the first")
 	fs.IntVar(&c.concurrency, "concurrency", 16, "--concurrency of each worker")
@@ -105,8 +105,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		problem = fmt.Sprintf("unexpected argument %q", fs.Arg(0))
 	case c.tasks < 1:
 		problem = fmt.Sprintf("--tasks must be >= 1, got %d", c.tasks)
-	case c.batchSize < 1 || c.batchSize > warren.MaxBatchSize:
-		problem = fmt.Sprintf("--batch-size must be between 1 and %d, got %d", warren.MaxBatchSize, c.batchSize)
+	case c.batchSize < 0 || c.batchSize > warren.MaxBatchSize:
+		problem = fmt.Sprintf("--batch-size must be between 0 (automatic) and %d, got %d", warren.MaxBatchSize, c.batchSize)
 	case c.servers < 1:
 		problem = fmt.Sprintf("--servers must be >= 1, got %d", c.servers)
 	case c.servers > 1 && !strings.HasPrefix(c.database, "postgres://") && !strings.HasPrefix(c.database, "postgresql://"):

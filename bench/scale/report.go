@@ -68,8 +68,11 @@ type procReport struct {
 
 // printTable writes the human-readable report.
 func printTable(w io.Writer, r report) {
-	batch := "one task per message"
-	if r.BatchSize > 1 {
+	batch := "batch size chosen by warren"
+	switch {
+	case r.BatchSize == 1:
+		batch = "one task per message"
+	case r.BatchSize > 1:
 		batch = fmt.Sprintf("batch_size %d", r.BatchSize)
 	}
 	fmt.Fprintf(w, "warren scale: %d echo tasks (%s, %.1f MB NDJSON), %d server(s), %d workers x concurrency %d, %s store\n\n",

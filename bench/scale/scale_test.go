@@ -38,10 +38,10 @@ func TestParseStat(t *testing.T) {
 }
 
 // The spec is the job on the first line, then one payload per task;
-// batch_size appears only above 1.
+// batch_size appears only when given (0 leaves it to warren).
 func TestWriteSpec(t *testing.T) {
 	t.Parallel()
-	for _, batch := range []int{1, 32} {
+	for _, batch := range []int{0, 1, 32} {
 		path := filepath.Join(t.TempDir(), "job.ndjson")
 		size, err := writeSpec(path, 1000, batch)
 		require.NoError(t, err)
@@ -57,7 +57,7 @@ func TestWriteSpec(t *testing.T) {
 		var head map[string]any
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &head))
 		want := map[string]any{"type": "echo", "reduce": "none"}
-		if batch > 1 {
+		if batch > 0 {
 			want["batch_size"] = float64(batch)
 		}
 		require.Equal(t, want, head)
@@ -96,7 +96,7 @@ func TestChildEnvDropsWarrenSettings(t *testing.T) {
 // Flags are checked before anything starts.
 func TestParseFlagsRejectsBadValues(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"--tasks", "0"}, {"--batch-size", "0"}, {"--batch-size", "100000"},
+	for _, args := range [][]string{{"--tasks", "0"}, {"--batch-size", "-1"}, {"--batch-size", "100000"},
 		{"--workers", "0"}, {"--concurrency", "0"}, {"--timeout", "0s"}, {"extra"},
 		{"--servers", "0"}, {"--servers", "2"}, {"--servers", "2", "--database", "sqlite:///tmp/x.db"}} {
 		_, err := parseFlags(args, discard{})

@@ -191,7 +191,7 @@ func writeSpec(path string, tasks, batchSize int) (int64, error) {
 	}
 	defer fh.Close()
 	head := specHead{Type: "echo", Reduce: "none"}
-	if batchSize > 1 {
+	if batchSize > 0 {
 		head.BatchSize = batchSize
 	}
 	line, err := json.Marshal(head)

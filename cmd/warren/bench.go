@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/bench"
@@ -14,19 +15,20 @@ import (
 
 // benchFlags are `warren bench`'s settings.
 type benchFlags struct {
-	amqpURL     string
-	database    string
-	tasks       int
-	workers     int
-	batchSize   int
-	concurrency int
-	rounds      int
-	prefetch    int
-	relayBatch  int
-	aggBatch    int
-	json        bool
-	cpuProfile  string
-	memProfile  string
+	amqpURL      string
+	database     string
+	tasks        int
+	workers      int
+	batchSize    int
+	taskDuration time.Duration
+	concurrency  int
+	rounds       int
+	prefetch     int
+	relayBatch   int
+	aggBatch     int
+	json         bool
+	cpuProfile   string
+	memProfile   string
 }
 
 func runBench(ctx context.Context, args []string, env *environment) error {
@@ -41,7 +43,8 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 	fs.StringVar(&f.database, "database", "", "job store URL (default: a temporary SQLite file, removed afterwards)")
 	fs.IntVar(&f.tasks, "tasks", 20000, "tasks per run")
 	fs.IntVar(&f.workers, "workers", 4, "workers (consumers in the ceiling run)")
-	fs.IntVar(&f.batchSize, "batch-size", 1, "the warren job's batch_size: tasks per task message (the ceiling run always sends one message per task)")
+	fs.IntVar(&f.batchSize, "batch-size", 0, "the warren job's batch_size: tasks per task message, 0 to leave it to warren as a job without batch_size does (the ceiling run always sends one message per task)")
+	fs.DurationVar(&f.taskDuration, "task-duration", 0, "how long each warren task's handler sleeps (0: no-op tasks); the ceiling, no-op by nature, is then not run")
 	fs.IntVar(&f.concurrency, "concurrency", 16, "handler concurrency of each warren worker")
 	fs.IntVar(&f.prefetch, "prefetch", 0, "prefetch of each warren worker (default 2 x --concurrency)")
 	fs.IntVar(&f.relayBatch, "relay-batch", server.DefaultRelayBatchSize, "tasks the relay claims and publishes per outbox round trip")
@@ -69,11 +72,13 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 		return fmt.Errorf("--relay-batch and --aggregator-batch must be >= 1")
 	case f.rounds < 1:
 		return fmt.Errorf("--rounds must be >= 1, got %d", f.rounds)
-	case f.batchSize < 1 || f.batchSize > warren.MaxBatchSize:
-		return fmt.Errorf("--batch-size must be between 1 and %d, got %d", warren.MaxBatchSize, f.batchSize)
+	case f.batchSize < 0 || f.batchSize > warren.MaxBatchSize:
+		return fmt.Errorf("--batch-size must be between 0 (automatic) and %d, got %d", warren.MaxBatchSize, f.batchSize)
+	case f.taskDuration < 0:
+		return fmt.Errorf("--task-duration must be >= 0, got %s", f.taskDuration)
 	}
 	rep, err := bench.Run(ctx, bench.Config{
-		AMQPURL: f.amqpURL, DatabaseURL: f.database, Tasks: f.tasks, Workers: f.workers, BatchSize: f.batchSize,
+		AMQPURL: f.amqpURL, DatabaseURL: f.database, Tasks: f.tasks, Workers: f.workers, BatchSize: f.batchSize, TaskDuration: f.taskDuration,
 		Concurrency: f.concurrency, Prefetch: f.prefetch, RelayBatch: f.relayBatch, AggregatorBatch: f.aggBatch,
 		Rounds: f.rounds, CPUProfile: f.cpuProfile, MemProfile: f.memProfile,
 		Progress: func(format string, a ...any) { fmt.Fprintf(env.stderr, "warren bench: "+format+"\n", a...) },

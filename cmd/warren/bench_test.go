@@ -32,7 +32,7 @@ func TestBenchJSONReportsBothRuns(t *testing.T) {
 	require.NoError(t, dec.Decode(&raw))
 	for _, k := range []string{"tasks", "workers", "ceiling_tasks_per_s", "ceiling_prefetch", "warren_tasks_per_s",
 		"ratio", "submit_s", "first_result_s", "p50_ms", "p99_ms", "peak_rss_mb", "one_task_jobs", "one_task_p50_ms",
-		"warren_cpu_us_per_task", "aggregator_batches", "batch_size"} {
+		"warren_cpu_us_per_task", "aggregator_batches"} {
 		v, ok := raw[k]
 		require.True(t, ok, "missing %q in %s", k, out)
 		n, err := v.(json.Number).Float64()
@@ -44,6 +44,7 @@ func TestBenchJSONReportsBothRuns(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &r))
 	require.Equal(t, 2000, r.Tasks)
 	require.Equal(t, 2, r.Workers)
+	require.Zero(t, r.BatchSize, "no --batch-size: the job leaves it to warren")
 	require.Contains(t, bench.Prefetches, r.CeilingPrefetch)
 	require.InDelta(t, r.WarrenTasksPerS/r.CeilingTasksPerS, r.Ratio, 0.001)
 	require.GreaterOrEqual(t, r.P99Ms, r.P50Ms)
@@ -65,7 +66,7 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 	}{
 		{[]string{"--tasks", "0"}, "--tasks must be >= 1"},
 		{[]string{"--workers", "0"}, "--workers must be >= 1"},
-		{[]string{"--batch-size", "1001"}, "--batch-size must be between 1 and 1000, got 1001"},
+		{[]string{"--batch-size", "1001"}, "--batch-size must be between 0 (automatic) and 1000, got 1001"},
 		{[]string{"--rounds", "0"}, "--rounds must be >= 1"},
 		{[]string{"--concurrency", "16", "--prefetch", "8"}, "--prefetch must be at least --concurrency (16), got 8"},
 	} {

@@ -88,6 +88,10 @@ type Config struct {
 type Hooks struct {
 	// OnBatch is called after each batch was committed and acknowledged.
 	OnBatch func(size int, report store.ApplyReport)
+	// OnOutcomes is called after each batch was committed, with the
+	// outcomes it recorded (or found already recorded); it must not keep
+	// the slice, which the next batch reuses.
+	OnOutcomes func(outcomes []store.Outcome)
 	// OnJobClosed is called after this aggregator closed a job.
 	OnJobClosed func(jobID string, state warren.JobState)
 	// OnInvalid is called for each delivery dead-lettered as invalid.
@@ -402,6 +406,9 @@ func (a *Aggregator) process(ctx context.Context, batch []item) error {
 	}
 	if err := a.acknowledge(batch); err != nil {
 		return err
+	}
+	if a.cfg.Hooks.OnOutcomes != nil {
+		a.cfg.Hooks.OnOutcomes(outcomes)
 	}
 	if a.cfg.Hooks.OnBatch != nil {
 		a.cfg.Hooks.OnBatch(len(batch), report)

@@ -83,6 +83,7 @@ func (m *Metrics) Hooks(next Hooks) Hooks {
 				next.OnBatch(size, r)
 			}
 		},
+		OnOutcomes: next.OnOutcomes,
 		OnJobClosed: func(id string, state warren.JobState) {
 			m.closed.WithLabelValues(string(state)).Inc()
 			if next.OnJobClosed != nil {

@@ -102,7 +102,7 @@ func toJobJSON(j warren.Job, retention time.Duration) jobJSON {
 		ToleratedFailurePercent: j.Policy.ToleratedFailurePercent,
 		FailFast:                j.Policy.FailFast,
 		TaskTimeout:             j.Policy.EffectiveTaskTimeout().Seconds(),
-		BatchSize:               j.Policy.EffectiveBatchSize(),
+		BatchSize:               j.Policy.BatchSize,
 		Priority:                j.Policy.EffectivePriority(),
 		Queue:                   j.Policy.EffectiveQueue(),
 		Metadata:                j.Metadata,

@@ -63,14 +63,14 @@ func TestSubmitDefaults(t *testing.T) {
 	id := b.mustSubmit(t, `{"type":"echo","tasks":[1]}`)
 	job, err := b.store.GetJob(context.Background(), id)
 	require.NoError(t, err)
-	require.Equal(t, warren.Policy{Reduce: "collect", MaxRetries: warren.DefaultMaxRetries, BatchSize: 1}, job.Policy)
+	require.Equal(t, warren.Policy{Reduce: "collect", MaxRetries: warren.DefaultMaxRetries}, job.Policy, "no batch_size: warren chooses")
 	require.Nil(t, job.Metadata)
 
 	// null is the same as absent; an explicit 0 is not.
 	id = b.mustSubmit(t, `{"type":"echo","tasks":[1],"reduce":null,"max_retries":null,"metadata":null}`)
 	job, err = b.store.GetJob(context.Background(), id)
 	require.NoError(t, err)
-	require.Equal(t, warren.Policy{Reduce: "collect", MaxRetries: warren.DefaultMaxRetries, BatchSize: 1}, job.Policy)
+	require.Equal(t, warren.Policy{Reduce: "collect", MaxRetries: warren.DefaultMaxRetries}, job.Policy, "no batch_size: warren chooses")
 	require.Nil(t, job.Metadata)
 	id = b.mustSubmit(t, `{"type":"echo","tasks":[1],"max_retries":0}`)
 	job, err = b.store.GetJob(context.Background(), id)

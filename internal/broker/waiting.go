@@ -74,12 +74,27 @@ func NewProber(conn *amqp.Connection) *Prober { return &Prober{conn: conn} }
 // that does not exist or a closed connection is an error; the broker's
 // answer is bounded by the connection's heartbeat.
 func (p *Prober) Ready(queue string) (int, error) {
+	d, err := p.Depth(queue)
+	return d.Ready, err
+}
+
+// QueueDepth is what a passive declare tells of a queue.
+type QueueDepth struct {
+	// Ready is the number of messages ready for delivery (not those
+	// delivered and unacknowledged).
+	Ready int
+	// Consumers is the number of consumers of the queue.
+	Consumers int
+}
+
+// Depth returns queue's ready messages and consumers, as Ready does.
+func (p *Prober) Depth(queue string) (QueueDepth, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ch == nil || p.ch.IsClosed() {
 		ch, err := p.conn.Channel()
 		if err != nil {
-			return 0, fmt.Errorf("broker: open a channel to read queue depths: %w", err)
+			return QueueDepth{}, fmt.Errorf("broker: open a channel to read queue depths: %w", err)
 		}
 		p.ch = ch
 	}
@@ -87,9 +102,9 @@ func (p *Prober) Ready(queue string) (int, error) {
 	if err != nil {
 		_ = p.ch.Close()
 		p.ch = nil
-		return 0, fmt.Errorf("broker: read the depth of %q: %w", queue, err)
+		return QueueDepth{}, fmt.Errorf("broker: read the depth of %q: %w", queue, err)
 	}
-	return info.Messages, nil
+	return QueueDepth{Ready: info.Messages, Consumers: info.Consumers}, nil
 }
 
 // Close closes the prober's channel, if it has one.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/broker/amqptest"
 	"github.com/warrenhq/warren/internal/relay"
 	"github.com/warrenhq/warren/protocol"
@@ -65,4 +66,42 @@ func TestRelaySendsABatchJobAsBatchMessages(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, ids)
+}
+
+// sizer is a relay.Sizer that records what it is asked and answers size.
+type sizer struct {
+	size  int
+	asked []string
+}
+
+func (s *sizer) Size(j store.PendingJob, atLeast bool, consumers int) int {
+	s.asked = append(s.asked, j.ID+" pending="+strconv.Itoa(j.Pending)+" atLeast="+strconv.FormatBool(atLeast)+" consumers="+strconv.Itoa(consumers))
+	return s.size
+}
+
+// A job without a batch size goes out in messages of the size the Sizer
+// chooses, given the job's pending tasks and its queue's consumers; a job
+// with one keeps it.
+func TestRelayAsksTheSizerForJobsWithoutABatchSize(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	auto := b.createJob(t, 10)
+	b.createJobWith(t, warren.Policy{BatchSize: 2}, 4)
+	sz := &sizer{size: 5}
+	r, err := relay.New(relay.Config{Store: b.store, Publisher: b.pub, Names: b.names, Sizer: sz, BatchSize: 100,
+		Depth: func(string) (broker.QueueDepth, error) { return broker.QueueDepth{Consumers: 3}, nil }})
+	require.NoError(t, err)
+	n, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 14, n)
+	require.Equal(t, []string{auto.ID + " pending=10 atLeast=false consumers=3"}, sz.asked)
+	require.Equal(t, 2+2, amqptest.QueueDepth(t, b.conn, b.names.TasksQueue), "5 + 5 tasks of one job, 2 + 2 of the other")
+
+	// Pending counted up to the round's tasks: the job may have more.
+	big := b.createJob(t, 300)
+	sz.asked = nil
+	_, err = r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{big.ID + " pending=100 atLeast=true consumers=3"}, sz.asked)
 }

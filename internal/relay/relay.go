@@ -80,12 +80,16 @@ type Config struct {
 	// thus waits behind at most Window messages. 0 means DefaultWindow; it
 	// applies only when Depth is set.
 	Window int
-	// Depth, when set, returns the number of messages ready in work queue
-	// q (a protocol queue name, for broker.Prober.Ready of
-	// Names.WorkQueue(q)); nil means no window: every pending task is
-	// published as fast as the broker confirms it. An error is logged and
-	// the round goes on as if the queue were empty.
-	Depth func(q string) (int, error)
+	// Depth, when set, returns the messages ready in work queue q (a
+	// protocol queue name, for broker.Prober.Depth of
+	// Names.WorkQueue(q)) and its consumers; nil means no window: every
+	// pending task is published as fast as the broker confirms it. An
+	// error is logged and the round goes on as if the queue were empty.
+	Depth func(q string) (broker.QueueDepth, error)
+	// Sizer, when set, chooses the batch size of the jobs that leave it
+	// to warren (warren.Policy.BatchSize 0) in each round; nil means one
+	// task per message for them.
+	Sizer Sizer
 	// Declare, when set, declares work queue q other than the default one
 	// (broker.DeclareWorkQueue) before the relay first publishes to it; a
 	// job's queue exists once its first task is out, whether or not a
@@ -141,6 +145,16 @@ func (c Config) validate() error {
 	return nil
 }
 
+// Sizer chooses batch sizes; *autobatch.Sizer is the one the server
+// gives.
+type Sizer interface {
+	// Size returns the batch size of job j in a round: j.Pending is how
+	// many tasks it has pending, or at least that many when atLeast, and
+	// consumers is how many consumers its work queue had when the round
+	// read the queue's depth (0 when unknown).
+	Size(j store.PendingJob, atLeast bool, consumers int) int
+}
+
 // Publisher publishes task messages with publisher confirms;
 // *broker.Publisher is the one the server gives.
 type Publisher interface {
@@ -167,6 +181,8 @@ type Relay struct {
 	// so a round's room leaves them out.
 	inflightMu sync.Mutex
 	inflight   map[string]int
+	// consumers is each work queue's consumers at its last depth reading.
+	consumers sync.Map
 	// declared holds the work queues Declare declared; a failed round
 	// forgets them, in case one was deleted.
 	declared sync.Map
@@ -289,6 +305,13 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 // had too little room, those queues.
 func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []string, err error) {
 	round := store.Round{Messages: r.cfg.BatchSize, Tasks: r.cfg.BatchSize}
+	if r.cfg.Sizer != nil {
+		round.Batch = func(j store.PendingJob) int {
+			consumers, _ := r.consumers.Load(j.Queue)
+			n, _ := consumers.(int)
+			return r.cfg.Sizer.Size(j, j.Pending >= round.Tasks, n)
+		}
+	}
 	roomy := false
 	if r.cfg.Depth != nil {
 		round.Room = func(q string) int {
@@ -388,13 +411,14 @@ func (r *Relay) room(q string) int {
 		r.cfg.Logger.Warn("relay: cannot declare a work queue; its jobs wait", "queue", q, "error", err)
 		return 0
 	}
-	ready, err := r.cfg.Depth(q)
+	depth, err := r.cfg.Depth(q)
 	if err != nil {
 		r.cfg.Logger.Warn("relay: cannot read a work queue's depth; publishing as if it were empty", "queue", q, "error", err)
-		ready = 0
+		depth = broker.QueueDepth{}
 	}
+	r.consumers.Store(q, depth.Consumers)
 	r.inflightMu.Lock()
-	room := r.cfg.Window - ready - r.inflight[q]
+	room := r.cfg.Window - depth.Ready - r.inflight[q]
 	r.inflightMu.Unlock()
 	if room < max(1, min(r.cfg.Window/2, r.cfg.BatchSize)) {
 		return 0

@@ -44,6 +44,12 @@ func setup(t *testing.T) *testBundle {
 
 func (b *testBundle) createJob(t *testing.T, n int) warren.Job {
 	t.Helper()
+	return b.createJobWith(t, warren.Policy{Reduce: "collect", MaxRetries: 2}, n)
+}
+
+// createJobWith creates a job of n echo tasks with policy p.
+func (b *testBundle) createJobWith(t *testing.T, p warren.Policy, n int) warren.Job {
+	t.Helper()
 	tasks := func(yield func(json.RawMessage, error) bool) {
 		for i := 1; i <= n; i++ {
 			if !yield(json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), nil) {
@@ -52,7 +58,7 @@ func (b *testBundle) createJob(t *testing.T, n int) warren.Job {
 		}
 	}
 	job, _, err := b.store.CreateJob(context.Background(),
-		store.NewJob{Type: "echo", Policy: warren.Policy{Reduce: "collect", MaxRetries: 2}}, tasks)
+		store.NewJob{Type: "echo", Policy: p}, tasks)
 	require.NoError(t, err)
 	return job
 }

@@ -21,7 +21,7 @@ func TestRelayKeepsAWindowOfMessagesInTheWorkQueue(t *testing.T) {
 	prober := broker.NewProber(b.conn)
 	t.Cleanup(prober.Close)
 	r, err := relay.New(relay.Config{Store: b.store, Publisher: b.pub, Names: b.names, Window: 30,
-		Depth: func(q string) (int, error) { return prober.Ready(b.names.WorkQueue(q)) }})
+		Depth: func(q string) (broker.QueueDepth, error) { return prober.Depth(b.names.WorkQueue(q)) }})
 	require.NoError(t, err)
 
 	n, err := r.RelayOnce(context.Background())

@@ -88,7 +88,7 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 		ON CONFLICT (idempotency_key) DO NOTHING
 		RETURNING id`,
 		id, spec.Type, p.Reduce, p.MaxRetries, p.ToleratedFailures,
-		p.ToleratedFailurePercent, p.FailFast, p.TaskTimeout.Milliseconds(), []byte(spec.Metadata), spec.IdempotencyKey, s.clock(), p.EffectiveBatchSize(),
+		p.ToleratedFailurePercent, p.FailFast, p.TaskTimeout.Milliseconds(), []byte(spec.Metadata), spec.IdempotencyKey, s.clock(), p.BatchSize,
 		spec.RequestHash, p.Retention.Milliseconds(), p.Priority, p.Queue,
 	).Scan(&inserted)
 	switch {

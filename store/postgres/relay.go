@@ -112,7 +112,20 @@ func (s *Store) claimPending(ctx context.Context, tx pgx.Tx, round store.Round) 
 	if err != nil {
 		return nil, fmt.Errorf("postgres: relay: claim tasks: %w", err)
 	}
+	setBatchSizes(tasks, jobs)
 	return tasks, nil
+}
+
+// setBatchSizes gives each task the batch size store.Shares chose for
+// its job this round (jobs holds the round's jobs, as Shares left them).
+func setBatchSizes(tasks []store.OutboxTask, jobs []store.PendingJob) {
+	sizes := make(map[string]int, len(jobs))
+	for _, j := range jobs {
+		sizes[j.ID] = j.BatchSize
+	}
+	for i := range tasks {
+		tasks[i].BatchSize = sizes[tasks[i].JobID]
+	}
 }
 
 // pendingJobs returns the open jobs with pending tasks, oldest first, each

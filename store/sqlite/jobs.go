@@ -49,7 +49,6 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	// what GetJob will.
 	job.Policy.TaskTimeout = job.Policy.TaskTimeout.Truncate(time.Millisecond)
 	job.Policy.Retention = job.Policy.Retention.Truncate(time.Millisecond)
-	job.Policy.BatchSize = job.Policy.EffectiveBatchSize()
 	if job.ID == "" {
 		job.ID = ulid.Make().String()
 	}
@@ -144,7 +143,7 @@ func insertJob(ctx context.Context, tx *sql.Tx, j warren.Job, requestHash string
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		j.ID, j.Type, string(j.State), j.Policy.Reduce, j.Policy.MaxRetries, j.Policy.ToleratedFailures,
 		j.Policy.ToleratedFailurePercent, j.Policy.FailFast, j.Policy.TaskTimeout.Milliseconds(),
-		j.Policy.EffectiveBatchSize(), j.Policy.Retention.Milliseconds(), metadata, key, j.CreatedAt.UnixMicro(), requestHash, j.Policy.Priority, j.Policy.Queue)
+		j.Policy.BatchSize, j.Policy.Retention.Milliseconds(), metadata, key, j.CreatedAt.UnixMicro(), requestHash, j.Policy.Priority, j.Policy.Queue)
 	return err
 }
 

@@ -87,7 +87,7 @@ func (s *Store) outbox(ctx context.Context, round store.Round) ([]store.OutboxTa
 		if shares[i] == 0 {
 			continue
 		}
-		if tasks, err = s.jobOutbox(ctx, tasks, j.ID, shares[i]); err != nil {
+		if tasks, err = s.jobOutbox(ctx, tasks, j, shares[i]); err != nil {
 			return nil, err
 		}
 	}
@@ -116,10 +116,10 @@ func (s *Store) pendingJobs(ctx context.Context, limit int) ([]store.PendingJob,
 	return jobs, rows.Err()
 }
 
-// jobOutbox appends up to limit pending tasks of job id, in task id
-// order, to tasks.
-func (s *Store) jobOutbox(ctx context.Context, tasks []store.OutboxTask, id string, limit int) ([]store.OutboxTask, error) {
-	rows, err := s.r.QueryContext(ctx, outboxSQL, id, limit)
+// jobOutbox appends up to limit pending tasks of job j, in task id
+// order, to tasks, with the batch size store.Shares chose for it.
+func (s *Store) jobOutbox(ctx context.Context, tasks []store.OutboxTask, j store.PendingJob, limit int) ([]store.OutboxTask, error) {
+	rows, err := s.r.QueryContext(ctx, outboxSQL, j.ID, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +134,7 @@ func (s *Store) jobOutbox(ctx context.Context, tasks []store.OutboxTask, id stri
 		}
 		t.Queue = protocol.QueueOrDefault(t.Queue)
 		t.TaskTimeout = warren.Policy{TaskTimeout: time.Duration(timeoutMS) * time.Millisecond}.EffectiveTaskTimeout()
+		t.BatchSize = j.BatchSize
 		tasks = append(tasks, t)
 	}
 	return tasks, rows.Err()
