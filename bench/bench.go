@@ -166,7 +166,7 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 
 	rep = Report{Tasks: cfg.Tasks, Workers: cfg.Workers, BatchSize: cfg.BatchSize, CeilingTrialsPerS: map[string]float64{},
 		TaskDurationMs: float64(cfg.TaskDuration) / float64(time.Millisecond),
-		PeakRSSNote: "one process running all parts (broker clients, store, relay, aggregator, workers)"}
+		PeakRSSNote:    "one process running all parts (broker clients, store, relay, aggregator, workers)"}
 
 	// 1. The broker's ceiling.
 	trialN := max(1, cfg.Tasks/2)
