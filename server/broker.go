@@ -72,6 +72,11 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names, Window: s.cfg.RelayWindow, Depth: depth, Declare: declare, Sizer: s.sizer,
 		BatchSize: s.relayClaim(), PollInterval: s.cfg.RelayPollInterval, MaxMessageBytes: s.cfg.MaxMessageBytes,
 		Logger: s.log, OnFailed: func(n int) { s.failed.Add(float64(n)) }, OnReadyToClose: s.requestClose,
+		OnMessages: func(tasks []int) {
+			for _, n := range tasks {
+				s.batches.Observe(float64(n))
+			}
+		},
 		OnPublished: func(n int) {
 			s.published.Add(float64(n))
 			if onPublished != nil {

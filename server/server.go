@@ -67,7 +67,8 @@ type Server struct {
 	ownStore  bool
 	registry  *prometheus.Registry
 	published prometheus.Counter
-	failed    prometheus.Counter // tasks the relay failed: their message cannot be published
+	batches   prometheus.Histogram // tasks per task message
+	failed    prometheus.Counter   // tasks the relay failed: their message cannot be published
 	aggHooks  aggregator.Hooks
 	// sizer chooses the batch size of jobs without one, from what the
 	// aggregator records; the relay asks it each round.
@@ -104,8 +105,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: Config.AMQPURL: %v", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, nodes: nodes, names: protocol.NamesFor(cfg.Prefix), tiers: cfg.RetryTiers, reducers: reducers,
-		sizer: autobatch.New(autobatch.Config{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, nodes: nodes, names: protocol.NamesFor(cfg.Prefix), tiers: cfg.RetryTiers, reducers: reducers}
+	s.sizer = autobatch.New(autobatch.Config{OnKnown: s.WakeRelay})
 	if len(s.tiers) == 0 {
 		s.tiers = protocol.DefaultRetryTiers
 	}
@@ -210,7 +211,12 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.published = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "warren_relay_published_total",
-		Help: "Task messages the relay published and the broker confirmed.",
+		Help: "Tasks the relay published and the broker confirmed.",
+	})
+	s.batches = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "warren_relay_message_tasks",
+		Help:    "Tasks per task message the relay published and the broker confirmed: the batch sizes, chosen by the jobs' batch_size or by warren.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000},
 	})
 	queues := append([]string{s.names.TasksQueue, s.names.ResultsQueue, s.names.DeadQueue, s.names.TasksDLQ, s.names.ResultsDLQ},
 		s.tierQueues(protocol.DefaultQueue)...)
@@ -228,7 +234,7 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 		Name: "warren_tasks_purged_total",
 		Help: "Task rows of deleted jobs purged from the store (in batches, after their jobs were deleted).",
 	})
-	s.registry.MustRegister(s.published, s.failed, s.deleted, s.purged,
+	s.registry.MustRegister(s.published, s.batches, s.failed, s.deleted, s.purged,
 		relay.NewBacklogCollector(s.store), metrics.NewDepthCollector(s.consumerConn, queues...))
 	h := s.cfg.Hooks
 	s.aggHooks = aggregator.NewMetrics(s.registry).Hooks(aggregator.Hooks{

@@ -19,11 +19,13 @@ type Round struct {
 	Room func(q string) int
 	// Batch, when set, returns the batch size of a job that leaves it to
 	// warren (PendingJob.BatchSize 0, warren.Policy.AutoBatch): how many
-	// of its tasks this round packs into one message, 1..
-	// warren.MaxBatchSize. It is called once per such job, after Room was
-	// called for the job's queue; j.Pending equal to Tasks means the job
-	// has at least that many. nil means one task per message.
-	Batch func(j PendingJob) int
+	// of its tasks this round packs into one message (1..
+	// warren.MaxBatchSize), and the most of its tasks the round may take
+	// (0 holds the job back this round). It is called once per such job,
+	// after Room was called for the job's queue; j.Pending equal to Tasks
+	// means the job has at least that many. nil means one task per
+	// message for them, and no limit.
+	Batch func(j PendingJob) (size, most int)
 }
 
 // PendingJob is an open job with tasks waiting in the outbox, as a relay
@@ -58,7 +60,8 @@ type PendingJob struct {
 // robin). The relay calls it with a turn that grows by one each round.
 //
 // Shares sets the BatchSize of each job that has none to the one the
-// round packs its tasks by (Round.Batch, 1 without it).
+// round packs its tasks by (Round.Batch, 1 without it), and cuts its
+// Pending to the most Round.Batch lets it take.
 func Shares(r Round, jobs []PendingJob, turn int) []int {
 	shares := make([]int, len(jobs))
 	if len(jobs) == 0 || r.Tasks <= 0 {
@@ -93,7 +96,8 @@ func Shares(r Round, jobs []PendingJob, turn int) []int {
 }
 
 // resolveBatches sets the batch size of the jobs idx (indexes into jobs)
-// that have none: Round.Batch's, within 1..warren.MaxBatchSize.
+// that have none: Round.Batch's, within 1..warren.MaxBatchSize, cutting
+// their Pending to the most it allows.
 func (r Round) resolveBatches(jobs []PendingJob, idx []int) {
 	for _, i := range idx {
 		if jobs[i].BatchSize > 0 {
@@ -101,7 +105,9 @@ func (r Round) resolveBatches(jobs []PendingJob, idx []int) {
 		}
 		b := 1
 		if r.Batch != nil {
-			b = min(max(r.Batch(jobs[i]), 1), warren.MaxBatchSize)
+			size, most := r.Batch(jobs[i])
+			b = min(max(size, 1), warren.MaxBatchSize)
+			jobs[i].Pending = min(jobs[i].Pending, max(most, 0))
 		}
 		jobs[i].BatchSize = b
 	}

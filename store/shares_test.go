@@ -105,19 +105,24 @@ func sum(xs []int) int {
 
 func TestSharesAsksTheRoundForAutomaticBatchSizes(t *testing.T) {
 	t.Parallel()
-	jobs := []store.PendingJob{job("auto", 10, 0, 500), job("fixed", 10, 4, 500), job("huge", 10, 0, 5000)}
+	jobs := []store.PendingJob{job("auto", 10, 0, 500), job("fixed", 10, 4, 500), job("huge", 10, 0, 5000), job("probe", 10, 0, 500)}
 	var asked []string
-	round := store.Round{Messages: 10, Tasks: 5000, Batch: func(j store.PendingJob) int {
+	round := store.Round{Messages: 10, Tasks: 5000, Batch: func(j store.PendingJob) (int, int) {
 		asked = append(asked, j.ID)
-		return map[string]int{"auto": 20, "huge": 5000}[j.ID]
+		if j.ID == "probe" {
+			return 1, 2
+		}
+		return map[string]int{"auto": 20, "huge": 5000}[j.ID], j.Pending
 	}}
 	shares := store.Shares(round, jobs, 0)
-	require.Equal(t, []string{"auto", "huge"}, asked, "only jobs without a batch size are asked about")
-	require.Equal(t, []int{20, 4, 1000}, []int{jobs[0].BatchSize, jobs[1].BatchSize, jobs[2].BatchSize},
+	require.Equal(t, []string{"auto", "huge", "probe"}, asked, "only jobs without a batch size are asked about")
+	require.Equal(t, []int{20, 4, 1000, 1}, []int{jobs[0].BatchSize, jobs[1].BatchSize, jobs[2].BatchSize, jobs[3].BatchSize},
 		"Shares records the sizes, within 1..MaxBatchSize")
-	// 10 messages by equal weights: 3 or 4 each, in messages of each
-	// job's size.
-	require.Equal(t, []int{80, 12, 3000}, shares)
+	require.Equal(t, 2, jobs[3].Pending, "cut to the most the job may take")
+	// 10 messages by equal weights: 2 each in the first pass, in messages
+	// of each job's size (the probe's 2 tasks in 2 messages), then one
+	// each for the first two of the jobs that can use more.
+	require.Equal(t, []int{60, 12, 2000, 2}, shares)
 
 	without := []store.PendingJob{job("auto", 10, 0, 5)}
 	require.Equal(t, []int{5}, store.Shares(store.Round{Messages: 10, Tasks: 10}, without, 0))

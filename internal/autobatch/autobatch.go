@@ -7,9 +7,15 @@
 // its work queue has (which the relay reads with each queue depth). A
 // message then holds about Target of handler work: fast tasks travel in
 // batches that share the broker's per-message cost, slow tasks one per
-// message so that the work stays balanced between worker slots. Until a
-// job's first results arrive its tasks go one per message, and at the
-// end of a job the batches shrink so that every slot gets a message.
+// message so that the work stays balanced between worker slots.
+//
+// Until a job's first results arrive, its tasks go one per message, and
+// only as many as its queue's consumers have slots (a probe): the rest
+// waits for the first durations (ProbeWait at most, after which tasks go
+// one per message until durations are known), so that a job of fast tasks
+// does not go out as thousands of single messages while its first results
+// are on their way. At the end of a job the batches shrink so that every
+// slot gets a message.
 package autobatch
 
 import (
@@ -33,6 +39,8 @@ const (
 	// messages a default warren worker holds (its prefetch, twice its
 	// concurrency of 8).
 	DefaultSlotsPerConsumer = 16
+	// DefaultProbeWait is Config.ProbeWait's default.
+	DefaultProbeWait = 250 * time.Millisecond
 	// forgetAfter is how long a job's estimate is kept without a new
 	// result: a job closed by another server is never Forgotten here.
 	forgetAfter = time.Hour
@@ -51,6 +59,14 @@ type Config struct {
 	// SlotsPerConsumer is how many messages each consumer of a work
 	// queue is taken to run at once; 0 means DefaultSlotsPerConsumer.
 	SlotsPerConsumer int
+	// ProbeWait is how long a job whose probe is out waits for its first
+	// durations before its tasks go on, one per message; 0 means
+	// DefaultProbeWait.
+	ProbeWait time.Duration
+	// OnKnown, when set, is called (without locks held) when a job's
+	// first durations arrive, so that its tasks held back behind the
+	// probe go out at once: the server wakes the relay.
+	OnKnown func()
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -65,10 +81,15 @@ type Sizer struct {
 	sweepAt time.Time
 }
 
-// estimate is one job's running mean of its tasks' handler durations.
+// estimate is one job's running mean of its tasks' handler durations,
+// or its probe while none is known.
 type estimate struct {
-	mean float64 // nanoseconds
-	seen time.Time
+	mean  float64 // nanoseconds, once known
+	known bool
+	seen  time.Time // the last result, or the probe
+	// probed is how many tasks the probe offered, from probeAt.
+	probed  int
+	probeAt time.Time
 }
 
 // New returns a Sizer with cfg's settings.
@@ -82,6 +103,9 @@ func New(cfg Config) *Sizer {
 	if cfg.SlotsPerConsumer <= 0 {
 		cfg.SlotsPerConsumer = DefaultSlotsPerConsumer
 	}
+	if cfg.ProbeWait <= 0 {
+		cfg.ProbeWait = DefaultProbeWait
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -94,6 +118,13 @@ func New(cfg Config) *Sizer {
 // counts as that call's time shared between its tasks. It does not keep
 // outcomes.
 func (s *Sizer) Observe(outcomes []store.Outcome) {
+	if s.observe(outcomes) && s.cfg.OnKnown != nil {
+		s.cfg.OnKnown()
+	}
+}
+
+// observe is Observe, reporting whether a job's first durations came.
+func (s *Sizer) observe(outcomes []store.Outcome) (first bool) {
 	now := s.cfg.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -111,8 +142,11 @@ func (s *Sizer) Observe(outcomes []store.Outcome) {
 		per := float64(d) / float64(j-i)
 		e := s.jobs[o.JobID]
 		if e == nil {
-			e = &estimate{mean: per}
+			e = &estimate{}
 			s.jobs[o.JobID] = e
+		}
+		if !e.known {
+			e.mean, e.known, first = per, true, true
 		}
 		for range j - i {
 			e.mean += weight * (per - e.mean)
@@ -123,6 +157,7 @@ func (s *Sizer) Observe(outcomes []store.Outcome) {
 	if now.After(s.sweepAt) {
 		s.sweep(now)
 	}
+	return first
 }
 
 // sameCall reports whether b has a's job and run times: the two came out
@@ -156,29 +191,49 @@ func (s *Sizer) Mean(id string) (time.Duration, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.jobs[id]
-	if !ok {
+	if !ok || !e.known {
 		return 0, false
 	}
 	return time.Duration(e.mean), true
 }
 
-// Size returns the batch size for job j in a relay round: 1 while none of
-// its tasks' durations is known; else as many tasks as fit in Target (at
-// least 1, at most Max); and, when j.Pending is all the job has left
-// (atLeast false) and its queue has consumers, no more than spreads those
-// tasks over every consumer's slots.
-func (s *Sizer) Size(j store.PendingJob, atLeast bool, consumers int) int {
-	mean, ok := s.Mean(j.ID)
-	if !ok {
-		return 1
+// Size returns, for job j in a relay round, how many of its tasks go in
+// one message and how many it may send in all (most, at most j.Pending):
+//
+//   - While none of its tasks' durations is known: one per message, and
+//     first a probe of as many tasks as its queue's consumers have slots
+//     (DefaultSlotsPerConsumer when consumers is 0), then nothing until
+//     the durations come or ProbeWait has passed, then no limit.
+//   - Then as many tasks as fit in Target (at least 1, at most Max), and
+//     when j.Pending is all the job has left (atLeast false) and its
+//     queue has consumers, no more than spreads those tasks over every
+//     consumer's slots.
+func (s *Sizer) Size(j store.PendingJob, atLeast bool, consumers int) (size, most int) {
+	slots := max(consumers, 1) * s.cfg.SlotsPerConsumer
+	now := s.cfg.Now()
+	s.mu.Lock()
+	e := s.jobs[j.ID]
+	if e == nil {
+		e = &estimate{seen: now, probeAt: now}
+		s.jobs[j.ID] = e
 	}
+	if !e.known {
+		defer s.mu.Unlock()
+		if now.Sub(e.probeAt) > s.cfg.ProbeWait {
+			return 1, j.Pending
+		}
+		most = min(max(slots-e.probed, 0), j.Pending)
+		e.probed += most
+		return 1, most
+	}
+	mean := time.Duration(e.mean)
+	s.mu.Unlock()
 	b := s.cfg.Max
 	if mean > 0 {
 		b = int(min(int64(s.cfg.Target/mean), int64(s.cfg.Max)))
 	}
 	if !atLeast && consumers > 0 {
-		slots := consumers * s.cfg.SlotsPerConsumer
 		b = min(b, (j.Pending+slots-1)/slots)
 	}
-	return max(b, 1)
+	return max(b, 1), j.Pending
 }

@@ -74,9 +74,9 @@ type sizer struct {
 	asked []string
 }
 
-func (s *sizer) Size(j store.PendingJob, atLeast bool, consumers int) int {
+func (s *sizer) Size(j store.PendingJob, atLeast bool, consumers int) (int, int) {
 	s.asked = append(s.asked, j.ID+" pending="+strconv.Itoa(j.Pending)+" atLeast="+strconv.FormatBool(atLeast)+" consumers="+strconv.Itoa(consumers))
-	return s.size
+	return s.size, j.Pending
 }
 
 // A job without a batch size goes out in messages of the size the Sizer

@@ -31,11 +31,13 @@ type failure struct {
 // round is what publishing one claim came to.
 type round struct {
 	confirmed []store.TaskRef
+	sizes     []int // tasks per confirmed message
 	failed    []failure
 	err       error // the first error that left tasks pending
 }
 
 func (rd *round) confirm(m message) {
+	rd.sizes = append(rd.sizes, len(m.tasks))
 	for _, t := range m.tasks {
 		rd.confirmed = append(rd.confirmed, t.Ref())
 	}

@@ -100,6 +100,10 @@ type Config struct {
 	// OnPublished, when set, is called after each batch with the number of
 	// tasks marked queued. It must not block.
 	OnPublished func(n int)
+	// OnMessages, when set, is called after each round with the number
+	// of tasks in each message the broker confirmed. It must not block or
+	// keep the slice.
+	OnMessages func(tasks []int)
 	// OnFailed, when set, is called with the number of tasks the relay
 	// failed because their message cannot be published. It must not
 	// block.
@@ -148,11 +152,12 @@ func (c Config) validate() error {
 // Sizer chooses batch sizes; *autobatch.Sizer is the one the server
 // gives.
 type Sizer interface {
-	// Size returns the batch size of job j in a round: j.Pending is how
+	// Size returns the batch size of job j in a round, and the most of
+	// its tasks the round may take (store.Round.Batch): j.Pending is how
 	// many tasks it has pending, or at least that many when atLeast, and
 	// consumers is how many consumers its work queue had when the round
 	// read the queue's depth (0 when unknown).
-	Size(j store.PendingJob, atLeast bool, consumers int) int
+	Size(j store.PendingJob, atLeast bool, consumers int) (size, most int)
 }
 
 // Publisher publishes task messages with publisher confirms;
@@ -306,7 +311,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []string, err error) {
 	round := store.Round{Messages: r.cfg.BatchSize, Tasks: r.cfg.BatchSize}
 	if r.cfg.Sizer != nil {
-		round.Batch = func(j store.PendingJob) int {
+		round.Batch = func(j store.PendingJob) (int, int) {
 			consumers, _ := r.consumers.Load(j.Queue)
 			n, _ := consumers.(int)
 			return r.cfg.Sizer.Size(j, j.Pending >= round.Tasks, n)
@@ -324,7 +329,10 @@ func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []stri
 			return room
 		}
 	}
-	var failed []failure
+	var (
+		failed []failure
+		sizes  []int
+	)
 	n, err := r.cfg.Store.RelayRound(ctx, round, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
 		claimed = len(tasks)
 		counts := queueCounts(tasks)
@@ -336,7 +344,7 @@ func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []stri
 			}
 		}
 		rd := r.publish(ctx, tasks)
-		failed = rd.failed
+		failed, sizes = rd.failed, rd.sizes
 		return rd.result(r.cfg.Logger, len(tasks))
 	})
 	// Only now: on PostgreSQL, RelayBatch holds the claimed rows locked
@@ -348,6 +356,9 @@ func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []stri
 	}
 	if n > 0 && r.cfg.OnPublished != nil {
 		r.cfg.OnPublished(n)
+	}
+	if n > 0 && r.cfg.OnMessages != nil {
+		r.cfg.OnMessages(sizes)
 	}
 	if claimed > 0 || roomy {
 		full = nil

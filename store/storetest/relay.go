@@ -81,21 +81,26 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 		s := newStore(t)
 		auto := newJob(t, s, 12)
 		fixed := createJob(t, s, store.NewJob{Policy: warren.Policy{BatchSize: 3}}, 6)
+		held := newJob(t, s, 4)
 		require.Zero(t, getJob(t, s, auto.ID).Policy.BatchSize, "a job without batch_size leaves it to warren")
 
 		var asked []store.PendingJob
 		var offered []store.OutboxTask
-		round := store.Round{Messages: 100, Tasks: 10, Batch: func(j store.PendingJob) int {
+		round := store.Round{Messages: 100, Tasks: 10, Batch: func(j store.PendingJob) (int, int) {
 			asked = append(asked, j)
-			return 5
+			if j.ID == held.ID {
+				return 1, 0 // held back this round
+			}
+			return 5, j.Pending
 		}}
 		_, err := s.RelayRound(t.Context(), round, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
 			offered = tasks
 			return publishAll(ctx, tasks)
 		})
 		require.NoError(t, err)
-		require.Len(t, asked, 1, "only the job without a batch size is asked about")
+		require.Len(t, asked, 2, "only the jobs without a batch size are asked about")
 		require.Equal(t, auto.ID, asked[0].ID)
+		require.Equal(t, held.ID, asked[1].ID)
 		require.Zero(t, asked[0].BatchSize)
 		require.Equal(t, 10, asked[0].Pending, "pending counted up to the round's tasks")
 		require.NotEmpty(t, offered)
@@ -103,6 +108,7 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 			want := map[string]int{auto.ID: 5, fixed.ID: 3}[task.JobID]
 			require.Equal(t, want, task.BatchSize, "task %s:%d", task.JobID, task.TaskID)
 		}
+		require.Len(t, allTasks(t, s, held.ID, warren.TaskPending), 4, "the job held back keeps its tasks")
 	})
 
 	t.Run("CarriesTheJobsQueue", func(t *testing.T) {
