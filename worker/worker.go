@@ -60,6 +60,10 @@ type Worker struct {
 	// testHookControl, set only by tests, sees the control queue and its
 	// channel once the worker consumes it.
 	testHookControl func(queue string, ch *amqp.Channel)
+	// testHookResults, set only by tests, sees each result message (or
+	// the parts it was cut into) of single task messages once its
+	// publish is confirmed or failed: how many tasks it answers, and err.
+	testHookResults func(tasks int, err error)
 }
 
 // New returns a Worker for cfg with defaults applied, or an error naming
@@ -246,7 +250,7 @@ func (w *Worker) reconnect(ctx context.Context, tag string, failed *int) (*link,
 // serve runs tasks from l until ctx is done, then drains and returns
 // nil, or until l is lost, then returns why. Either way it closes l.
 func (w *Worker) serve(ctx context.Context, l *link) error {
-	s := newSession(ctx, w, l.pub, l.consumers)
+	s := newSession(ctx, w, l.pub, l.ch, l.consumers)
 	defer l.close()
 	defer s.cancelHandlers()
 	defer s.stopPool() // consume has returned: nothing is sent to the pool any more
