@@ -10,7 +10,10 @@
 // the broker to confirm it, and only then acks the task. If the outcome
 // cannot be published the task goes back to the queue and runs again, so a
 // task is never lost; it may run more than once, and handlers should be
-// idempotent (see Task.IdempotencyKey).
+// idempotent (see Task.IdempotencyKey). Under load, the results of tasks
+// of one job that complete together travel in one result batch, and acks
+// are combined into multiple-acks where that settles no task early; the
+// rule stays the same: a task is acked only once its outcome is confirmed.
 package worker
 
 import (
