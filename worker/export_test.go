@@ -15,5 +15,10 @@ func OnControlConsumer(w *Worker, f func(queue string, ch *amqp.Channel)) { w.te
 // tests can hold a worker between a loss and its reconnect.
 func SetReconnectBackoff(w *Worker, f func(attempt int) time.Duration) { w.testHookBackoff = f }
 
+// OnResults makes w report each result message it publishes for single
+// task messages, once confirmed or failed: how many tasks it answers and
+// the publish's error.
+func OnResults(w *Worker, f func(tasks int, err error)) { w.testHookResults = f }
+
 // Prefetch is the prefetch w consumes its work queue with.
 func Prefetch(w *Worker) int { return w.cfg.Prefetch }

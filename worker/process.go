@@ -114,8 +114,10 @@ func (s *session) deadLetterAll(d *delivery, reason string, cause error) {
 
 // settleRuns publishes the outcomes of a delivery's runs and then acks it:
 // the completed tasks' results in one message (a result batch for a batch
-// message), and a retry or a dead letter of its own for each failed task,
-// as outcome.Of decides (a run past its task timeout is a failure).
+// message; the result of a single task message goes through the result
+// publisher, publishResult, and may share a result batch with others),
+// and a retry or a dead letter of its own for each failed task, as
+// outcome.Of decides (a run past its task timeout is a failure).
 func (s *session) settleRuns(d *delivery, runs []taskRun) {
 	var (
 		outs    []wire.Outbound
@@ -154,6 +156,12 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 		}
 		outs = append(outs, out)
 		evs = append(evs, ev)
+	}
+	if len(results) > 0 && !d.msg.Batch {
+		// A single task message that completed: its result may share a
+		// result batch with others that finish at the same time.
+		s.publishResult(d, results[0], evs)
+		return
 	}
 	if len(results) > 0 {
 		rs, err := d.msg.ResultsWithin(s.w.names, results, s.w.cfg.MaxMessageBytes)
@@ -196,6 +204,12 @@ func (s *session) publishThenAck(d *delivery, outs []wire.Outbound, evs []Event)
 	}
 	s.publishFailures.Store(0)
 	ran, aerr := d.ack()
+	s.acked(d, ran, aerr, evs)
+}
+
+// acked reports evs once d, whose outcomes are confirmed, is acked; ran
+// and err are the ack's.
+func (s *session) acked(d *delivery, ran bool, aerr error, evs []Event) {
 	if !ran {
 		return
 	}

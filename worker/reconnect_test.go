@@ -94,8 +94,7 @@ func TestRunReconnectsAfterTheBrokerClosesItsConnections(t *testing.T) {
 	require.NoError(t, rw.stop())
 
 	results := map[int64]int{}
-	for range b.depth(t, b.names.ResultsQueue) {
-		r, _ := b.result(t)
+	for _, r := range b.results(t) {
 		require.JSONEq(t, fmt.Sprintf(`{"square": %d}`, r.TaskID*r.TaskID), string(r.Result))
 		results[r.TaskID]++
 	}

@@ -47,13 +47,21 @@ type session struct {
 
 	publishFailures atomic.Int64 // consecutive ones, for the backoff
 
+	// acks settles every delivery of the task consumers' channel.
+	acks *acker
+	// results takes the results of single task messages to the result
+	// publisher (publishResults), which sends those that finish together
+	// in one result batch; resultsQuit stops it.
+	results     chan *pendingResult
+	resultsQuit chan struct{}
+
 	// lost is set once the connection is lost: from then on no delivery
 	// is settled, since its channel is dead or about to be closed, and
 	// the broker redelivers every unacked task.
 	lost atomic.Bool
 }
 
-func newSession(ctx context.Context, w *Worker, pub *broker.Publisher, consumers map[string]string) *session {
+func newSession(ctx context.Context, w *Worker, pub *broker.Publisher, ch amqp.Acknowledger, consumers map[string]string) *session {
 	// The handlers keep ctx's values but not its cancellation.
 	handlers, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &session{
@@ -67,7 +75,11 @@ func newSession(ctx context.Context, w *Worker, pub *broker.Publisher, consumers
 		slots:          make(chan struct{}, w.cfg.Concurrency),
 		work:           make(chan *delivery, w.cfg.Concurrency),
 		inflight:       make(map[*delivery]struct{}),
+		results:        make(chan *pendingResult),
+		resultsQuit:    make(chan struct{}),
 	}
+	s.acks = newAcker(ch, &s.lost)
+	go s.publishResults()
 	// A pool rather than a goroutine per task: a goroutine's stack grows
 	// through the handler and the publish once, not once per task.
 	for range w.cfg.Concurrency {
@@ -124,10 +136,11 @@ func (s *session) consume(deliveries <-chan amqp.Delivery, consumerGone, publish
 // looks at. It is acked or nacked at most once, by whichever of its
 // handler's goroutine and the shutdown gets there first, and never once
 // its session lost the connection. It is only ever acked on the channel
-// that delivered it (raw's Acknowledger).
+// that delivered it, through that channel's acker.
 type delivery struct {
-	raw amqp.Delivery // only to settle it
-	msg wire.TaskDelivery
+	raw  amqp.Delivery // only to settle it, by its tag
+	acks *acker        // its channel's
+	msg  wire.TaskDelivery
 	// tasks are msg's tasks as handlers see them. A message that is not a
 	// task has one with only its type and attempt, for logs and events.
 	tasks []Task
@@ -152,27 +165,39 @@ func (s *session) receive(d amqp.Delivery) *delivery {
 				MaxRetries: msg.MaxRetries, Timeout: msg.Timeout, Payload: t.Payload}
 		}
 	}
-	return &delivery{raw: d, msg: msg, tasks: tasks, lost: &s.lost}
+	return &delivery{raw: d, acks: s.acks, msg: msg, tasks: tasks, lost: &s.lost}
 }
 
 // ack acks d unless it was already settled or its session lost the
-// connection; ran says whether it tried.
+// connection; ran says whether it did, or tried.
 func (d *delivery) ack() (ran bool, err error) {
-	return d.settle(func() error { return d.raw.Ack(false) })
+	if !d.claim() {
+		return false, nil
+	}
+	return answer(d.acks.ack(d.raw.DeliveryTag))
 }
 
 // nack returns d to the queue, on the same conditions as ack.
 func (d *delivery) nack() (ran bool, err error) {
-	return d.settle(func() error { return d.raw.Nack(false, true) })
-}
-
-// settle runs f, an ack or a nack, unless d was already settled or its
-// session lost the connection; it reports whether f ran.
-func (d *delivery) settle(f func() error) (bool, error) {
-	if d.lost.Load() || !d.settled.CompareAndSwap(false, true) {
+	if !d.claim() {
 		return false, nil
 	}
-	return true, f()
+	return answer(d.acks.nack(d.raw.DeliveryTag))
+}
+
+// claim reports whether the caller may settle d, and from then on no one
+// else: d was not settled yet and its session did not lose the connection.
+func (d *delivery) claim() bool {
+	return !d.lost.Load() && d.settled.CompareAndSwap(false, true)
+}
+
+// answer is the answer of ack and nack for the acker's err: ran is false
+// when the acker sent nothing because the session ended.
+func answer(err error) (ran bool, _ error) {
+	if errors.Is(err, errSessionLost) || errors.Is(err, errSessionEnded) {
+		return false, nil
+	}
+	return true, err
 }
 
 // start hands d to the pool; the caller holds a slot for it, so a pool
@@ -197,8 +222,14 @@ func (s *session) runPool() {
 	}
 }
 
-// stopPool ends the pool's goroutines once they finish what they run.
-func (s *session) stopPool() { close(s.work) }
+// stopPool ends the pool's goroutines once they finish what they run,
+// then the result publisher and the acker: a handler that outlived the
+// session settles nothing.
+func (s *session) stopPool() {
+	close(s.work)
+	close(s.resultsQuit)
+	s.acks.stop()
+}
 
 // drain is the graceful shutdown: stop the consumer, requeue what was
 // received but not started, and give the running handlers

@@ -37,6 +37,11 @@ type testBundle struct {
 	tiers []time.Duration
 	admin *amqp.Connection
 	pub   *broker.Publisher
+
+	// taken are the results of the result message result took last that
+	// it has not returned yet, and took that message.
+	taken []protocol.Result
+	took  amqp.Delivery
 }
 
 func setup(t *testing.T) *testBundle {
@@ -229,13 +234,35 @@ func (b *testBundle) get(t *testing.T, queue string) amqp.Delivery {
 	return d
 }
 
-// result takes the next result from the results queue and decodes it.
+// result returns the next result of the results queue, and the message
+// that carried it: a single result, or the next one of a result batch
+// (the worker sends the results of single task messages that finish
+// together in one).
 func (b *testBundle) result(t *testing.T) (protocol.Result, amqp.Delivery) {
 	t.Helper()
-	d := b.get(t, b.names.ResultsQueue)
-	r, err := protocol.DecodeResult(d.Body)
-	require.NoError(t, err)
-	return r, d
+	if len(b.taken) == 0 {
+		b.took = b.get(t, b.names.ResultsQueue)
+		rs, err := protocol.DecodeResults(b.took.Body)
+		require.NoError(t, err)
+		b.taken = rs
+	}
+	r := b.taken[0]
+	b.taken = b.taken[1:]
+	return r, b.took
+}
+
+// results takes every result left in the results queue.
+func (b *testBundle) results(t *testing.T) []protocol.Result {
+	t.Helper()
+	rs := b.taken
+	b.taken = nil
+	for b.depth(t, b.names.ResultsQueue) > 0 {
+		r, _ := b.result(t)
+		rs = append(rs, r)
+		rs = append(rs, b.taken...)
+		b.taken = nil
+	}
+	return rs
 }
 
 func (b *testBundle) depth(t *testing.T, queue string) int {

@@ -10,7 +10,10 @@
 // the broker to confirm it, and only then acks the task. If the outcome
 // cannot be published the task goes back to the queue and runs again, so a
 // task is never lost; it may run more than once, and handlers should be
-// idempotent (see Task.IdempotencyKey).
+// idempotent (see Task.IdempotencyKey). Under load, the results of tasks
+// of one job that complete together travel in one result batch, and acks
+// are combined into multiple-acks where that settles no task early; the
+// rule stays the same: a task is acked only once its outcome is confirmed.
 package worker
 
 import (
@@ -60,6 +63,10 @@ type Worker struct {
 	// testHookControl, set only by tests, sees the control queue and its
 	// channel once the worker consumes it.
 	testHookControl func(queue string, ch *amqp.Channel)
+	// testHookResults, set only by tests, sees each result message (or
+	// the parts it was cut into) of single task messages once its
+	// publish is confirmed or failed: how many tasks it answers, and err.
+	testHookResults func(tasks int, err error)
 }
 
 // New returns a Worker for cfg with defaults applied, or an error naming
@@ -246,7 +253,7 @@ func (w *Worker) reconnect(ctx context.Context, tag string, failed *int) (*link,
 // serve runs tasks from l until ctx is done, then drains and returns
 // nil, or until l is lost, then returns why. Either way it closes l.
 func (w *Worker) serve(ctx context.Context, l *link) error {
-	s := newSession(ctx, w, l.pub, l.consumers)
+	s := newSession(ctx, w, l.pub, l.ch, l.consumers)
 	defer l.close()
 	defer s.cancelHandlers()
 	defer s.stopPool() // consume has returned: nothing is sent to the pool any more
