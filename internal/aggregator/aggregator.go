@@ -446,14 +446,16 @@ func (a *Aggregator) record(ctx context.Context, batch []item, outcomes []store.
 }
 
 // isolate records outcomes, which the store refused with refusal, in two
-// parts split between deliveries, each in its own transaction, and each
+// parts split between deliveries (or, within one delivery, a result
+// batch, between its outcomes), each in its own transaction, and each
 // part that the store refuses again in two parts, down to single
-// deliveries: everything the store takes is recorded, and a delivery that
-// it refuses alone is marked invalid with the store's error, to be
-// dead-lettered. Nothing is acknowledged before every part is committed.
+// outcomes: everything the store takes is recorded, and a delivery with
+// an outcome it refuses alone is marked invalid with the store's error,
+// to be dead-lettered whole for people to see, its refused tasks left to
+// the reconciler. Nothing is acknowledged before every part is committed.
 // The error is ctx's.
 func (a *Aggregator) isolate(ctx context.Context, batch []item, outcomes []store.Outcome, from []int, refusal error) (store.ApplyReport, error) {
-	if from[0] == from[len(from)-1] {
+	if len(outcomes) == 1 {
 		batch[from[0]].invalid = "the store refused it: " + refusal.Error()
 		return store.ApplyReport{}, nil
 	}
@@ -473,11 +475,14 @@ func (a *Aggregator) isolate(ctx context.Context, batch []item, outcomes []store
 	return report, nil
 }
 
-// split returns where to cut outcomes decoded from two deliveries or more
-// (outcome k from delivery from[k]) in two: near the middle, between two
-// deliveries.
+// split returns where to cut two outcomes or more (outcome k decoded
+// from delivery from[k]) in two: near the middle, between two deliveries
+// if they come from several.
 func split(from []int) int {
 	mid := len(from) / 2
+	if from[0] == from[len(from)-1] {
+		return mid
+	}
 	for mid > 0 && from[mid-1] == from[mid] {
 		mid--
 	}

@@ -461,3 +461,47 @@ func TestAnUnreadableDeadLetterFailsItsTasksAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 5, got.FailedTasks)
 }
+
+// A result batch (results of several tasks in one message) with a result
+// that the store refuses records every other result it carries, and is
+// dead-lettered whole for people to see; the refused task is left as it
+// was, for the reconciler.
+func TestAResultBatchWithAResultTheStoreRefusesRecordsTheRest(t *testing.T) {
+	t.Parallel()
+	names, conn := amqptest.Topology(t, nil)
+	st := openStore(t)
+	job := createJob(t, st, 6)
+	batches := make(chan batchSeen, 16)
+	invalid := make(chan string, 16)
+	a, err := aggregator.New(aggregator.Config{
+		Store: &refusingStore{Store: st, refuse: store.TaskRef{JobID: job.ID, TaskID: 4}},
+		Conn:  conn, Names: names,
+		Hooks: aggregator.Hooks{
+			OnBatch:   func(size int, r store.ApplyReport) { batches <- batchSeen{size, r} },
+			OnInvalid: func(queue, reason string) { invalid <- queue + ": " + reason },
+		}})
+	require.NoError(t, err)
+	run(t, a)
+
+	results := make([]protocol.Result, 6)
+	for i := range results {
+		results[i] = protocol.Result{TaskID: int64(i + 1), Result: json.RawMessage(`1`)}
+	}
+	body, err := protocol.EncodeResultBatch(protocol.ResultBatch{JobID: job.ID, Results: results})
+	require.NoError(t, err)
+	publish(t, conn, names.ResultsExchange, protocol.RoutingKeyResult,
+		amqp.Publishing{MessageId: protocol.BatchMessageID(job.ID, 1, 6), Body: body})
+
+	b := receive(t, batches, "the result batch")
+	require.Equal(t, 5, b.report.Applied, "every other result of the batch is recorded")
+	require.Contains(t, receive(t, invalid, "the batch dead-lettered"), "SQLSTATE 22021")
+	parked := takeOne(t, conn, names.ResultsDLQ)
+	require.Equal(t, protocol.BatchMessageID(job.ID, 1, 6), parked.MessageId, "the whole batch, for people to see")
+	for id, task := range taskStates(t, st, job.ID) {
+		if id == 4 {
+			require.False(t, task.State.Terminal(), "the refused result changed nothing")
+			continue
+		}
+		require.Equal(t, warren.TaskCompleted, task.State, "task %d", id)
+	}
+}
