@@ -80,10 +80,10 @@ func lockOutcomeTasks(ctx context.Context, tx pgx.Tx, outcomes []store.Outcome) 
 	}
 	b := &pgx.Batch{}
 	// The batch's rows are found by primary key, one index probe each.
-	// Knowing that a batch holds thousands of them, the planner would
-	// rather hash the whole tasks table, which costs more than the probes
-	// on a table of any size worth the name (it takes the cached index
-	// pages for disk reads) and grows with it.
+	// Told that a batch holds thousands of them, the planner hashes the
+	// whole tasks table instead: for 2,000 outcomes against 140,000 rows,
+	// a 63 ms scan where the probes take 10 ms, and a scan grows with the
+	// table. For this transaction only, it may not.
 	b.Queue(`SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`)
 	b.Queue(`SELECT job_id, task_id, state, generation FROM tasks
 		WHERE (job_id, task_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
