@@ -110,3 +110,28 @@ func BenchmarkDeleteExpiredJobs(b *testing.B) {
 	b.ReportMetric(float64(purgeTime.Microseconds())/1000/float64(purges), "ms/purge-tx")
 	b.ReportMetric(float64((deleteTime+purgeTime).Microseconds())/1000/float64(b.N), "ms/batch")
 }
+
+// BenchmarkRelayRound measures relay rounds of 500 tasks (batch_size 32)
+// with a publish that confirms everything at once: what the store costs
+// the relay per task, without the broker.
+func BenchmarkRelayRound(b *testing.B) {
+	const round, tasks = 500, 100_000
+	tb := setup(b)
+	job, _, err := tb.store.CreateJob(tb.ctx, store.NewJob{Type: "bench", Policy: warren.Policy{BatchSize: 32}}, benchPayloads(tasks))
+	require.NoError(b, err)
+	left := tasks
+	for b.Loop() {
+		if left < round {
+			b.StopTimer()
+			job, _, err = tb.store.CreateJob(tb.ctx, store.NewJob{Type: "bench", Policy: warren.Policy{BatchSize: 32}}, benchPayloads(tasks))
+			require.NoError(b, err)
+			left = tasks
+			b.StartTimer()
+		}
+		n, err := tb.store.RelayRound(tb.ctx, store.Round{Messages: round, Tasks: round}, publishAll)
+		require.NoError(b, err)
+		require.Equal(b, round, n, "job %s", job.ID)
+		left -= n
+	}
+	b.ReportMetric(float64(round*b.N)/b.Elapsed().Seconds(), "tasks/s")
+}

@@ -3,7 +3,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -83,17 +82,22 @@ func (s *Store) claimPending(ctx context.Context, tx pgx.Tx, round store.Round) 
 			limits = append(limits, int32(shares[i]))
 		}
 	}
+	// Each job's row is read once, not once per task: the aggregator
+	// updates a busy job's row all the time, and every probe of it walks
+	// the versions that left.
 	rows, err := tx.Query(ctx, `
-		SELECT c.job_id, c.task_id, j.type, c.payload, j.max_retries, c.attempts, j.batch_size, c.generation, j.task_timeout_ms, j.queue
-		FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS q(job_id, n, ord)
-		CROSS JOIN LATERAL (
-			SELECT t.job_id, t.task_id, t.payload, t.attempts, t.generation FROM tasks t
-			WHERE t.job_id = q.job_id AND t.state = 'pending'
+		WITH j AS MATERIALIZED (
+			SELECT q.ord, q.n, j.id, j.type, j.max_retries, j.batch_size, j.task_timeout_ms, j.queue
+			FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS q(job_id, n, ord)
+			JOIN jobs j ON j.id = q.job_id AND j.state IN ('pending', 'running'))
+		SELECT j.id, c.task_id, j.type, c.payload, j.max_retries, c.attempts, j.batch_size, c.generation, j.task_timeout_ms, j.queue
+		FROM j CROSS JOIN LATERAL (
+			SELECT t.task_id, t.payload, t.attempts, t.generation FROM tasks t
+			WHERE t.job_id = j.id AND t.state = 'pending'
 			ORDER BY t.task_id
-			LIMIT q.n
+			LIMIT j.n
 			FOR UPDATE SKIP LOCKED) c
-		JOIN jobs j ON j.id = c.job_id AND j.state IN ('pending', 'running')
-		ORDER BY q.ord, c.task_id`, ids, limits)
+		ORDER BY j.ord, c.task_id`, ids, limits)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: relay: claim tasks: %w", err)
 	}
@@ -210,22 +214,20 @@ func markQueued(ctx context.Context, tx pgx.Tx, refs []store.TaskRef, now time.T
 		WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id
 		  AND (tasks.state = 'pending' OR tasks.queued_at IS NULL)`,
 		jobIDs, taskIDs, now)
-	for _, id := range jobs {
-		b.Queue(`SELECT 1 FROM tasks WHERE job_id = $1 AND state = 'pending' LIMIT 1 FOR UPDATE SKIP LOCKED`, id)
-	}
+	// The jobs still pending with no pending task that no relay holds (a
+	// running job needs no check). A pending task another relay holds is
+	// that relay's to check after.
+	b.Queue(`
+		SELECT j.id FROM jobs j
+		WHERE j.id = ANY($1) AND j.state = 'pending'
+		  AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT 1 FOR UPDATE SKIP LOCKED)
+		ORDER BY j.id`, jobs)
 	br := tx.SendBatch(ctx, b)
 	tag, err := br.Exec()
 	var check []string // jobs with no unclaimed pending task
-	for _, id := range jobs {
-		if err != nil {
-			break
-		}
-		// No row: no pending task nobody holds. A row: the relay that
-		// claims that task checks the job.
-		var one int
-		if err = br.QueryRow().Scan(&one); errors.Is(err, pgx.ErrNoRows) {
-			check, err = append(check, id), nil
-		}
+	if err == nil {
+		rows, _ := br.Query() // its error is the rows' too
+		check, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
