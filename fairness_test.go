@@ -81,6 +81,9 @@ func TestASmallJobDoesNotWaitBehindABigOne(t *testing.T) {
 // A job of higher priority gets a larger share of the window: of two jobs
 // of the same size submitted together, the one of priority 50 finishes
 // while the one of priority 10 has done well under half of its tasks.
+// The tasks take 12 ms, so that the run (about 2 s) is long next to the
+// first tens of milliseconds, when automatic batching's probes wait for
+// the jobs' first results and the shares depend on whose come first.
 func TestAHigherPriorityGetsALargerShare(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "sqlite")
@@ -88,8 +91,8 @@ func TestAHigherPriorityGetsALargerShare(t *testing.T) {
 	b.startServer(t, b.store)
 	low := b.submitTyped(t, "sleep", 1500, warren.Policy{Priority: 10})
 	high := b.submitTyped(t, "sleep", 1500, warren.Policy{Priority: 50})
-	runWorker(t, newSleepingWorker(t, b, time.Millisecond))
-	runWorker(t, newSleepingWorker(t, b, time.Millisecond))
+	runWorker(t, newSleepingWorker(t, b, 12*time.Millisecond))
+	runWorker(t, newSleepingWorker(t, b, 12*time.Millisecond))
 
 	closed := <-b.closed
 	require.Equal(t, high.ID, closed.id, "the job of priority 50 finishes first")

@@ -50,8 +50,9 @@ type PendingJob struct {
 // Shares splits a relay round between jobs, the open jobs with pending
 // tasks in creation order: it returns how many tasks to claim from each,
 // in jobs' order. Each work queue's messages (Round.Room, else
-// Round.Messages) are shared between its jobs in proportion to their
-// priorities, each job given whole messages of its batch size (so a
+// Round.Messages), and the round's tasks, are shared between its jobs in
+// proportion to their priorities, each job given whole messages of its
+// batch size (so a
 // job's share is at least one message while the queue's messages last),
 // never more than it has pending; what a job cannot use goes to the
 // others, until the messages or the round's tasks run out. turn rotates
@@ -136,9 +137,11 @@ func shareQueue(shares []int, jobs []PendingJob, idx []int, messages int, tasks 
 		if weight == 0 {
 			return
 		}
-		// Each pass hands out the messages left at its start in
-		// proportion to the weights of the jobs that can still use some.
-		pool := int64(messages)
+		// Each pass hands out the messages and the tasks left at its
+		// start in proportion to the weights of the jobs that can still
+		// use some: whichever of the two runs out first (the tasks, when
+		// batches are large), the shares keep the priorities.
+		pool, tpool := int64(messages), int64(*tasks)
 		given := false
 		for k := 0; k < n && messages > 0 && *tasks > 0; k++ {
 			i := idx[rotate(turn, k, n)]
@@ -150,7 +153,8 @@ func shareQueue(shares []int, jobs []PendingJob, idx []int, messages int, tasks 
 			batch := max(j.BatchSize, 1)
 			m := max(1, int(pool*weightOf(j)/weight))
 			m = min(m, messages)
-			t := min(m*batch, left, *tasks)
+			tshare := max(batch, int(tpool*weightOf(j)/weight)/batch*batch)
+			t := min(m*batch, tshare, left, *tasks)
 			shares[i] += t
 			*tasks -= t
 			messages -= (t + batch - 1) / batch
