@@ -70,7 +70,7 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	}
 	declare := func(q string) error { return broker.DeclareWorkQueue(bs.conConn, s.names, q, topo) }
 	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names, Window: s.cfg.RelayWindow, Depth: depth, Declare: declare, Sizer: s.sizer,
-		BatchSize: s.relayClaim(), PollInterval: s.cfg.RelayPollInterval, MaxMessageBytes: s.cfg.MaxMessageBytes,
+		BatchSize: s.cfg.RelayBatchSize, MaxRoundBytes: s.relayRoundBytes(), PollInterval: s.cfg.RelayPollInterval, MaxMessageBytes: s.cfg.MaxMessageBytes,
 		Logger: s.log, OnFailed: func(n int) { s.failed.Add(float64(n)) }, OnReadyToClose: s.requestClose,
 		OnMessages: func(tasks []int) {
 			for _, n := range tasks {
@@ -326,9 +326,6 @@ func (s *Server) brokerReady(context.Context) error {
 	return nil
 }
 
-// relayClaim is how many tasks the relay claims per round trip:
-// Config.RelayBatchSize, or fewer when that many payloads of MaxTaskBytes
-// would not fit in half of MaxInflightBytes.
-func (s *Server) relayClaim() int {
-	return int(max(1, min(int64(s.cfg.RelayBatchSize), s.cfg.MaxInflightBytes/2/s.cfg.MaxTaskBytes)))
-}
+// relayRoundBytes is the most payload bytes one relay round claims: half
+// of MaxInflightBytes (the round holds them, and their messages).
+func (s *Server) relayRoundBytes() int64 { return s.cfg.MaxInflightBytes / 2 }

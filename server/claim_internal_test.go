@@ -6,22 +6,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The relay claims no more tasks per round trip than half of
-// MaxInflightBytes holds in payloads of MaxTaskBytes.
-func TestRelayClaimFitsHalfOfMaxInflightBytes(t *testing.T) {
+// A relay round holds at most half of MaxInflightBytes in payloads: the
+// bound is on what it claims, not on tasks of MaxTaskBytes each, so that
+// rounds of small tasks stay large.
+func TestRelayRoundHoldsHalfOfMaxInflightBytes(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		cfg  Config
-		want int
+		want int64
 	}{
-		{Config{}, 256},                          // 256 MiB of 1 MiB payloads
-		{Config{MaxTaskBytes: 64 << 10}, 500},    // RelayBatchSize
-		{Config{RelayBatchSize: 50}, 50},         // fewer asked for
-		{Config{MaxInflightBytes: 1 << 30}, 500}, // 512 MiB of 1 MiB payloads
-		{Config{MaxTaskBytes: 3 << 20, MaxInflightBytes: 8 << 20}, 1},
+		{Config{}, 256 << 20},
+		{Config{MaxInflightBytes: 1 << 30}, 512 << 20},
+		{Config{MaxTaskBytes: 3 << 20, MaxInflightBytes: 8 << 20}, 4 << 20},
 	} {
 		cfg := c.cfg.withDefaults()
 		require.NoError(t, cfg.validate(), "%+v", c.cfg)
-		require.Equal(t, c.want, (&Server{cfg: cfg}).relayClaim(), "%+v", c.cfg)
+		require.Equal(t, c.want, (&Server{cfg: cfg}).relayRoundBytes(), "%+v", c.cfg)
 	}
 }

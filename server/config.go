@@ -147,7 +147,9 @@ type Config struct {
 	ShutdownTimeout time.Duration
 
 	// RelayBatchSize is how many tasks the relay claims and publishes per
-	// store round trip; 0 means DefaultRelayBatchSize.
+	// store round trip, at most; 0 means DefaultRelayBatchSize. A round
+	// also stops claiming once its payloads reach half of
+	// MaxInflightBytes.
 	RelayBatchSize int
 	// MaxMessageBytes bounds every message body the server publishes or
 	// reads: the relay cuts a job's batches short to stay under it, and
@@ -162,8 +164,8 @@ type Config struct {
 	// MaxInflightBytes bounds the message bytes the server holds at once:
 	// the aggregator's prefetch is cut to what fits in it in messages of
 	// MaxMessageBytes (three quarters for results, a quarter for dead
-	// letters), and the relay claims at most half of it in payloads of
-	// MaxTaskBytes per round trip. 0 means DefaultMaxInflightBytes.
+	// letters), and a relay round stops claiming tasks once their
+	// payloads reach half of it. 0 means DefaultMaxInflightBytes.
 	MaxInflightBytes int64
 	// RelayWindow is how many task messages the relay keeps ready in the
 	// work queue at most, ahead of the workers: the rest of the backlog

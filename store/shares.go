@@ -13,6 +13,12 @@ import (
 type Round struct {
 	Messages int
 	Tasks    int
+	// Bytes, when above 0, bounds the payload bytes the round holds: the
+	// driver claims a job's share in task id order, and the jobs in the
+	// order Shares serves them, only while the payloads claimed so far
+	// are under Bytes (so at least one task, however large). The tasks
+	// left out stay pending for a later round.
+	Bytes int64
 	// Room, when set, returns the messages the round may send to work
 	// queue q, in place of Messages: the relay's free window in that
 	// queue. It is called once per queue that has jobs waiting.

@@ -29,7 +29,7 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultBatchSize    = 500
+	DefaultBatchSize    = 2000
 	DefaultConcurrency  = 2
 	DefaultPollInterval = 250 * time.Millisecond
 	// DefaultMaxMessageBytes is 4 MiB: well under RabbitMQ 4's default
@@ -52,9 +52,13 @@ type Config struct {
 	// Names are the exchange and queue names.
 	Names protocol.Names
 	// BatchSize is the most tasks claimed and published per store round
-	// trip; 0 means DefaultBatchSize. The publisher's confirm window bounds
-	// how many of them wait for confirms at once.
+	// trip; 0 means DefaultBatchSize. The publisher's confirm window
+	// bounds how many of them wait for confirms at once.
 	BatchSize int
+	// MaxRoundBytes, when above 0, bounds the payload bytes one round
+	// claims (store.Round.Bytes): what a round holds in memory, at most
+	// twice over while it encodes them.
+	MaxRoundBytes int64
 	// Concurrency is how many rounds (claim, publish, wait for the
 	// confirms, mark) Run keeps going at once, so that one round's
 	// publishing overlaps another's store work; 0 means
@@ -309,7 +313,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 // and, when it offered none because every work queue with jobs waiting
 // had too little room, those queues.
 func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []string, err error) {
-	round := store.Round{Messages: r.cfg.BatchSize, Tasks: r.cfg.BatchSize}
+	round := store.Round{Messages: r.cfg.BatchSize, Tasks: r.cfg.BatchSize, Bytes: r.cfg.MaxRoundBytes}
 	if r.cfg.Sizer != nil {
 		round.Batch = func(j store.PendingJob) (int, int) {
 			consumers, _ := r.consumers.Load(j.Queue)

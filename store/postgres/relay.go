@@ -85,19 +85,27 @@ func (s *Store) claimPending(ctx context.Context, tx pgx.Tx, round store.Round) 
 	// Each job's row is read once, not once per task: the aggregator
 	// updates a busy job's row all the time, and every probe of it walks
 	// the versions that left.
+	// Round.Bytes: the payloads are measured where they are, and those
+	// past the budget never leave the server (their rows stay locked, and
+	// pending, until the commit).
 	rows, err := tx.Query(ctx, `
 		WITH j AS MATERIALIZED (
 			SELECT q.ord, q.n, j.id, j.type, j.max_retries, j.batch_size, j.task_timeout_ms, j.queue
 			FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS q(job_id, n, ord)
-			JOIN jobs j ON j.id = q.job_id AND j.state IN ('pending', 'running'))
-		SELECT j.id, c.task_id, j.type, c.payload, j.max_retries, c.attempts, j.batch_size, c.generation, j.task_timeout_ms, j.queue
-		FROM j CROSS JOIN LATERAL (
-			SELECT t.task_id, t.payload, t.attempts, t.generation FROM tasks t
-			WHERE t.job_id = j.id AND t.state = 'pending'
-			ORDER BY t.task_id
-			LIMIT j.n
-			FOR UPDATE SKIP LOCKED) c
-		ORDER BY j.ord, c.task_id`, ids, limits)
+			JOIN jobs j ON j.id = q.job_id AND j.state IN ('pending', 'running')),
+		c AS (
+			SELECT j.ord, j.id, c.task_id, j.type, c.payload, j.max_retries, c.attempts, j.batch_size, c.generation, j.task_timeout_ms, j.queue,
+				sum(octet_length(c.payload)) OVER (ORDER BY j.ord, c.task_id) - octet_length(c.payload) AS before
+			FROM j CROSS JOIN LATERAL (
+				SELECT t.task_id, t.payload, t.attempts, t.generation FROM tasks t
+				WHERE t.job_id = j.id AND t.state = 'pending'
+				ORDER BY t.task_id
+				LIMIT j.n
+				FOR UPDATE SKIP LOCKED) c)
+		SELECT id, task_id, type, payload, max_retries, attempts, batch_size, generation, task_timeout_ms, queue
+		FROM c
+		WHERE $3::bigint <= 0 OR before < $3::bigint
+		ORDER BY ord, task_id`, ids, limits, round.Bytes)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: relay: claim tasks: %w", err)
 	}

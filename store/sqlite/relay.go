@@ -82,12 +82,15 @@ func (s *Store) outbox(ctx context.Context, round store.Round) ([]store.OutboxTa
 		return nil, err
 	}
 	shares := store.Shares(round, jobs, int(s.turn.Add(1)-1))
-	var tasks []store.OutboxTask
+	var (
+		tasks []store.OutboxTask
+		bytes int64
+	)
 	for i, j := range jobs {
-		if shares[i] == 0 {
+		if shares[i] == 0 || (round.Bytes > 0 && bytes >= round.Bytes) {
 			continue
 		}
-		if tasks, err = s.jobOutbox(ctx, tasks, j, shares[i]); err != nil {
+		if tasks, err = s.jobOutbox(ctx, tasks, j, shares[i], round.Bytes, &bytes); err != nil {
 			return nil, err
 		}
 	}
@@ -117,14 +120,16 @@ func (s *Store) pendingJobs(ctx context.Context, limit int) ([]store.PendingJob,
 }
 
 // jobOutbox appends up to limit pending tasks of job j, in task id
-// order, to tasks, with the batch size store.Shares chose for it.
-func (s *Store) jobOutbox(ctx context.Context, tasks []store.OutboxTask, j store.PendingJob, limit int) ([]store.OutboxTask, error) {
+// order, to tasks, with the batch size store.Shares chose for it, while
+// *bytes, the payload bytes taken so far, is under budget (budget 0:
+// no bound).
+func (s *Store) jobOutbox(ctx context.Context, tasks []store.OutboxTask, j store.PendingJob, limit int, budget int64, bytes *int64) ([]store.OutboxTask, error) {
 	rows, err := s.r.QueryContext(ctx, outboxSQL, j.ID, limit)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	for rows.Next() {
+	for rows.Next() && (budget <= 0 || *bytes < budget) {
 		var (
 			t         store.OutboxTask
 			timeoutMS int64
@@ -135,6 +140,7 @@ func (s *Store) jobOutbox(ctx context.Context, tasks []store.OutboxTask, j store
 		t.Queue = protocol.QueueOrDefault(t.Queue)
 		t.TaskTimeout = warren.Policy{TaskTimeout: time.Duration(timeoutMS) * time.Millisecond}.EffectiveTaskTimeout()
 		t.BatchSize = j.BatchSize
+		*bytes += int64(len(t.Payload))
 		tasks = append(tasks, t)
 	}
 	return tasks, rows.Err()

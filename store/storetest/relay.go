@@ -111,6 +111,30 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Len(t, allTasks(t, s, held.ID, warren.TaskPending), 4, "the job held back keeps its tasks")
 	})
 
+	t.Run("ClaimsWhileThePayloadsAreUnderTheRoundsBytes", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		a := newJob(t, s, 5) // payloads {"i":N}: 7 bytes each
+		b := newJob(t, s, 5)
+		var offered []store.OutboxTask
+		_, err := s.RelayRound(t.Context(), store.Round{Messages: 100, Tasks: 100, Bytes: 3*7 + 1},
+			func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+				offered = tasks
+				return publishAll(ctx, tasks)
+			})
+		require.NoError(t, err)
+		require.Equal(t, refs(a.ID, 1, 2, 3, 4), offeredRefs(offered), "21 bytes claimed are under 22: one more, then the budget is spent")
+		require.Len(t, allTasks(t, s, b.ID, warren.TaskPending), 5, "the rest stays pending")
+
+		_, err = s.RelayRound(t.Context(), store.Round{Messages: 1, Tasks: 1, Bytes: 1},
+			func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+				offered = tasks
+				return publishAll(ctx, tasks)
+			})
+		require.NoError(t, err)
+		require.Len(t, offered, 1, "a round takes at least one task, however large")
+	})
+
 	t.Run("CarriesTheJobsQueue", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
