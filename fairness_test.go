@@ -39,8 +39,11 @@ func TestASmallJobDoesNotWaitBehindABigOne(t *testing.T) {
 	const window = 100
 	b.relayWindow = window
 	b.startServer(t, b.store)
-	runWorker(t, newSleepingWorker(t, b, 2*time.Millisecond))
-	runWorker(t, newSleepingWorker(t, b, 2*time.Millisecond))
+	// Tasks of 10 ms go one per message with automatic batching, so a
+	// window of messages is a window of tasks, in which this test counts
+	// the small job's wait.
+	runWorker(t, newSleepingWorker(t, b, 10*time.Millisecond))
+	runWorker(t, newSleepingWorker(t, b, 10*time.Millisecond))
 
 	big := b.submitTyped(t, "sleep", 6000, warren.Policy{})
 	b.waitFor(t, func() bool { return b.applied.Load() >= 300 }, "the big job's first results")
