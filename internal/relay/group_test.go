@@ -102,3 +102,18 @@ func TestGroupKeepsTaskTimeoutsApart(t *testing.T) {
 	tasks := []store.OutboxTask{with(1, time.Minute), with(2, time.Minute), with(3, time.Hour), with(4, time.Hour)}
 	require.Equal(t, [][]string{{"a:1", "a:2"}, {"a:3", "a:4"}}, groupIDs(group(tasks, DefaultMaxMessageBytes)))
 }
+
+// The messages in flight are counted as the relay sends them: runs of a
+// job's tasks of at most its batch size, by work queue.
+func TestQueueMessagesCountsMessagesNotTasks(t *testing.T) {
+	t.Parallel()
+	var tasks []store.OutboxTask
+	for i := range 10 {
+		tasks = append(tasks, store.OutboxTask{JobID: "a", TaskID: int64(i + 1), BatchSize: 4})
+	}
+	for i := range 3 {
+		tasks = append(tasks, store.OutboxTask{JobID: "b", TaskID: int64(i + 1), BatchSize: 1, Queue: "gpu"})
+	}
+	tasks = append(tasks, store.OutboxTask{JobID: "c", TaskID: 1, BatchSize: 64})
+	require.Equal(t, map[string]int{"default": 3 + 1, "gpu": 3}, queueMessages(tasks))
+}

@@ -185,9 +185,9 @@ var retryPolicy = backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Seco
 type Relay struct {
 	cfg  Config
 	wake []chan struct{} // one per loop of Run
-	// inflight is how many tasks the loops have claimed and not yet
-	// published, by work queue: the queue's depth does not show them yet,
-	// so a round's room leaves them out.
+	// inflight is how many task messages the loops have claimed and not
+	// yet published, by work queue: the queue's depth does not show them
+	// yet, so a round's room leaves them out.
 	inflightMu sync.Mutex
 	inflight   map[string]int
 	// consumers is each work queue's consumers at its last depth reading.
@@ -339,7 +339,7 @@ func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []stri
 	)
 	n, err := r.cfg.Store.RelayRound(ctx, round, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
 		claimed = len(tasks)
-		counts := queueCounts(tasks)
+		counts := queueMessages(tasks)
 		r.addInflight(counts, 1)
 		defer r.addInflight(counts, -1)
 		for q := range counts {
@@ -381,16 +381,23 @@ func (r *Relay) stillFull(queues []string) bool {
 	return true
 }
 
-// queueCounts counts tasks by work queue.
-func queueCounts(tasks []store.OutboxTask) map[string]int {
+// queueMessages counts, by work queue, the messages tasks make: runs of
+// one job's tasks of at most its batch size, as group makes them (its
+// cuts to fit the message size aside).
+func queueMessages(tasks []store.OutboxTask) map[string]int {
 	counts := map[string]int{}
-	for _, t := range tasks {
-		counts[protocol.QueueOrDefault(t.Queue)]++
+	run := 0
+	for i, t := range tasks {
+		if i == 0 || t.JobID != tasks[i-1].JobID || run >= max(t.BatchSize, 1) {
+			counts[protocol.QueueOrDefault(t.Queue)]++
+			run = 0
+		}
+		run++
 	}
 	return counts
 }
 
-// addInflight adds sign times counts to the tasks in flight by queue.
+// addInflight adds sign times counts to the messages in flight by queue.
 func (r *Relay) addInflight(counts map[string]int, sign int) {
 	r.inflightMu.Lock()
 	defer r.inflightMu.Unlock()
