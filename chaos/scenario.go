@@ -24,6 +24,9 @@ type scenario struct {
 	prepare func(r *runner) error
 	// fault runs while the job runs; it records what it did in r.faults.
 	fault func(r *runner) error
+	// batchSize, when above 0, is the job's batch_size; 0 submits none,
+	// leaving the batch size to warren.
+	batchSize int
 }
 
 // target is the RabbitMQ the scenarios run on, and how to put the
@@ -229,11 +232,14 @@ func (r *runner) submit() error {
 		return err
 	}
 	w := bufio.NewWriter(f)
+	head := `{"type":"flaky","reduce":"sum","max_retries":3`
 	if r.tg.taskTimeout > 0 {
-		fmt.Fprintf(w, "{\"type\":\"flaky\",\"reduce\":\"sum\",\"max_retries\":3,\"task_timeout\":%d}\n", r.tg.taskTimeout)
-	} else {
-		fmt.Fprintln(w, `{"type":"flaky","reduce":"sum","max_retries":3}`)
+		head += fmt.Sprintf(`,"task_timeout":%d`, r.tg.taskTimeout)
 	}
+	if r.sc.batchSize > 0 {
+		head += fmt.Sprintf(`,"batch_size":%d`, r.sc.batchSize)
+	}
+	fmt.Fprintln(w, head+"}")
 	failEvery := 500
 	if r.tg.failEvery > 0 {
 		failEvery = r.tg.failEvery

@@ -19,6 +19,9 @@ func scenarios() []scenario {
 	return []scenario{
 		{name: "baseline", store: "sqlite"},
 		{name: "worker-kill9-x3", store: "sqlite", fault: workerKill9x3},
+		// One message per task: the workers' coalesced acks and results.
+		{name: "worker-kill9-x3-single", store: "sqlite", fault: workerKill9x3, batchSize: 1},
+		{name: "close-connections-single", store: "sqlite", fault: closeAllConnections, batchSize: 1},
 		{name: "worker-sigterm", store: "sqlite", fault: workerSigterm},
 		{name: "server-kill9", store: "sqlite", fault: serverKill9},
 		{name: "close-connections", store: "sqlite", fault: closeAllConnections},
