@@ -93,8 +93,9 @@ type JobSpec struct {
 	// (with the default tiers and 3 retries, 36 s), or the job is
 	// refused.
 	TaskTimeout float64 `json:"task_timeout,omitempty"`
-	// BatchSize is how many consecutive tasks go out as one task message;
-	// 0 for one message per task.
+	// BatchSize is how many consecutive tasks go out as one task message,
+	// 1 to 1000 (1: one message per task); 0 leaves it to warren, which
+	// sizes batches from the job's observed task durations.
 	BatchSize int `json:"batch_size,omitempty"`
 	// Priority is the job's share of the relay's window, 1 to 100 (0 for
 	// the server's default, 10): a job of priority 20 gets twice the share
