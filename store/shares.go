@@ -28,9 +28,9 @@ type Round struct {
 	// of its tasks this round packs into one message (1..
 	// warren.MaxBatchSize), and the most of its tasks the round may take
 	// (0 holds the job back this round). It is called once per such job,
-	// after Room was called for the job's queue; j.Pending equal to Tasks
-	// means the job has at least that many. nil means one task per
-	// message for them, and no limit.
+	// after Room was called for the job's queue; j.More says whether the
+	// job has more than j.Pending. nil means one task per message for
+	// them, and no limit.
 	Batch func(j PendingJob) (size, most int)
 }
 
@@ -46,9 +46,12 @@ type PendingJob struct {
 	// to the size the round uses (Round.Batch), which the driver gives
 	// the job's tasks (OutboxTask.BatchSize).
 	BatchSize int
-	// Pending is how many of its tasks are pending, counted up to the
-	// round's Tasks: no job can be given more.
+	// Pending is how many of its tasks are pending, counted up to a cap
+	// (PendingCap): More says whether it has more.
 	Pending int
+	// More reports that the job has more pending tasks than Pending (its
+	// count reached the cap).
+	More bool
 	// Queue is the job's work queue (warren.Policy.EffectiveQueue).
 	Queue string
 }
@@ -170,6 +173,19 @@ func shareQueue(shares []int, jobs []PendingJob, idx []int, messages int, tasks 
 			return
 		}
 	}
+}
+
+// MinPendingCap is the least PendingCap counts up to.
+const MinPendingCap = 256
+
+// PendingCap is how far a relay round counts each open job's pending
+// tasks (PendingJob.Pending), for a round of tasks tasks among openJobs
+// open jobs (as the previous round found them, say): far enough for any
+// job's share, twice the round's tasks divided between the jobs and at
+// least MinPendingCap, and no further than the round's tasks, so that a
+// round among many jobs with long backlogs does not count them all far.
+func PendingCap(tasks, openJobs int) int {
+	return max(1, min(tasks, max(MinPendingCap, 2*tasks/max(openJobs, 1))))
 }
 
 // SortQueues returns the work queue names queues (as a driver reads them

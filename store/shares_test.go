@@ -132,3 +132,12 @@ func TestSharesAsksTheRoundForAutomaticBatchSizes(t *testing.T) {
 	require.Equal(t, []int{5}, store.Shares(store.Round{Messages: 10, Tasks: 10}, without, 0))
 	require.Equal(t, 1, without[0].BatchSize, "without Round.Batch, one task per message")
 }
+
+func TestPendingCapCountsFarEnoughForAnyShare(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 2000, store.PendingCap(2000, 1), "one job may take the whole round")
+	require.Equal(t, 2000, store.PendingCap(2000, 0), "before the first round")
+	require.Equal(t, 1000, store.PendingCap(2000, 4), "twice an equal share")
+	require.Equal(t, store.MinPendingCap, store.PendingCap(2000, 100), "many jobs: no less than the minimum")
+	require.Equal(t, 10, store.PendingCap(10, 100), "never more than the round's tasks")
+}

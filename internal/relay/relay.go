@@ -318,7 +318,7 @@ func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []stri
 		round.Batch = func(j store.PendingJob) (int, int) {
 			consumers, _ := r.consumers.Load(j.Queue)
 			n, _ := consumers.(int)
-			return r.cfg.Sizer.Size(j, j.Pending >= round.Tasks, n)
+			return r.cfg.Sizer.Size(j, j.More, n)
 		}
 	}
 	roomy := false

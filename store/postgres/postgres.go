@@ -44,6 +44,9 @@ type Store struct {
 	now  func() time.Time
 	// turn is the next relay round's turn (store.Shares).
 	turn atomic.Int64
+	// openJobs is how many open jobs the last relay round found, for the
+	// next one's store.PendingCap.
+	openJobs atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)

@@ -69,9 +69,14 @@ func (s *Store) RelayRound(ctx context.Context, round store.Round, publish func(
 // claimPending locks and returns the pending tasks of open jobs that
 // round allows, shared between the jobs by store.Shares, grouped by job.
 func (s *Store) claimPending(ctx context.Context, tx pgx.Tx, round store.Round) ([]store.OutboxTask, error) {
-	jobs, err := pendingJobs(ctx, tx, round.Tasks)
-	if err != nil || len(jobs) == 0 {
+	limit := store.PendingCap(round.Tasks, int(s.openJobs.Load()))
+	jobs, open, err := pendingJobs(ctx, tx, limit)
+	if err != nil {
 		return nil, err
+	}
+	s.openJobs.Store(int64(open))
+	if len(jobs) == 0 {
+		return nil, nil
 	}
 	shares := store.Shares(round, jobs, int(s.turn.Add(1)-1))
 	ids := make([]string, 0, len(jobs))
@@ -143,7 +148,7 @@ func setBatchSizes(tasks []store.OutboxTask, jobs []store.PendingJob) {
 // pendingJobs returns the open jobs with pending tasks, oldest first, each
 // with its pending tasks counted up to limit (an index range of at most
 // limit rows per job).
-func pendingJobs(ctx context.Context, tx pgx.Tx, limit int) ([]store.PendingJob, error) {
+func pendingJobs(ctx context.Context, tx pgx.Tx, limit int) (jobs []store.PendingJob, open int, err error) {
 	rows, err := tx.Query(ctx, `
 		SELECT j.id, j.priority, j.batch_size, j.queue,
 			(SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT $1) p)
@@ -151,24 +156,26 @@ func pendingJobs(ctx context.Context, tx pgx.Tx, limit int) ([]store.PendingJob,
 		WHERE j.state IN ('pending', 'running')
 		ORDER BY j.created_at, j.id`, limit)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: relay: pending jobs: %w", err)
+		return nil, 0, fmt.Errorf("postgres: relay: pending jobs: %w", err)
 	}
 	all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.PendingJob, error) {
 		var j store.PendingJob
 		err := row.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &j.Pending)
 		j.Queue = protocol.QueueOrDefault(j.Queue)
+		j.More = j.Pending >= limit
 		return j, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("postgres: relay: pending jobs: %w", err)
+		return nil, 0, fmt.Errorf("postgres: relay: pending jobs: %w", err)
 	}
-	jobs := all[:0]
+	open = len(all)
+	jobs = all[:0]
 	for _, j := range all {
 		if j.Pending > 0 {
 			jobs = append(jobs, j)
 		}
 	}
-	return jobs, nil
+	return jobs, open, nil
 }
 
 // confirmedRefs keeps the refs publish returned that name a claimed task,

@@ -98,24 +98,31 @@ func (s *Store) outbox(ctx context.Context, round store.Round) ([]store.OutboxTa
 }
 
 // pendingJobs returns the open jobs with pending tasks, oldest first, each
-// with its pending tasks counted up to limit.
-func (s *Store) pendingJobs(ctx context.Context, limit int) ([]store.PendingJob, error) {
+// with its pending tasks counted up to store.PendingCap of tasks.
+func (s *Store) pendingJobs(ctx context.Context, tasks int) ([]store.PendingJob, error) {
+	limit := store.PendingCap(tasks, int(s.openJobs.Load()))
 	rows, err := s.r.QueryContext(ctx, pendingJobsSQL, limit)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var jobs []store.PendingJob
+	var (
+		jobs []store.PendingJob
+		open int64
+	)
 	for rows.Next() {
 		var j store.PendingJob
 		if err := rows.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &j.Pending); err != nil {
 			return nil, err
 		}
 		j.Queue = protocol.QueueOrDefault(j.Queue)
+		j.More = j.Pending >= limit
+		open++
 		if j.Pending > 0 {
 			jobs = append(jobs, j)
 		}
 	}
+	s.openJobs.Store(open)
 	return jobs, rows.Err()
 }
 

@@ -470,3 +470,29 @@ func TestIsBusyRecognisesALockedDatabase(t *testing.T) {
 	require.False(t, isBusy(errors.New("database is locked")))
 	_, _ = conn.ExecContext(ctx, `ROLLBACK`)
 }
+
+// BenchmarkRelayRoundManyJobs measures a relay round that finds 100 open
+// jobs of 5,000 pending tasks each and claims nothing (no room): the cost
+// of counting each job's pending tasks up to the round's tasks, paid by
+// every round while many jobs wait.
+func BenchmarkRelayRoundManyJobs(b *testing.B) {
+	for _, tasks := range []int{256, 2000} {
+		b.Run(fmt.Sprintf("tasks=%d", tasks), func(b *testing.B) {
+			s := openTest(b, filepath.Join(b.TempDir(), "warren.db"))
+			for range 100 {
+				if _, _, err := s.CreateJob(b.Context(), store.NewJob{Type: "bench"}, payloads(5000)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			round := store.Round{Messages: 1000, Tasks: tasks, Room: func(string) int { return 0 }}
+			for b.Loop() {
+				if _, err := s.RelayRound(b.Context(), round, func(context.Context, []store.OutboxTask) ([]store.TaskRef, error) {
+					b.Fatal("nothing should be claimed")
+					return nil, nil
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -103,6 +103,9 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, held.ID, asked[1].ID)
 		require.Zero(t, asked[0].BatchSize)
 		require.Equal(t, 10, asked[0].Pending, "pending counted up to the round's tasks")
+		require.True(t, asked[0].More, "12 tasks: more than counted")
+		require.Equal(t, 4, asked[1].Pending)
+		require.False(t, asked[1].More, "4 tasks: all counted")
 		require.NotEmpty(t, offered)
 		for _, task := range offered {
 			want := map[string]int{auto.ID: 5, fixed.ID: 3}[task.JobID]
