@@ -238,7 +238,7 @@ func New(cfg Config) (http.Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &server{cfg: cfg, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(),
+	s := &server{cfg: cfg, log: slog.New(requestIDHandler{cfg.Logger.Handler()}), auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(),
 		rules: rules{reducers: cfg.Reducers, tiers: cfg.RetryTiers, maxTaskBytes: cfg.MaxTaskBytes}}
 	s.metrics = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 		ErrorLog:      promLogger{cfg.Logger},
@@ -263,6 +263,7 @@ func New(cfg Config) (http.Handler, error) {
 // ServeHTTP answers a request the mux has a route for through the mux, and
 // any other with a JSON 404 or 405.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r = withRequestID(w, r)
 	defer s.recoverPanic(w, r)
 	r.Body = timeBody(w, r.Body, s.cfg.BodyTimeout)
 	if _, pattern := s.mux.Handler(r); pattern != "" {
@@ -305,7 +306,7 @@ func (s *server) recoverPanic(w http.ResponseWriter, r *http.Request) {
 	if v == http.ErrAbortHandler { // net/http's own signal to abort the response
 		panic(v)
 	}
-	s.log.Error("api: handler panicked", "method", r.Method, "path", r.URL.Path, "panic", v)
+	s.log.ErrorContext(r.Context(), "api: handler panicked", "method", r.Method, "path", r.URL.Path, "panic", v)
 	writeError(w, errorf(http.StatusInternalServerError, codeInternal, "internal error"))
 }
 
@@ -328,13 +329,13 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
 	defer cancel()
 	if err := s.cfg.Store.Ping(ctx); err != nil {
-		s.log.Warn("api: readiness: the job store does not answer", "error", err)
+		s.log.WarnContext(r.Context(), "api: readiness: the job store does not answer", "error", err)
 		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "not ready: the job store does not answer"))
 		return
 	}
 	if s.cfg.Ready != nil {
 		if err := s.cfg.Ready(ctx); err != nil {
-			s.log.Warn("api: readiness: not ready", "error", err)
+			s.log.WarnContext(r.Context(), "api: readiness: not ready", "error", err)
 			writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "not ready: %v", err))
 			return
 		}

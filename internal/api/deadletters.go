@@ -112,7 +112,7 @@ func (s *server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf(" (after replaying %d and skipping %d)", rep.Replayed, rep.Skipped))
 		return
 	}
-	s.log.Info("api: dead letters replayed", "job_id", f.JobID, "replayed", rep.Replayed, "skipped", rep.Skipped)
+	s.log.InfoContext(r.Context(), "api: dead letters replayed", "job_id", f.JobID, "replayed", rep.Replayed, "skipped", rep.Skipped)
 	writeJSON(w, http.StatusOK, replayResponse{Replayed: rep.Replayed, Skipped: rep.Skipped})
 }
 
@@ -132,7 +132,7 @@ func (s *server) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
 		s.deadLetterError(w, r, err, "purge dead letters", fmt.Sprintf(" (after purging %d)", n))
 		return
 	}
-	s.log.Info("api: dead letters purged", "job_id", f.JobID, "purged", n)
+	s.log.InfoContext(r.Context(), "api: dead letters purged", "job_id", f.JobID, "purged", n)
 	writeJSON(w, http.StatusOK, purgeResponse{Purged: n})
 }
 
@@ -151,7 +151,7 @@ func (s *server) deadLetters(w http.ResponseWriter) (DeadLetters, bool) {
 // before the error, for the message.
 func (s *server) deadLetterError(w http.ResponseWriter, r *http.Request, err error, what, done string) {
 	if r.Context().Err() != nil {
-		s.log.Debug("api: request cancelled", "op", what, "error", err)
+		s.log.DebugContext(r.Context(), "api: request cancelled", "op", what, "error", err)
 		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "request cancelled%s", done))
 		return
 	}
@@ -165,11 +165,11 @@ func (s *server) deadLetterError(w http.ResponseWriter, r *http.Request, err err
 		down = s.cfg.Store.Ping(ctx)
 	}
 	if down != nil {
-		s.log.Error("api: a dependency of the dead-letter queue does not answer", "op", what, "error", err, "ping_error", down)
+		s.log.ErrorContext(r.Context(), "api: a dependency of the dead-letter queue does not answer", "op", what, "error", err, "ping_error", down)
 		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "the broker or the job store is unavailable%s; retry later", done))
 		return
 	}
-	s.log.Error("api: dead-letter operation failed", "op", what, "error", err)
+	s.log.ErrorContext(r.Context(), "api: dead-letter operation failed", "op", what, "error", err)
 	writeError(w, errorf(http.StatusInternalServerError, codeInternal, "internal error%s", done))
 }
 

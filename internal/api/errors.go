@@ -99,18 +99,18 @@ func (s *server) storeError(w http.ResponseWriter, r *http.Request, err error, w
 	}
 	if r.Context().Err() != nil {
 		// The client went away; nobody reads the answer.
-		s.log.Debug("api: request cancelled", append(attrs, "op", what, "error", err)...)
+		s.log.DebugContext(r.Context(), "api: request cancelled", append(attrs, "op", what, "error", err)...)
 		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "request cancelled"))
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), probeTimeout)
 	defer cancel()
 	if pingErr := s.cfg.Store.Ping(ctx); pingErr != nil {
-		s.log.Error("api: the job store does not answer", append(attrs, "op", what, "error", err, "ping_error", pingErr)...)
+		s.log.ErrorContext(r.Context(), "api: the job store does not answer", append(attrs, "op", what, "error", err, "ping_error", pingErr)...)
 		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "the job store is unavailable; retry later"))
 		return
 	}
-	s.log.Error("api: store error", append(attrs, "op", what, "error", err)...)
+	s.log.ErrorContext(r.Context(), "api: store error", append(attrs, "op", what, "error", err)...)
 	writeError(w, errorf(http.StatusInternalServerError, codeInternal, "internal error"))
 }
 

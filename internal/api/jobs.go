@@ -278,7 +278,7 @@ func (s *server) blameCursor(r *http.Request, err error, retry func() error) err
 	if retryErr := retry(); retryErr != nil {
 		return retryErr
 	}
-	s.log.Debug("api: rejected a cursor", "error", err)
+	s.log.DebugContext(r.Context(), "api: rejected a cursor", "error", err)
 	return errorf(http.StatusBadRequest, codeInvalidParameter, "cursor is not a next_cursor this server returned")
 }
 
@@ -354,7 +354,7 @@ func (s *server) cancelJob(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, err, "cancel job", "job_id", id)
 		return
 	}
-	s.log.Info("api: job cancelled", "job_id", id)
+	s.log.InfoContext(r.Context(), "api: job cancelled", "job_id", id)
 	if s.cfg.OnCancel != nil {
 		s.cfg.OnCancel(id)
 	}
@@ -391,7 +391,7 @@ func (s *server) redriveJob(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, err, "redrive job", "job_id", id)
 		return
 	}
-	s.log.Info("api: job redriven", "job_id", id, "tasks", requeued)
+	s.log.InfoContext(r.Context(), "api: job redriven", "job_id", id, "tasks", requeued)
 	if s.cfg.OnRedrive != nil {
 		s.cfg.OnRedrive(id)
 	}
@@ -436,7 +436,7 @@ func (s *server) deleteJob(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, r, err, "delete job", "job_id", id)
 		return
 	}
-	s.log.Info("api: job deleted", "job_id", id)
+	s.log.InfoContext(r.Context(), "api: job deleted", "job_id", id)
 	if s.cfg.OnDelete != nil {
 		s.cfg.OnDelete(id)
 	}

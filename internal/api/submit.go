@@ -127,7 +127,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 			writeError(w, e)
 			return
 		}
-		s.log.Error("api: spool a submission", "type", spec.Type, "error", err)
+		s.log.ErrorContext(r.Context(), "api: spool a submission", "type", spec.Type, "error", err)
 		writeError(w, errorf(http.StatusInternalServerError, codeInternal, "internal error"))
 		return
 	}
@@ -148,13 +148,13 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 	}
 	if created {
 		s.cfg.Metrics.jobCreated(job.ExpectedTasks)
-		s.log.Info("api: job submitted", "job_id", job.ID, "type", job.Type, "tasks", job.ExpectedTasks)
+		s.log.InfoContext(r.Context(), "api: job submitted", "job_id", job.ID, "type", job.Type, "tasks", job.ExpectedTasks)
 		if s.cfg.OnSubmit != nil {
 			s.cfg.OnSubmit(job.ID)
 		}
 	} else {
 		s.cfg.Metrics.idempotentReplay()
-		s.log.Debug("api: idempotent replay", "job_id", job.ID)
+		s.log.DebugContext(r.Context(), "api: idempotent replay", "job_id", job.ID)
 	}
 	url := jobURL(job.ID)
 	w.Header().Set("Location", url)
