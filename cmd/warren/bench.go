@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/warrenhq/warren"
@@ -82,7 +81,7 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 		Concurrency: f.concurrency, Prefetch: f.prefetch, RelayBatch: f.relayBatch, AggregatorBatch: f.aggBatch,
 		Rounds: f.rounds, CPUProfile: f.cpuProfile, MemProfile: f.memProfile,
 		Progress: func(format string, a ...any) { fmt.Fprintf(env.stderr, "warren bench: "+format+"\n", a...) },
-		Logger:   slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:   quietLogger(fs, env),
 	})
 	if err != nil {
 		return err

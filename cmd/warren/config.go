@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -87,16 +88,66 @@ func parse(fs *flag.FlagSet, args []string, env *environment) error {
 		fmt.Fprintf(env.stderr, "warren %s: unexpected argument %q\n", fs.Name(), strings.Join(fs.Args(), " "))
 		return errUsage
 	}
-	return nil
+	return applyLogFlags(fs, env)
 }
 
+// newFlagSet returns a command's flag set with the flags every command
+// has: --log-format and --log-level.
 func newFlagSet(name, summary string, env *environment) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: warren %s [flags]\n\n%s\n\nFlags:\n", name, summary)
 		fs.PrintDefaults()
 	}
+	fs.String("log-format", orDefault(env.getenv("WARREN_LOG_FORMAT"), "text"), "log lines as text (key=value) or json (env WARREN_LOG_FORMAT)")
+	fs.String("log-level", orDefault(env.getenv("WARREN_LOG_LEVEL"), "info"), "the least level logged: debug, info, warn or error (env WARREN_LOG_LEVEL)")
 	return fs
+}
+
+// applyLogFlags sets env.logger from fs's --log-format and --log-level,
+// once fs is parsed; a bad value is a usage error that names the flag.
+func applyLogFlags(fs *flag.FlagSet, env *environment) error {
+	level := fs.Lookup("log-level").Value.String()
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		fmt.Fprintf(env.stderr, "warren %s: --log-level must be debug, info, warn or error, got %q\n", fs.Name(), level)
+		return errUsage
+	}
+	logger, err := newLogger(fs, env, lv)
+	if err != nil {
+		return err
+	}
+	env.setLogger(logger)
+	return nil
+}
+
+// newLogger returns a logger to env.stderr in fs's --log-format at level.
+func newLogger(fs *flag.FlagSet, env *environment, level slog.Level) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch format := fs.Lookup("log-format").Value.String(); format {
+	case "text":
+		return slog.New(slog.NewTextHandler(env.stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(env.stderr, opts)), nil
+	default:
+		fmt.Fprintf(env.stderr, "warren %s: --log-format must be text or json, got %q\n", fs.Name(), format)
+		return nil, errUsage
+	}
+}
+
+// quietLogger is the logger of commands whose own output is the point
+// (bench, demo): env.logger when --log-level or WARREN_LOG_LEVEL chose a
+// level, else warnings and errors only, in --log-format. fs is parsed.
+func quietLogger(fs *flag.FlagSet, env *environment) *slog.Logger {
+	chosen := env.getenv("WARREN_LOG_LEVEL") != ""
+	fs.Visit(func(f *flag.Flag) { chosen = chosen || f.Name == "log-level" })
+	if chosen {
+		return env.logger
+	}
+	if logger, err := newLogger(fs, env, slog.LevelWarn); err == nil {
+		return logger
+	}
+	return env.logger
 }
 
 // redactDB hides a password in a database URL for logs.

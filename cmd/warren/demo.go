@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"sort"
 	"time"
 
@@ -40,6 +39,7 @@ func runDemo(ctx context.Context, args []string, env *environment) error {
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
+	env.setLogger(quietLogger(fs, env))
 	if err := checkAMQPURL(f.amqpURL); err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func runDemoJob(ctx context.Context, f demoFlags, files int, chunks []string, en
 	bar := newProgress(progressOut)
 	res, err := demo.Run(ctx, demo.Config{AMQPURL: f.amqpURL, DatabaseURL: f.database, Prefix: f.prefix,
 		Workers: f.workers, FailRate: f.failRate, OnProgress: bar.update,
-		Logger: slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}, chunks)
+		Logger: env.logger}, chunks)
 	bar.finish()
 	if err != nil {
 		if res.Job.ID != "" && res.Job.State != client.JobCompleted {

@@ -70,7 +70,7 @@ func parseWithID(fs *flag.FlagSet, args []string, env *environment) (string, err
 		fmt.Fprintf(env.stderr, "warren %s: want exactly one job id, got %d arguments\n", fs.Name(), len(positional))
 		return "", errUsage
 	}
-	return positional[0], nil
+	return positional[0], applyLogFlags(fs, env)
 }
 
 func runSubmit(ctx context.Context, args []string, env *environment) error {
@@ -98,6 +98,9 @@ func runSubmit(ctx context.Context, args []string, env *environment) error {
 	if len(positional) > 1 {
 		fmt.Fprintln(env.stderr, "warren submit: at most one FILE")
 		return errUsage
+	}
+	if err := applyLogFlags(fs, env); err != nil {
+		return err
 	}
 	var in io.Reader = os.Stdin
 	if len(positional) == 1 && positional[0] != "-" {

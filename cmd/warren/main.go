@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync"
 	"syscall"
 )
 
@@ -48,7 +49,26 @@ var commands = []command{
 type environment struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
-	logger         *slog.Logger
+	// logger is the command's logger; the command's goroutine reads it,
+	// and sets it with setLogger (its flags choose it).
+	logger *slog.Logger
+	// mu guards logger against other goroutines, which read it with log.
+	mu sync.Mutex
+}
+
+// setLogger sets the command's logger.
+func (e *environment) setLogger(l *slog.Logger) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.logger = l
+}
+
+// log returns the command's logger, for goroutines other than the
+// command's.
+func (e *environment) log() *slog.Logger {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.logger
 }
 
 // errUsage marks an error whose message the flag package already printed.
@@ -71,7 +91,7 @@ func main() {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-sigs
-		env.logger.Info("shutting down: finishing in-flight work; a second signal exits at once")
+		env.log().Info("shutting down: finishing in-flight work; a second signal exits at once")
 		cancel()
 		<-sigs
 		// Nothing is lost: whatever was not acknowledged goes back to its

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -134,4 +135,37 @@ func TestMigrateCreatesTheStore(t *testing.T) {
 	// Twice is fine.
 	code, _, errOut = runCLI(t, nil, "migrate", "--database", "sqlite://"+path)
 	require.Equal(t, 0, code, errOut)
+}
+
+// Every command takes --log-format and --log-level (or WARREN_LOG_FORMAT
+// and WARREN_LOG_LEVEL), and refuses a bad value with one line naming the
+// flag.
+func TestEveryCommandTakesTheLogFlags(t *testing.T) {
+	t.Parallel()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "w.db")
+	var out, errb bytes.Buffer
+	env := &environment{stdout: &out, stderr: &errb, getenv: func(string) string { return "" }, logger: slog.New(slog.DiscardHandler)}
+	require.Equal(t, 0, run(t.Context(), []string{"migrate", "--database", db, "--log-format", "json"}, env))
+	var line map[string]any
+	require.NoError(t, json.Unmarshal(bytes.TrimSpace(errb.Bytes()), &line), errb.String())
+	require.Equal(t, "store migrated", line["msg"])
+
+	errb.Reset()
+	require.Equal(t, 0, run(t.Context(), []string{"migrate", "--database", db, "--log-level", "warn"}, env))
+	require.Empty(t, errb.String(), "info is below warn")
+
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"migrate", "--database", db, "--log-format", "xml"}, nil, `warren migrate: --log-format must be text or json, got "xml"`},
+		{[]string{"status", "ID", "--log-level", "loud"}, nil, `warren status: --log-level must be debug, info, warn or error, got "loud"`},
+		{[]string{"migrate", "--database", db}, map[string]string{"WARREN_LOG_FORMAT": "yaml"}, `warren migrate: --log-format must be text or json, got "yaml"`},
+	} {
+		errb.Reset()
+		env := &environment{stdout: &out, stderr: &errb, getenv: func(k string) string { return c.env[k] }, logger: slog.New(slog.DiscardHandler)}
+		require.Equal(t, 2, run(t.Context(), c.args, env), "%v", c.args)
+		require.Equal(t, c.want+"\n", errb.String())
+	}
 }
