@@ -27,8 +27,9 @@ type Round struct {
 	// warren (PendingJob.BatchSize 0, warren.Policy.AutoBatch): how many
 	// of its tasks this round packs into one message (1..
 	// warren.MaxBatchSize), and the most of its tasks the round may take
-	// (0 holds the job back this round). It is called once per such job,
-	// after Room was called for the job's queue; j.More says whether the
+	// (0 holds the job back this round). It is called once per such job
+	// whose queue has room (after Room was called for it) while the
+	// round has tasks left; j.More says whether the
 	// job has more than j.Pending. nil means one task per message for
 	// them, and no limit.
 	Batch func(j PendingJob) (size, most int)
@@ -84,7 +85,7 @@ func Shares(r Round, jobs []PendingJob, turn int) []int {
 		for i := range all {
 			all[i] = i
 		}
-		r.resolveBatches(jobs, all)
+		r.resolveBatches(jobs, all, r.Messages > 0)
 		shareQueue(shares, jobs, all, r.Messages, &tasks, turn)
 		return shares
 	}
@@ -99,7 +100,7 @@ func Shares(r Round, jobs []PendingJob, turn int) []int {
 	for k := range queues {
 		q := queues[rotate(turn, k, len(queues))]
 		room := r.Room(q)
-		r.resolveBatches(jobs, byQueue[q])
+		r.resolveBatches(jobs, byQueue[q], room > 0 && tasks > 0)
 		shareQueue(shares, jobs, byQueue[q], room, &tasks, turn)
 	}
 	return shares
@@ -107,14 +108,17 @@ func Shares(r Round, jobs []PendingJob, turn int) []int {
 
 // resolveBatches sets the batch size of the jobs idx (indexes into jobs)
 // that have none: Round.Batch's, within 1..warren.MaxBatchSize, cutting
-// their Pending to the most it allows.
-func (r Round) resolveBatches(jobs []PendingJob, idx []int) {
+// their Pending to the most it allows. Unless ask (their queue has room
+// and the round has tasks left), they get 1 without Round.Batch being
+// asked: they get no tasks, and asking may spend what a job may send
+// while its durations are unknown (autobatch's probe).
+func (r Round) resolveBatches(jobs []PendingJob, idx []int, ask bool) {
 	for _, i := range idx {
 		if jobs[i].BatchSize > 0 {
 			continue
 		}
 		b := 1
-		if r.Batch != nil {
+		if r.Batch != nil && ask {
 			size, most := r.Batch(jobs[i])
 			b = min(max(size, 1), warren.MaxBatchSize)
 			jobs[i].Pending = min(jobs[i].Pending, max(most, 0))

@@ -141,3 +141,21 @@ func TestPendingCapCountsFarEnoughForAnyShare(t *testing.T) {
 	require.Equal(t, store.MinPendingCap, store.PendingCap(2000, 100), "many jobs: no less than the minimum")
 	require.Equal(t, 10, store.PendingCap(10, 100), "never more than the round's tasks")
 }
+
+// A job whose queue has no room this round is not asked about: asking
+// may spend its probe (autobatch) on tasks that do not go out.
+func TestSharesAsksNothingForAQueueWithoutRoom(t *testing.T) {
+	t.Parallel()
+	jobs := []store.PendingJob{job("full", 10, 0, 50), job("roomy", 10, 0, 50)}
+	jobs[0].Queue, jobs[1].Queue = "full", "roomy"
+	var asked []string
+	round := store.Round{Messages: 10, Tasks: 100,
+		Room: func(q string) int { return map[string]int{"roomy": 10}[q] },
+		Batch: func(j store.PendingJob) (int, int) {
+			asked = append(asked, j.ID)
+			return 2, j.Pending
+		}}
+	require.Equal(t, []int{0, 20}, store.Shares(round, jobs, 0))
+	require.Equal(t, []string{"roomy"}, asked)
+	require.Equal(t, 1, jobs[0].BatchSize, "a size all the same, one task per message")
+}
