@@ -297,6 +297,7 @@ func TestEventsAreThrottled(t *testing.T) {
 	for _, ev := range progress {
 		require.Equal(t, "progress", ev.event)
 	}
+	t.Logf("%d changes in %s gave %d progress events", all.CompletedTasks, elapsed, len(progress))
 	limit := int(elapsed/api.DefaultEventsMinInterval) + 2
 	require.LessOrEqual(t, len(progress), limit, "%d progress events in %s, after %d changes", len(progress), elapsed, all.CompletedTasks)
 	require.GreaterOrEqual(t, len(progress), 2, "progress is streamed while the job runs (%s)", elapsed)
