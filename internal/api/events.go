@@ -348,6 +348,8 @@ func (s *server) jobEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer e.unsubscribe(sub)
+	s.cfg.Metrics.eventStream(1)
+	defer s.cfg.Metrics.eventStream(-1)
 
 	st := newEventStream(w, srv)
 	defer st.end()

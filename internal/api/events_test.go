@@ -443,9 +443,12 @@ func TestEventsRefusedWhenClosedOrFull(t *testing.T) {
 	resp := b.get(t, "/v1/jobs/"+job.ID+"/events")
 	requireError(t, resp, http.StatusServiceUnavailable, "unavailable")
 	require.Contains(t, errorMessage(t, resp), "too many event streams")
+	require.Contains(t, string(b.get(t, "/metrics").body), "\nwarren_api_event_streams 1\n")
 
 	events.Close()
 	s.requireEnd(t)
+	require.Contains(t, string(b.get(t, "/metrics").body), "\nwarren_api_event_streams 0\n",
+		"a stream is no longer counted once it ended")
 	resp = b.get(t, "/v1/jobs/"+job.ID+"/events")
 	requireError(t, resp, http.StatusServiceUnavailable, "unavailable")
 	require.Contains(t, errorMessage(t, resp), "shutting down")
