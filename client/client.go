@@ -3,7 +3,8 @@
 //
 //	c := client.New("http://127.0.0.1:8080", client.WithToken(tok))
 //	job, err := c.Submit(ctx, client.JobSpec{Type: "thumbnail", Tasks: payloads, Reduce: "collect"})
-//	final, err := c.Wait(ctx, job.ID, nil)
+//	final, err := c.Wait(ctx, job.ID, nil)                     // polls
+//	final, err = c.Watch(ctx, job.ID, func(j client.Job) { ... }) // follows its events
 package client
 
 import (

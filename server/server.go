@@ -75,6 +75,7 @@ type Server struct {
 	sizer    *autobatch.Sizer
 	recon    *reconciler.Reconciler
 	sweeper  *retention.Sweeper
+	events   *api.Events            // the API's job event streams, told of the jobs this server closes
 	deleted  *prometheus.CounterVec // jobs deleted, by reason
 	purged   prometheus.Counter     // task rows of deleted jobs purged
 	http     *http.Server
@@ -151,6 +152,7 @@ func (s *Server) start(ctx context.Context) (err error) {
 		}
 		s.ownStore = true
 	}
+	s.events = api.NewEvents(api.EventsConfig{})
 	apiMetrics, err := s.registerMetrics()
 	if err != nil {
 		return err
@@ -183,6 +185,7 @@ func (s *Server) start(ctx context.Context) (err error) {
 		OnRedrive:   func(string) { s.WakeRelay() },
 		OnCancel:    s.broadcastCancel,
 		OnDelete:    s.jobDeleted,
+		Events:      s.events,
 		Logger:      s.log,
 	})
 	if err != nil {
@@ -196,6 +199,9 @@ func (s *Server) start(ctx context.Context) (err error) {
 	// progress instead (Config.BodyTimeout).
 	s.http = &http.Server{Handler: handler, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	// Event streams last as long as their jobs: Shutdown ends them rather
+	// than waiting for them until ShutdownTimeout.
+	s.http.RegisterOnShutdown(s.events.Close)
 
 	runCtx, stop := context.WithCancel(context.Background())
 	s.stop, s.done = stop, make(chan struct{})
@@ -238,9 +244,18 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 		relay.NewBacklogCollector(s.store), metrics.NewDepthCollector(s.consumerConn, queues...))
 	h := s.cfg.Hooks
 	s.aggHooks = aggregator.NewMetrics(s.registry).Hooks(aggregator.Hooks{
-		OnBatch: h.OnBatch, OnInvalid: h.OnInvalid, OnOutcomes: s.sizer.Observe,
+		OnInvalid: h.OnInvalid, OnOutcomes: s.sizer.Observe,
+		OnBatch: func(size int, report store.ApplyReport) {
+			for _, id := range report.ReadyToClose {
+				s.events.Notify(id) // its last outcome: the streams show it now, the close follows
+			}
+			if h.OnBatch != nil {
+				h.OnBatch(size, report)
+			}
+		},
 		OnJobClosed: func(id string, state warren.JobState) {
 			s.sizer.Forget(id)
+			s.events.Notify(id)
 			if h.OnJobClosed != nil {
 				h.OnJobClosed(id, state)
 			}
@@ -330,9 +345,13 @@ func (s *Server) Done() <-chan struct{} {
 	return s.done
 }
 
-// closeResources closes what start opened: the listener, the broker
-// connections and the store (only if the server opened it).
+// closeResources closes what start opened: the event streams' hub, the
+// listener, the broker connections and the store (only if the server
+// opened it).
 func (s *Server) closeResources() {
+	if s.events != nil {
+		s.events.Close()
+	}
 	if s.listener != nil {
 		_ = s.listener.Close()
 	}

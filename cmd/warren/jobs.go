@@ -245,14 +245,14 @@ func printStatus(w io.Writer, j client.Job) {
 
 func runWatch(ctx context.Context, args []string, env *environment) error {
 	var cf clientFlags
-	fs := newFlagSet("watch", "Show a job's progress until it closes: warren watch ID. Exits 0 only if the job completed.", env)
+	fs := newFlagSet("watch", "Show a job's progress until it closes: warren watch ID. Exits 0 only if the job completed.\nFollows the job's event stream, or polls a server without one.", env)
 	cf.register(fs, env)
 	id, err := parseWithID(fs, args, env)
 	if err != nil {
 		return err
 	}
 	bar := newProgress(env.stdout)
-	job, err := cf.client().Wait(ctx, id, &client.WaitOpts{OnProgress: bar.update})
+	job, err := cf.client().Watch(ctx, id, bar.update)
 	bar.finish()
 	if err != nil {
 		return err

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -148,4 +152,78 @@ func TestDeleteCommand(t *testing.T) {
 	require.Contains(t, errOut, "404")
 	code, _, _ = runCLI(t, nil, "delete", "--server", url)
 	require.Equal(t, 2, code, "the id is required")
+}
+
+// `warren watch` follows a job through its event stream: progress, then
+// the closed job's status, exit 0 when it completed, and no polling.
+func TestWatchFollowsEvents(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "w.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	h, err := api.New(api.Config{Store: st, Tokens: []api.Token{{Value: "tok", Scopes: []api.Scope{api.ScopeRead}}}})
+	require.NoError(t, err)
+	streamed := make(chan struct{}, 10)
+	var polls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/events") {
+			streamed <- struct{}{}
+		} else {
+			polls.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+
+	ctx := context.Background()
+	job, _, err := st.CreateJob(ctx, store.NewJob{Type: "echo", Policy: warren.Policy{Reduce: "collect"}},
+		func(yield func(json.RawMessage, error) bool) {
+			_ = yield(json.RawMessage(`1`), nil) && yield(json.RawMessage(`2`), nil)
+		})
+	require.NoError(t, err)
+	type answer struct {
+		code        int
+		out, errOut string
+	}
+	done := make(chan answer, 1)
+	go func() {
+		code, out, errOut := runCLI(t, map[string]string{"WARREN_TOKEN": "tok"}, "watch", job.ID, "--server", srv.URL)
+		done <- answer{code, out, errOut}
+	}()
+	select {
+	case <-streamed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("warren watch opened no event stream")
+	}
+	_, err = st.RelayBatch(ctx, 10, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+		refs := make([]store.TaskRef, len(tasks))
+		for i, tk := range tasks {
+			refs[i] = tk.Ref()
+		}
+		return refs, nil
+	})
+	require.NoError(t, err)
+	_, err = st.ApplyOutcomes(ctx, []store.Outcome{
+		{JobID: job.ID, TaskID: 1, State: warren.TaskCompleted, Result: json.RawMessage(`1`), Attempts: 1},
+		{JobID: job.ID, TaskID: 2, State: warren.TaskCompleted, Result: json.RawMessage(`2`), Attempts: 1},
+	})
+	require.NoError(t, err)
+	job, err = st.GetJob(ctx, job.ID)
+	require.NoError(t, err)
+	closed, err := st.FinishJob(ctx, job.ID, job.Version, warren.JobCompleted, []byte(`[1,2]`), "")
+	require.NoError(t, err)
+	require.True(t, closed)
+
+	var a answer
+	select {
+	case a = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("warren watch did not return")
+	}
+	require.Equal(t, 0, a.code, "stderr: %s", a.errOut)
+	require.Contains(t, a.out, "progress: pending 0/2 tasks done (0 failed)")
+	require.Contains(t, a.out, "progress: completed 2/2 tasks done (0 failed)")
+	require.Contains(t, a.out, "state     completed\n")
+	require.Contains(t, a.out, "result    /v1/jobs/"+job.ID+"/result\n")
+	require.Zero(t, polls.Load(), "no polling: the events drove the output")
 }

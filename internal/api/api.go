@@ -127,6 +127,12 @@ type Config struct {
 	// another is refused with 422. nil means reduce.NewRegistry(), the
 	// built-ins. Give the aggregator the same registry.
 	Reducers *reduce.Registry
+	// Events is the hub of the job event streams (GET
+	// /v1/jobs/{id}/events); the server calls its Notify when it closed a
+	// job. nil means a hub of the handler's own, with the default
+	// EventsConfig. The handler notifies it of the jobs it cancels,
+	// redrives and deletes itself.
+	Events *Events
 	// Logger receives the handler's logs. nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -195,6 +201,7 @@ type server struct {
 	log     *slog.Logger
 	auth    *authenticator
 	mux     *http.ServeMux
+	events  *Events  // the hub of the event streams
 	methods []string // every method some route answers, for 405's Allow
 	metrics http.Handler
 	// unmatched answers requests no route matches (noRoute, instrumented).
@@ -218,6 +225,7 @@ func (s *server) routes() []route {
 		{"GET /v1/jobs/{id}", ScopeRead, s.getJob},
 		{"GET /v1/jobs/{id}/tasks", ScopeRead, s.listTasks},
 		{"GET /v1/jobs/{id}/result", ScopeRead, s.getResult},
+		{"GET /v1/jobs/{id}/events", ScopeRead, s.jobEvents},
 		{"POST /v1/jobs/{id}/cancel", ScopeWrite, s.cancelJob},
 		{"POST /v1/jobs/{id}/redrive", ScopeWrite, s.redriveJob},
 		{"DELETE /v1/jobs/{id}", ScopeWrite, s.deleteJob},
@@ -240,6 +248,9 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	s := &server{cfg: cfg, log: slog.New(requestIDHandler{cfg.Logger.Handler()}), auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(),
 		rules: rules{reducers: cfg.Reducers, tiers: cfg.RetryTiers, maxTaskBytes: cfg.MaxTaskBytes}}
+	if err := s.useEvents(); err != nil {
+		return nil, err
+	}
 	s.metrics = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
 		ErrorLog:      promLogger{cfg.Logger},
 		ErrorHandling: promhttp.ContinueOnError, // a failing collector is logged and left out

@@ -9,3 +9,10 @@ func Routes() map[string]Scope {
 	}
 	return m
 }
+
+// WatchedJobs is how many jobs e is watching (polling) now.
+func WatchedJobs(e *Events) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.watches)
+}

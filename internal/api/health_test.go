@@ -116,6 +116,7 @@ func storeCalls(id string) []struct{ method, path, body string } {
 		{http.MethodGet, "/v1/jobs/" + id, ""},
 		{http.MethodGet, "/v1/jobs/" + id + "/tasks", ""},
 		{http.MethodGet, "/v1/jobs/" + id + "/result", ""},
+		{http.MethodGet, "/v1/jobs/" + id + "/events", ""},
 		{http.MethodPost, "/v1/jobs/" + id + "/cancel", ""},
 		{http.MethodPost, "/v1/jobs/" + id + "/redrive", ""},
 		{http.MethodDelete, "/v1/jobs/" + id, ""},

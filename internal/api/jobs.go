@@ -2,6 +2,7 @@ package api
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -141,11 +142,16 @@ func utc(t *time.Time) *time.Time {
 
 // jobDetail returns job with its sample of failed tasks.
 func (s *server) jobDetail(r *http.Request, job warren.Job) (jobDetailJSON, error) {
+	return s.jobDetailContext(r.Context(), job)
+}
+
+// jobDetailContext is jobDetail outside a request (the events hub's).
+func (s *server) jobDetailContext(ctx context.Context, job warren.Job) (jobDetailJSON, error) {
 	out := jobDetailJSON{jobJSON: toJobJSON(job, s.cfg.Retention), Errors: []taskErrorJSON{}}
 	if job.FailedTasks == 0 {
 		return out, nil
 	}
-	sample, err := s.cfg.Store.JobErrors(r.Context(), job.ID, maxErrorSample)
+	sample, err := s.cfg.Store.JobErrors(ctx, job.ID, maxErrorSample)
 	if err != nil {
 		return jobDetailJSON{}, err
 	}

@@ -26,13 +26,15 @@ const jobsScrapeTimeout = 5 * time.Second
 //     created by submissions, and their tasks;
 //   - warren_idempotent_replays_total: submissions answered with an
 //     existing job because of their Idempotency-Key;
-//   - warren_jobs{state}: jobs in the store by state, counted when scraped.
+//   - warren_jobs{state}: jobs in the store by state, counted when scraped;
+//   - warren_api_event_streams: job event streams open now.
 type Metrics struct {
 	requests       *prometheus.CounterVec
 	durations      *prometheus.HistogramVec
 	jobsSubmitted  prometheus.Counter
 	tasksSubmitted prometheus.Counter
 	replays        prometheus.Counter
+	eventStreams   prometheus.Gauge
 }
 
 // NewMetrics creates the API's metrics and registers them, with the
@@ -63,12 +65,16 @@ func NewMetrics(reg prometheus.Registerer, st store.Store) (*Metrics, error) {
 			Name: "warren_idempotent_replays_total",
 			Help: "Submissions answered with an existing job because of their Idempotency-Key.",
 		}),
+		eventStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "warren_api_event_streams",
+			Help: "Job event streams (GET /v1/jobs/{id}/events) open now.",
+		}),
 	}
 	jobs := &jobsCollector{
 		store: st,
 		desc:  prometheus.NewDesc("warren_jobs", "Jobs in the store, by state.", []string{"state"}, nil),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.durations, m.jobsSubmitted, m.tasksSubmitted, m.replays, jobs} {
+	for _, c := range []prometheus.Collector{m.requests, m.durations, m.jobsSubmitted, m.tasksSubmitted, m.replays, m.eventStreams, jobs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -101,6 +107,14 @@ func (m *Metrics) idempotentReplay() {
 		return
 	}
 	m.replays.Inc()
+}
+
+// eventStream counts an event stream that opened (delta 1) or ended (-1).
+func (m *Metrics) eventStream(delta float64) {
+	if m == nil {
+		return
+	}
+	m.eventStreams.Add(delta)
 }
 
 // jobStates are the states warren_jobs reports, each always present.
