@@ -49,10 +49,10 @@ type workerList struct {
 
 // queueJSON is a queue in the body of GET /v1/queues.
 type queueJSON struct {
-	Name           string `json:"name"`
-	Kind           string `json:"kind"`
-	Messages       int    `json:"messages"`
-	Consumers      int    `json:"consumers"`
+	Name      string `json:"name"`
+	Kind      string `json:"kind"`
+	Messages  int    `json:"messages"`
+	Consumers int    `json:"consumers"`
 	// Only on dead-letter queues: a number, or null until known.
 	DeadLetters1m  any `json:"dead_letters_1m,omitempty"`
 	DeadLetters15m any `json:"dead_letters_15m,omitempty"`
