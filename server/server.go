@@ -377,6 +377,11 @@ func (s *Server) URL() string {
 	return "http://" + s.listener.Addr().String()
 }
 
+// Registry is the Prometheus registry of the server's metrics, served at
+// /metrics, once started (nil before). An embedding program may register
+// collectors of its own on it.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
 // Store is the server's job store once started.
 func (s *Server) Store() store.Store { return s.store }
 
