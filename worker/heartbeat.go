@@ -69,12 +69,27 @@ func (h *heartbeater) run() {
 			return
 		case err := <-closed:
 			// Not a reason to reconnect: the task channels are fine. The
-			// next connected period opens a new one.
-			h.w.log.Warn("worker: the heartbeat channel closed; no heartbeats until the next reconnect", "error", err)
+			// next connected period opens a new one. A connection that
+			// closes takes it along, which the rest of Run reports.
+			log := h.w.log.Debug
+			if err != nil && channelError(err.Code) {
+				log = h.w.log.Warn
+			}
+			log("worker: the heartbeat channel closed; no heartbeats until the next reconnect", "error", err)
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// channelError reports whether an AMQP close code is the broker closing
+// the channel over what was done on it, not its connection going.
+func channelError(code int) bool {
+	switch code {
+	case amqp.AccessRefused, amqp.NotFound, amqp.ResourceLocked, amqp.PreconditionFailed:
+		return true
+	}
+	return false
 }
 
 // stop ends the loop; the channel closes with its connection.

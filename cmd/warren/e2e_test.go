@@ -486,7 +486,7 @@ func TestWorkerMetricsEndpoint(t *testing.T) {
 		"WARREN_METRICS_LISTEN=" + metrics,
 	}
 	server := start(t, env, "server")
-	w := start(t, env, "worker", "--types", "flaky")
+	w := start(t, env, "worker", "--types", "flaky", "--name", "metrics-e2e")
 	waitReady(t, "http://"+addr, server)
 
 	spec := `{"type":"flaky","max_retries":2,"tolerated_failures":1,"tasks":[{"value":1},{"permanent":true},{"value":3,"fail_times":1}]}`
@@ -532,6 +532,29 @@ func TestWorkerMetricsEndpoint(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	// The server lists the worker from its heartbeats (its first may go
+	// out before the server listens: the next comes 5 s later).
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/v1/workers")
+		require.NoError(t, err)
+		var list struct {
+			Workers []struct {
+				Name  string   `json:"name"`
+				Types []string `json:"types"`
+				Alive bool     `json:"alive"`
+			} `json:"workers"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
+		resp.Body.Close()
+		if len(list.Workers) == 1 {
+			require.Equal(t, "metrics-e2e", list.Workers[0].Name)
+			require.Equal(t, []string{"flaky"}, list.Workers[0].Types)
+			require.True(t, list.Workers[0].Alive)
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the worker is not listed:\n%s", server.out)
+	}
 
 	require.Equal(t, 0, w.stop(t), "worker:\n%s", w.out)
 	require.Equal(t, 0, server.stop(t), "server:\n%s", server.out)

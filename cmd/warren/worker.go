@@ -28,6 +28,7 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	fs := newFlagSet("worker", "Run a worker with the built-in handlers: echo, wordcount, sleep, flaky.", env)
 	c.register(fs, env)
 	concurrency := fs.Int("concurrency", 8, "handlers running at once")
+	name := fs.String("name", "", "the worker's name in results, dead letters and GET /v1/workers (default host:pid)")
 	types := fs.String("types", "", "comma-separated handlers to serve (default: all built-ins)")
 	queues := fs.String("queues", env.getenv("WARREN_QUEUES"), "comma-separated work queues to consume, the jobs' \"queue\" option (env WARREN_QUEUES; default: default)")
 	shutdown := fs.Duration("shutdown-timeout", 0, "how long to let in-flight tasks finish on SIGTERM (default 30s)")
@@ -84,7 +85,7 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 		observe = m.Observe
 	}
 	w, err := worker.New(worker.Config{
-		AMQPURL: c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency,
+		AMQPURL: c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency, Name: *name,
 		ShutdownTimeout: *shutdown, Logger: env.logger, RetryTiers: tiers, QuorumReplicas: *replicas,
 		Queues: consume, MaxMessageBytes: int(*maxMessage), MaxResultBytes: int(*maxResult), MaxInflightBytes: *maxInflight,
 		OnEvent: func(e worker.Event) {
