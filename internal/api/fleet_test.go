@@ -37,6 +37,7 @@ func TestWorkersAndQueuesRoutes(t *testing.T) {
 	require.JSONEq(t, `{"workers":[{"id":"w-1","name":"host:1","queues":["default"],"types":["echo"],"concurrency":8,"in_flight":3,
 		"started_at":"2026-12-01T00:00:00Z","last_seen":"2026-12-01T00:01:00Z","alive":true}]}`, string(resp.body))
 
+	requireError(t, b.get(t, "/v1/queues"), http.StatusUnauthorized, "unauthorized")
 	resp = b.get(t, "/v1/queues", bearer("reader")...)
 	require.Equal(t, http.StatusOK, resp.status, "%s", resp.body)
 	require.JSONEq(t, `{"queues":[{"name":"p.tasks.q","kind":"work","messages":5,"consumers":2},
@@ -60,4 +61,9 @@ func TestWorkersAndQueuesUnavailable(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.status)
 	require.JSONEq(t, `{"workers":[]}`, string(resp.body))
 	requireError(t, down.get(t, "/v1/queues"), http.StatusServiceUnavailable, "unavailable")
+
+	broken := setup(t, &options{onNew: func(_ *testing.T, cfg *api.Config) {
+		cfg.Queues = func(context.Context) ([]api.Queue, error) { return nil, errors.New("a bug") }
+	}})
+	requireError(t, broken.get(t, "/v1/queues"), http.StatusInternalServerError, "internal")
 }
