@@ -43,6 +43,9 @@ type Names struct {
 	// ControlExchange is the fanout exchange of control messages to every
 	// worker (cancellations).
 	ControlExchange string
+	// HeartbeatExchange is the fanout exchange workers publish their
+	// heartbeats to (Heartbeat); every server binds a queue of its own.
+	HeartbeatExchange string
 }
 
 // RetryQueue returns the name of the delay-tier queue for a tier.
@@ -62,5 +65,6 @@ func NamesFor(prefix string) Names {
 		ResultsDLQ:         prefix + "results.dlq",
 		RetryExchange:      prefix + "retry.x",
 		ControlExchange:    prefix + "control.x",
+		HeartbeatExchange:  prefix + "heartbeat.x",
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/warrenhq/warren/internal/backoff"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/deadletters"
+	"github.com/warrenhq/warren/internal/heartbeats"
 	"github.com/warrenhq/warren/internal/relay"
 	"github.com/warrenhq/warren/protocol"
 )
@@ -26,6 +27,7 @@ type brokerSet struct {
 	relay   *relay.Relay
 	agg     *aggregator.Aggregator
 	dlq     *deadletters.Queue
+	hb      *heartbeats.Consumer
 }
 
 // connect dials both broker connections, declares the topology and builds
@@ -98,6 +100,14 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	if bs.dlq, err = deadletters.New(deadletters.Config{Conn: bs.conConn, Publisher: bs.pub, Names: s.names, Store: s.store, Logger: s.log}); err != nil {
 		return nil, err
 	}
+	var onBeat func(protocol.Heartbeat)
+	if h := s.cfg.Hooks.OnWorkerHeartbeat; h != nil {
+		onBeat = func(b protocol.Heartbeat) { h(b.ID, b.State) }
+	}
+	if bs.hb, err = heartbeats.NewConsumer(heartbeats.Config{Conn: bs.conConn, Exchange: s.names.HeartbeatExchange,
+		Registry: s.workers, Logger: s.log, OnApplied: onBeat}); err != nil {
+		return nil, err
+	}
 	return bs, nil
 }
 
@@ -107,6 +117,7 @@ func (bs *brokerSet) run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return stopOthers(gctx, "relay", bs.relay.Run(gctx)) })
 	g.Go(func() error { return stopOthers(gctx, "aggregator", bs.agg.Run(gctx)) })
+	g.Go(func() error { return stopOthers(gctx, "heartbeat consumer", bs.hb.Run(gctx)) })
 	return g.Wait()
 }
 

@@ -245,6 +245,11 @@ type Hooks struct {
 	// its end, with how many jobs past their retention it deleted and
 	// how many task rows of deleted jobs it purged (usually none).
 	OnRetentionSweep func(jobsDeleted, tasksPurged int)
+	// OnWorkerHeartbeat is called after the server recorded a worker's
+	// heartbeat (GET /v1/workers), with the worker's id and its state
+	// (protocol.HeartbeatRunning, or protocol.HeartbeatStopping for its
+	// goodbye).
+	OnWorkerHeartbeat func(workerID, state string)
 }
 
 func (c Config) withDefaults() Config {

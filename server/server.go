@@ -31,7 +31,9 @@ import (
 	"github.com/warrenhq/warren/internal/api"
 	"github.com/warrenhq/warren/internal/autobatch"
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/heartbeats"
 	"github.com/warrenhq/warren/internal/metrics"
+	"github.com/warrenhq/warren/internal/queuestats"
 	"github.com/warrenhq/warren/internal/reconciler"
 	"github.com/warrenhq/warren/internal/relay"
 	"github.com/warrenhq/warren/internal/retention"
@@ -89,6 +91,14 @@ type Server struct {
 
 	mu     sync.Mutex
 	broker *brokerSet // nil while disconnected
+
+	// workers is the list of workers heard from (GET /v1/workers); it
+	// outlives reconnects.
+	workers *heartbeats.Registry
+	// deadGrowth holds the dead-letter queues' sampled depths (GET
+	// /v1/queues).
+	deadGrowth   *queuestats.Growth
+	jobDurations *jobDurations
 }
 
 // New checks cfg and returns a server; it connects to nothing until
@@ -108,6 +118,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, nodes: nodes, names: protocol.NamesFor(cfg.Prefix), tiers: cfg.RetryTiers, reducers: reducers}
 	s.sizer = autobatch.New(autobatch.Config{OnKnown: s.WakeRelay})
+	s.workers, s.deadGrowth, s.jobDurations = heartbeats.NewRegistry(nil), queuestats.NewGrowth(), newJobDurations()
 	if len(s.tiers) == 0 {
 		s.tiers = protocol.DefaultRetryTiers
 	}
@@ -183,10 +194,15 @@ func (s *Server) start(ctx context.Context) (err error) {
 		Ready:       s.brokerReady,
 		OnSubmit:    func(string) { s.WakeRelay() },
 		OnRedrive:   func(string) { s.WakeRelay() },
-		OnCancel:    s.broadcastCancel,
-		OnDelete:    s.jobDeleted,
-		Events:      s.events,
-		Logger:      s.log,
+		OnCancel: func(id string) {
+			s.broadcastCancel(id)
+			s.jobCancelled(id)
+		},
+		Workers:  s.workers.List,
+		Queues:   s.readQueues,
+		OnDelete: s.jobDeleted,
+		Events:   s.events,
+		Logger:   s.log,
 	})
 	if err != nil {
 		return err
@@ -224,8 +240,10 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 		Help:    "Tasks per task message the relay published and the broker confirmed: the batch sizes, chosen by the jobs' batch_size or by warren.",
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000},
 	})
-	queues := append([]string{s.names.TasksQueue, s.names.ResultsQueue, s.names.DeadQueue, s.names.TasksDLQ, s.names.ResultsDLQ},
-		s.tierQueues(protocol.DefaultQueue)...)
+	var queues []string
+	for _, q := range s.knownQueues(nil) {
+		queues = append(queues, q.name)
+	}
 	s.failed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "warren_relay_failed_total",
 		Help: "Tasks the relay failed because their message cannot be published (refused by the broker, or not encodable).",
@@ -241,7 +259,8 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 		Help: "Task rows of deleted jobs purged from the store (in batches, after their jobs were deleted).",
 	})
 	s.registry.MustRegister(s.published, s.batches, s.failed, s.deleted, s.purged,
-		relay.NewBacklogCollector(s.store), metrics.NewDepthCollector(s.consumerConn, queues...))
+		relay.NewBacklogCollector(s.store), metrics.NewDepthCollector(s.consumerConn, queues...).WithExtra(s.openWorkQueues),
+		s.jobDurations.hist)
 	h := s.cfg.Hooks
 	s.aggHooks = aggregator.NewMetrics(s.registry).Hooks(aggregator.Hooks{
 		OnInvalid: h.OnInvalid, OnOutcomes: s.sizer.Observe,
@@ -252,6 +271,9 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 			if h.OnBatch != nil {
 				h.OnBatch(size, report)
 			}
+		},
+		OnJobFinished: func(job warren.Job, state warren.JobState) {
+			s.jobDurations.observe(job, state, time.Now())
 		},
 		OnJobClosed: func(id string, state warren.JobState) {
 			s.sizer.Forget(id)
@@ -298,6 +320,7 @@ func (s *Server) run(ctx context.Context) {
 	component("broker supervisor", s.superviseBroker)
 	component("reconciler", s.recon.Run)
 	component("retention", s.sweeper.Run)
+	component("dead-letter sampler", s.sampleDeadLetters)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -372,6 +395,11 @@ func (s *Server) URL() string {
 	}
 	return "http://" + s.listener.Addr().String()
 }
+
+// Registry is the Prometheus registry of the server's metrics, served at
+// /metrics, once started (nil before). An embedding program may register
+// collectors of its own on it.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
 
 // Store is the server's job store once started.
 func (s *Server) Store() store.Store { return s.store }

@@ -116,6 +116,14 @@ type Config struct {
 	// attributes; default slog.Default(). Per-task logs are at Debug level
 	// (Warn and Error for failures); Info is kept for start and stop.
 	Logger *slog.Logger
+	// HeartbeatInterval is how often the worker publishes its heartbeat
+	// (protocol.Heartbeat: its name, queues, types, concurrency and tasks
+	// in flight) to the heartbeat exchange, from which every server keeps
+	// its list of workers (GET /v1/workers); default
+	// protocol.DefaultHeartbeatInterval, negative for none. Heartbeats are
+	// transient messages on a channel of their own: one that cannot be
+	// published is logged and never holds up a task.
+	HeartbeatInterval time.Duration
 	// OnEvent, if set, is called once for each Event, synchronously on the
 	// goroutine that settled the task. It must be safe for concurrent use
 	// and return quickly: the task's concurrency slot is held until it
@@ -159,6 +167,9 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = protocol.DefaultHeartbeatInterval
+	}
 	if c.ReconnectBackoffMax == 0 {
 		c.ReconnectBackoffMax = DefaultReconnectBackoffMax
 	}
@@ -196,6 +207,8 @@ func (c Config) validate() error {
 			"raise MaxInflightBytes or lower Prefetch, Concurrency or MaxMessageBytes", c.Prefetch, c.MaxMessageBytes, c.MaxInflightBytes)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("worker: Config.ShutdownTimeout must be >= 0, got %v", c.ShutdownTimeout)
+	case c.HeartbeatInterval > 0 && c.HeartbeatInterval < time.Millisecond:
+		return fmt.Errorf("worker: Config.HeartbeatInterval must be at least 1ms (or negative, for none), got %v", c.HeartbeatInterval)
 	case c.ReconnectBackoffMax < 0:
 		return fmt.Errorf("worker: Config.ReconnectBackoffMax must be >= 0, got %v", c.ReconnectBackoffMax)
 	case c.DeliveryLimit < 0:

@@ -57,6 +57,17 @@ const (
 	// declared the topology and consumes the work and control queues. It
 	// carries no task fields.
 	EventReconnected EventKind = "reconnected"
+	// EventStarted: a task's message was taken into a concurrency slot and
+	// goes to its handler (or to whatever settles it without one: a
+	// cancelled job, an unknown type). One per task, before the task's
+	// other events.
+	EventStarted EventKind = "started"
+	// EventDone: the worker is done with a task it reported EventStarted
+	// for, and its concurrency slot is free: the task was settled (its
+	// outcome event came first), requeued, or left to the broker by a lost
+	// connection. Exactly one per EventStarted, so that the tasks between
+	// the two are the tasks in flight.
+	EventDone EventKind = "done"
 )
 
 // Event reports one outcome to Config.OnEvent, for tests and metrics.
@@ -76,6 +87,11 @@ type Event struct {
 	// Delay is how long the task waits before its next run, for
 	// EventRetried: the delay of the retry tier it was published to.
 	Delay time.Duration
+	// Duration is how long the task's handler ran, for EventCompleted,
+	// EventRetried and EventDeadLettered when a handler ran (a
+	// BatchHandlerFunc's whole call, for each of its tasks); 0 when no
+	// handler ran (a malformed message, an unknown type).
+	Duration time.Duration
 	// Err is the handler's error for EventFailed, EventRetried and
 	// EventDeadLettered (or the timeout's, wrapping
 	// context.DeadlineExceeded, for a run past its Task.Timeout), the

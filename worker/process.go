@@ -131,6 +131,7 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 			IsPermanent, t.Attempt, t.MaxRetries, s.w.cfg.RetryTiers)
 		var out wire.Outbound
 		ev := s.event(t)
+		ev.Duration = r.elapsed
 		switch dec.Action {
 		case outcome.Complete:
 			if debug {
@@ -153,6 +154,7 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 			// the aggregator marks the task failed from dead.q, and people
 			// find it in tasks.dlq.
 			out, ev = s.deadLetter(d, t, dec.Reason, dec.Err, r.started)
+			ev.Duration = r.elapsed
 		}
 		outs = append(outs, out)
 		evs = append(evs, ev)

@@ -206,6 +206,8 @@ func (s *session) start(d *delivery) {
 	s.mu.Lock()
 	s.inflight[d] = struct{}{}
 	s.mu.Unlock()
+	s.w.inFlight.Add(int64(len(d.tasks)))
+	s.emitEach(d, EventStarted)
 	s.wg.Add(1)
 	s.work <- d
 }
@@ -217,8 +219,22 @@ func (s *session) runPool() {
 		s.mu.Lock()
 		delete(s.inflight, d)
 		s.mu.Unlock()
+		s.w.inFlight.Add(-int64(len(d.tasks)))
+		s.emitEach(d, EventDone)
 		<-s.slots
 		s.wg.Done()
+	}
+}
+
+// emitEach reports an event of kind for each task of d.
+func (s *session) emitEach(d *delivery, kind EventKind) {
+	if s.w.cfg.OnEvent == nil {
+		return
+	}
+	for _, t := range d.tasks {
+		ev := s.event(t)
+		ev.Kind = kind
+		s.w.emit(ev)
 	}
 }
 

@@ -122,6 +122,9 @@ func (b *testBundle) startWith(t *testing.T, cfg worker.Config, handlers map[str
 			rw.connected.Do(func() { close(rw.up) })
 			return // tests that expect task events do not see it
 		}
+		if ev.Kind == worker.EventStarted || ev.Kind == worker.EventDone {
+			return // nor the in-flight bookkeeping (see TestInFlightEvents)
+		}
 		rw.events <- ev
 	}
 	w, err := worker.New(cfg)

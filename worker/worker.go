@@ -57,6 +57,11 @@ type Worker struct {
 	cancelled *cancelSet
 
 	running atomic.Bool
+	// inFlight counts the tasks between EventStarted and EventDone.
+	inFlight atomic.Int64
+	// runID and startedAt identify the current Run in heartbeats.
+	runID     string
+	startedAt time.Time
 
 	// testHookBackoff, set only by tests, replaces the reconnect backoff.
 	testHookBackoff func(attempt int) time.Duration
@@ -183,6 +188,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return errors.New("worker: Run is already running on this Worker")
 	}
 	defer w.running.Store(false)
+	w.runID, w.startedAt = newRunID(), time.Now().UTC()
 
 	tag := consumerTag(w.cfg.Name)
 	l, err := w.connect(ctx, tag)
@@ -255,6 +261,8 @@ func (w *Worker) reconnect(ctx context.Context, tag string, failed *int) (*link,
 func (w *Worker) serve(ctx context.Context, l *link) error {
 	s := newSession(ctx, w, l.pub, l.ch, l.consumers)
 	defer l.close()
+	hb := w.startHeartbeat(l.publisherConn)
+	defer hb.stop()
 	defer s.cancelHandlers()
 	defer s.stopPool() // consume has returned: nothing is sent to the pool any more
 	if err := s.consume(l.deliveries, l.gone, l.pub.Done(), l.control.lost); err != nil {
@@ -262,6 +270,7 @@ func (w *Worker) serve(ctx context.Context, l *link) error {
 		return l.lossReason(err) // after close: the broker's reasons are in
 	}
 	s.drain(l.ch, l.deliveries)
+	hb.goodbye()
 	return nil
 }
 

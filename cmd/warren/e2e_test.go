@@ -468,3 +468,94 @@ func TestWorkerHealthEndpoints(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, 0, w.stop(t), "worker:\n%s", w.out)
 }
+
+// `warren worker --metrics-listen` serves the worker's Prometheus metrics:
+// a job with a task that completes, one that fails for good and one that
+// is retried once moves the task counters by outcome and the handler
+// histogram.
+func TestWorkerMetricsEndpoint(t *testing.T) {
+	t.Parallel()
+	names, _ := amqptest.Topology(t, &broker.TopologyOptions{RetryTiers: []time.Duration{50 * time.Millisecond}})
+	addr, metrics := freeAddr(t), freeAddr(t)
+	env := []string{
+		"WARREN_AMQP_URL=" + amqptest.URL(),
+		"WARREN_DATABASE_URL=sqlite://" + filepath.Join(t.TempDir(), "warren.db"),
+		"WARREN_PREFIX=" + names.Prefix,
+		"WARREN_LISTEN=" + addr,
+		"WARREN_RETRY_TIERS=50ms",
+		"WARREN_METRICS_LISTEN=" + metrics,
+	}
+	server := start(t, env, "server")
+	w := start(t, env, "worker", "--types", "flaky", "--name", "metrics-e2e")
+	waitReady(t, "http://"+addr, server)
+
+	spec := `{"type":"flaky","max_retries":2,"tolerated_failures":1,"tasks":[{"value":1},{"permanent":true},{"value":3,"fail_times":1}]}`
+	specFile := filepath.Join(t.TempDir(), "job.json")
+	require.NoError(t, os.WriteFile(specFile, []byte(spec), 0o644))
+	code, out, errOut := runBinary(t, env, "submit", specFile)
+	require.Equal(t, 0, code, errOut)
+	code, out, _ = runBinary(t, env, "watch", strings.TrimSpace(out))
+	require.Equal(t, 0, code, "%s", out)
+
+	// The worker reports a task after its ack, which may come a moment
+	// after the job closed: the scrape is polled (another process, no
+	// signal to wait on).
+	scrape := func() string {
+		resp, err := http.Get("http://" + metrics + "/metrics")
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		return string(body)
+	}
+	text := scrape()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(text, `warren_worker_tasks_in_flight 0`) ||
+		!strings.Contains(text, `warren_worker_tasks_total{outcome="completed",type="flaky"} 2`); text = scrape() {
+		require.True(t, time.Now().Before(deadline), "metrics:\n%s", text)
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, line := range []string{
+		`warren_worker_tasks_total{outcome="completed",type="flaky"} 2`,
+		`warren_worker_tasks_total{outcome="dead_lettered",type="flaky"} 1`,
+		`warren_worker_tasks_total{outcome="retried",type="flaky"} 1`,
+		`warren_worker_handler_duration_seconds_count{type="flaky"} 4`,
+		`warren_worker_tasks_in_flight 0`,
+		`warren_worker_connected 1`,
+		`warren_worker_reconnects_total 0`,
+		`go_goroutines `,
+		`process_resident_memory_bytes `,
+	} {
+		require.Contains(t, text, line)
+	}
+	resp, err := http.Get("http://" + metrics + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	// The server lists the worker from its heartbeats (its first may go
+	// out before the server listens: the next comes 5 s later).
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/v1/workers")
+		require.NoError(t, err)
+		var list struct {
+			Workers []struct {
+				Name  string   `json:"name"`
+				Types []string `json:"types"`
+				Alive bool     `json:"alive"`
+			} `json:"workers"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
+		resp.Body.Close()
+		if len(list.Workers) == 1 {
+			require.Equal(t, "metrics-e2e", list.Workers[0].Name)
+			require.Equal(t, []string{"flaky"}, list.Workers[0].Types)
+			require.True(t, list.Workers[0].Alive)
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the worker is not listed:\n%s", server.out)
+	}
+
+	require.Equal(t, 0, w.stop(t), "worker:\n%s", w.out)
+	require.Equal(t, 0, server.stop(t), "server:\n%s", server.out)
+}

@@ -12,10 +12,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/handlers"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/worker"
+	"github.com/warrenhq/warren/worker/workermetrics"
 )
 
 func runWorker(ctx context.Context, args []string, env *environment) error {
@@ -23,10 +28,13 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	fs := newFlagSet("worker", "Run a worker with the built-in handlers: echo, wordcount, sleep, flaky.", env)
 	c.register(fs, env)
 	concurrency := fs.Int("concurrency", 8, "handlers running at once")
+	name := fs.String("name", "", "the worker's name in results, dead letters and GET /v1/workers (default host:pid)")
 	types := fs.String("types", "", "comma-separated handlers to serve (default: all built-ins)")
 	queues := fs.String("queues", env.getenv("WARREN_QUEUES"), "comma-separated work queues to consume, the jobs' \"queue\" option (env WARREN_QUEUES; default: default)")
 	shutdown := fs.Duration("shutdown-timeout", 0, "how long to let in-flight tasks finish on SIGTERM (default 30s)")
 	health := fs.String("health-listen", "", "serve /healthz and /readyz (connected to the broker) on this address, e.g. 127.0.0.1:9090")
+	metricsAddr := fs.String("metrics-listen", env.getenv("WARREN_METRICS_LISTEN"),
+		"serve Prometheus metrics at /metrics (and /healthz) on this address, e.g. 127.0.0.1:9091 (env WARREN_METRICS_LISTEN; default: off)")
 	maxMessage := fs.Int64("max-message-bytes", c.envInt64(env, "WARREN_MAX_MESSAGE_BYTES", protocol.DefaultMaxMessageBytes),
 		"largest task message taken and result message published; keep it equal to the server's (env WARREN_MAX_MESSAGE_BYTES)")
 	maxResult := fs.Int64("max-task-result-bytes", c.envInt64(env, "WARREN_MAX_TASK_RESULT_BYTES", protocol.DefaultMaxResultBytes),
@@ -67,11 +75,21 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 		return err
 	}
 	var ready atomic.Bool
+	observe := func(worker.Event) {}
+	if *metricsAddr != "" {
+		m, stop, err := serveWorkerMetrics(*metricsAddr, env)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		observe = m.Observe
+	}
 	w, err := worker.New(worker.Config{
-		AMQPURL: c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency,
+		AMQPURL: c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency, Name: *name,
 		ShutdownTimeout: *shutdown, Logger: env.logger, RetryTiers: tiers, QuorumReplicas: *replicas,
 		Queues: consume, MaxMessageBytes: int(*maxMessage), MaxResultBytes: int(*maxResult), MaxInflightBytes: *maxInflight,
 		OnEvent: func(e worker.Event) {
+			observe(e)
 			switch e.Kind {
 			case worker.EventConnected, worker.EventReconnected:
 				ready.Store(true)
@@ -144,6 +162,35 @@ func serveHealth(addr string, ready *atomic.Bool, env *environment) (stop func()
 	go func() { _ = srv.Serve(l) }()
 	env.logger.Info("worker health endpoints", "addr", l.Addr().String())
 	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
+
+// serveWorkerMetrics serves the worker's Prometheus metrics at /metrics,
+// and /healthz, on addr until stop is called; feed the returned metrics
+// the worker's events.
+func serveWorkerMetrics(addr string, env *environment) (_ *workermetrics.Metrics, stop func(), err error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := workermetrics.New(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--metrics-listen %s: %v", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeHealth(w, http.StatusOK, "ok", "")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	env.logger.Info("worker metrics endpoint", "addr", l.Addr().String())
+	return m, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)

@@ -94,6 +94,11 @@ type Hooks struct {
 	OnOutcomes func(outcomes []store.Outcome)
 	// OnJobClosed is called after this aggregator closed a job.
 	OnJobClosed func(jobID string, state warren.JobState)
+	// OnJobFinished is called after this aggregator closed a job, before
+	// OnJobClosed, with the job as the close read it (its type, creation
+	// time and counters) and the state it was closed in, for the job
+	// duration metric.
+	OnJobFinished func(job warren.Job, state warren.JobState)
 	// OnInvalid is called for each delivery dead-lettered as invalid.
 	OnInvalid func(queue string, reason string)
 	// OnDeadLetter is called for each dead-lettered task the aggregator
@@ -884,6 +889,9 @@ func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err 
 	}
 	a.cfg.Logger.Info("job closed", "job_id", id, "state", state,
 		"completed", job.CompletedTasks, "failed", job.FailedTasks, "expected", job.ExpectedTasks)
+	if a.cfg.Hooks.OnJobFinished != nil {
+		a.cfg.Hooks.OnJobFinished(job, state)
+	}
 	if a.cfg.Hooks.OnJobClosed != nil {
 		a.cfg.Hooks.OnJobClosed(id, state)
 	}

@@ -83,7 +83,8 @@ func (m *Metrics) Hooks(next Hooks) Hooks {
 				next.OnBatch(size, r)
 			}
 		},
-		OnOutcomes: next.OnOutcomes,
+		OnOutcomes:    next.OnOutcomes,
+		OnJobFinished: next.OnJobFinished,
 		OnJobClosed: func(id string, state warren.JobState) {
 			m.closed.WithLabelValues(string(state)).Inc()
 			if next.OnJobClosed != nil {

@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/heartbeats"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
@@ -123,6 +124,12 @@ type Config struct {
 	// /v1/deadletters routes (a *dlq.Queue). nil means those routes answer
 	// 503.
 	DeadLetters DeadLetters
+	// Workers lists the workers the server hears heartbeats from, for GET
+	// /v1/workers. nil means that route answers 503.
+	Workers func() []heartbeats.Worker
+	// Queues reads warren's queues for GET /v1/queues. nil means that
+	// route answers 503.
+	Queues func(ctx context.Context) ([]Queue, error)
 	// Reducers are the reducers a submitted job may name; a job naming
 	// another is refused with 422. nil means reduce.NewRegistry(), the
 	// built-ins. Give the aggregator the same registry.
@@ -232,6 +239,8 @@ func (s *server) routes() []route {
 		{"GET /v1/deadletters", ScopeRead, s.listDeadLetters},
 		{"POST /v1/deadletters/replay", ScopeAdmin, s.replayDeadLetters},
 		{"POST /v1/deadletters/purge", ScopeAdmin, s.purgeDeadLetters},
+		{"GET /v1/workers", ScopeRead, s.listWorkers},
+		{"GET /v1/queues", ScopeRead, s.listQueues},
 		{"GET /healthz", "", s.healthz},
 		{"GET /readyz", "", s.readyz},
 		{"GET /metrics", ScopeRead, s.serveMetrics},

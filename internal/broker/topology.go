@@ -134,6 +134,7 @@ func DeclareTopology(conn *amqp.Connection, names protocol.Names, opts *Topology
 		{names.DeadLetterExchange, amqp.ExchangeDirect},
 		{names.RetryExchange, amqp.ExchangeDirect},
 		{names.ControlExchange, amqp.ExchangeFanout},
+		{names.HeartbeatExchange, amqp.ExchangeFanout},
 	}
 	for _, x := range exchanges {
 		if err := ch.ExchangeDeclare(x.name, x.kind, true, false, false, false, nil); err != nil {
@@ -230,7 +231,7 @@ func DeleteTopology(conn *amqp.Connection, names protocol.Names, tiers ...time.D
 			return fmt.Errorf("broker: delete queue %q: %w", q, err)
 		}
 	}
-	for _, x := range []string{names.JobsExchange, names.ResultsExchange, names.DeadLetterExchange, names.RetryExchange, names.ControlExchange} {
+	for _, x := range []string{names.JobsExchange, names.ResultsExchange, names.DeadLetterExchange, names.RetryExchange, names.ControlExchange, names.HeartbeatExchange} {
 		if err := ch.ExchangeDelete(x, false, false); err != nil {
 			return fmt.Errorf("broker: delete exchange %q: %w", x, err)
 		}

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -115,4 +116,11 @@ func (p *Prober) Close() {
 		_ = p.ch.Close()
 		p.ch = nil
 	}
+}
+
+// IsNotFound reports whether err says that a queue or exchange does not
+// exist (AMQP 404, from a passive declare).
+func IsNotFound(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.NotFound
 }

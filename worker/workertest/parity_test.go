@@ -46,6 +46,9 @@ func TestWorkertestAgreesWithTheWorker(t *testing.T) {
 				close(up)
 				return
 			}
+			if ev.Kind == worker.EventStarted || ev.Kind == worker.EventDone {
+				return
+			}
 			events <- ev
 		},
 	})

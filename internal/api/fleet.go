@@ -1,0 +1,120 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// Queue kinds, as GET /v1/queues shows them.
+const (
+	QueueWork    = "work"    // a work queue: tasks for workers
+	QueueRetry   = "retry"   // a retry tier of a work queue
+	QueueDead    = "dead"    // dead letters: tasks.dlq, results.dlq, dead.q
+	QueueResults = "results" // results.q, for the aggregator
+)
+
+// Queue is one of warren's queues as GET /v1/queues shows it.
+type Queue struct {
+	// Name is the queue's full name, prefix included.
+	Name string
+	// Kind is one of QueueWork, QueueRetry, QueueDead and QueueResults.
+	Kind string
+	// Messages are the messages ready in it; Consumers its consumers.
+	Messages, Consumers int
+	// DeadLetters1m and DeadLetters15m are how much a dead-letter queue
+	// grew over the last minute and fifteen, nil until the server has
+	// sampled it that long; always nil for the other kinds.
+	DeadLetters1m, DeadLetters15m *int64
+}
+
+// workerJSON is a worker as GET /v1/workers shows it.
+type workerJSON struct {
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	Queues      []string  `json:"queues"`
+	Types       []string  `json:"types"`
+	Concurrency int       `json:"concurrency"`
+	InFlight    int       `json:"in_flight"`
+	StartedAt   time.Time `json:"started_at"`
+	LastSeen    time.Time `json:"last_seen"`
+	Alive       bool      `json:"alive"`
+	Version     string    `json:"version,omitempty"`
+}
+
+// workerList is the body of GET /v1/workers.
+type workerList struct {
+	Workers []workerJSON `json:"workers"`
+}
+
+// queueJSON is a queue in the body of GET /v1/queues.
+type queueJSON struct {
+	Name      string `json:"name"`
+	Kind      string `json:"kind"`
+	Messages  int    `json:"messages"`
+	Consumers int    `json:"consumers"`
+	// Only on dead-letter queues: a number, or null until known.
+	DeadLetters1m  any `json:"dead_letters_1m,omitempty"`
+	DeadLetters15m any `json:"dead_letters_15m,omitempty"`
+}
+
+// queueList is the body of GET /v1/queues.
+type queueList struct {
+	Queues []queueJSON `json:"queues"`
+}
+
+// listWorkers handles GET /v1/workers: the workers heard from in the last
+// five minutes, by name.
+func (s *server) listWorkers(w http.ResponseWriter, _ *http.Request) {
+	if s.cfg.Workers == nil {
+		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "this server keeps no list of workers"))
+		return
+	}
+	out := workerList{Workers: []workerJSON{}}
+	for _, wk := range s.cfg.Workers() {
+		out.Workers = append(out.Workers, workerJSON{
+			ID: wk.ID, Name: wk.Name, Queues: nonNil(wk.Queues), Types: nonNil(wk.Types), Concurrency: wk.Concurrency,
+			InFlight: wk.InFlight, StartedAt: wk.StartedAt.UTC(), LastSeen: wk.LastSeen.UTC(), Alive: wk.Alive, Version: wk.Version,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listQueues handles GET /v1/queues: the queues the server knows, with
+// their depth and consumers read from the broker now.
+func (s *server) listQueues(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Queues == nil {
+		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "this server cannot read the queues"))
+		return
+	}
+	queues, err := s.cfg.Queues(r.Context())
+	if err != nil {
+		s.deadLetterError(w, r, err, "read the queues", "")
+		return
+	}
+	out := queueList{Queues: make([]queueJSON, 0, len(queues))}
+	for _, q := range queues {
+		qj := queueJSON{Name: q.Name, Kind: q.Kind, Messages: q.Messages, Consumers: q.Consumers}
+		if q.Kind == QueueDead {
+			// Present, as null until known, on dead-letter queues only.
+			qj.DeadLetters1m, qj.DeadLetters15m = orNull(q.DeadLetters1m), orNull(q.DeadLetters15m)
+		}
+		out.Queues = append(out.Queues, qj)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// orNull is v, or a JSON null when v is nil.
+func orNull(v *int64) any {
+	if v == nil {
+		return json.RawMessage("null")
+	}
+	return *v
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

@@ -1,0 +1,109 @@
+package heartbeats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenhq/warren/protocol"
+)
+
+// Queue limits of a server's heartbeat queue: a server that stops reading
+// (stuck, or slow) must not pile heartbeats up in the broker, and one
+// older than a minute says nothing any more.
+const (
+	queueMaxLength = 10000
+	queueTTLMillis = 60000
+)
+
+// Consumer feeds a Registry from a queue of its own (exclusive,
+// auto-delete, server-named: it lives as long as its connection) bound to
+// the heartbeat exchange.
+type Consumer struct {
+	ch         *amqp.Channel
+	deliveries <-chan amqp.Delivery
+	reg        *Registry
+	log        *slog.Logger
+	onApplied  func(protocol.Heartbeat)
+}
+
+// Config configures a Consumer.
+type Config struct {
+	// Conn is the connection to consume on; the caller keeps it open.
+	Conn *amqp.Connection
+	// Exchange is the heartbeat exchange (protocol.Names.HeartbeatExchange).
+	Exchange string
+	// Registry receives the heartbeats.
+	Registry *Registry
+	// Logger receives logs; nil means slog.Default().
+	Logger *slog.Logger
+	// OnApplied, if set, is called after each heartbeat was recorded.
+	OnApplied func(protocol.Heartbeat)
+}
+
+// NewConsumer declares the heartbeat exchange (a durable fanout, as
+// broker.DeclareTopology does) and the consumer's queue, binds it and
+// starts consuming; Run then records what arrives.
+func NewConsumer(cfg Config) (*Consumer, error) {
+	if cfg.Conn == nil || cfg.Registry == nil || cfg.Exchange == "" {
+		return nil, errors.New("heartbeats: NewConsumer needs a Conn, an Exchange and a Registry")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ch, err := cfg.Conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("heartbeats: open a channel: %w", err)
+	}
+	err = ch.ExchangeDeclare(cfg.Exchange, amqp.ExchangeFanout, true, false, false, false, nil)
+	var q amqp.Queue
+	if err == nil {
+		q, err = ch.QueueDeclare("", false, true, true, false, amqp.Table{
+			amqp.QueueTypeArg: amqp.QueueTypeClassic, "x-max-length": int32(queueMaxLength), "x-message-ttl": int32(queueTTLMillis),
+		})
+	}
+	if err == nil {
+		err = ch.QueueBind(q.Name, "", cfg.Exchange, false, nil)
+	}
+	var deliveries <-chan amqp.Delivery
+	if err == nil {
+		deliveries, err = ch.Consume(q.Name, "", true, true, false, false, nil)
+	}
+	if err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("heartbeats: subscribe to %q: %w", cfg.Exchange, err)
+	}
+	return &Consumer{ch: ch, deliveries: deliveries, reg: cfg.Registry, log: cfg.Logger, onApplied: cfg.OnApplied}, nil
+}
+
+// Run records heartbeats until ctx is done (nil) or the channel closes
+// (an error: the caller reconnects). A malformed heartbeat is logged and
+// dropped.
+func (c *Consumer) Run(ctx context.Context) error {
+	defer func() { _ = c.ch.Close() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case d, ok := <-c.deliveries:
+			if !ok {
+				return errors.New("heartbeats: the consumer's channel closed")
+			}
+			h, err := protocol.DecodeHeartbeat(d.Body)
+			if err != nil {
+				c.log.Debug("heartbeats: dropping a malformed heartbeat", "error", err)
+				continue
+			}
+			if !c.reg.Apply(h) {
+				c.log.Warn("heartbeats: too many workers; ignoring a new one", "worker_id", h.ID, "name", h.Name)
+				continue
+			}
+			if c.onApplied != nil {
+				c.onApplied(h)
+			}
+		}
+	}
+}
