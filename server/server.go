@@ -184,6 +184,8 @@ func (s *Server) start(ctx context.Context) (err error) {
 		OnCancel:    s.broadcastCancel,
 		OnDelete:    s.jobDeleted,
 		Logger:      s.log,
+
+		TracerProvider: s.cfg.TracerProvider,
 	})
 	if err != nil {
 		return err
