@@ -66,9 +66,15 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	if err != nil {
 		return err
 	}
+	tp, flush, err := startTracing(ctx, env, "warren-worker")
+	if err != nil {
+		return err
+	}
+	defer flush()
 	var ready atomic.Bool
 	w, err := worker.New(worker.Config{
-		AMQPURL: c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency,
+		TracerProvider: tp,
+		AMQPURL:        c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency,
 		ShutdownTimeout: *shutdown, Logger: env.logger, RetryTiers: tiers, QuorumReplicas: *replicas,
 		Queues: consume, MaxMessageBytes: int(*maxMessage), MaxResultBytes: int(*maxResult), MaxInflightBytes: *maxInflight,
 		OnEvent: func(e worker.Event) {
