@@ -32,9 +32,9 @@ func tracedTask() map[string]any {
 type endedSpans chan sdktrace.ReadOnlySpan
 
 func (c endedSpans) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (c endedSpans) OnEnd(s sdktrace.ReadOnlySpan)                  { c <- s }
-func (c endedSpans) Shutdown(context.Context) error                 { return nil }
-func (c endedSpans) ForceFlush(context.Context) error               { return nil }
+func (c endedSpans) OnEnd(s sdktrace.ReadOnlySpan)                   { c <- s }
+func (c endedSpans) Shutdown(context.Context) error                  { return nil }
+func (c endedSpans) ForceFlush(context.Context) error                { return nil }
 
 // take waits for n ended spans and returns them by name and, for
 // process spans, attempt ("warren.task.process 2").
