@@ -45,7 +45,7 @@ func (c endedSpans) take(t *testing.T, n int) map[string]sdktrace.ReadOnlySpan {
 		s := recv(t, c, "an ended span")
 		name := s.Name()
 		if name == spans.TaskProcess {
-			name += " " + attrOf(t, s.Attributes(), spans.Attempt).Emit()
+			name += " " + attrOf(t, s.Attributes(), spans.Attempt).String()
 		}
 		require.NotContains(t, got, name)
 		got[name] = s
