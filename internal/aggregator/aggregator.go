@@ -15,12 +15,12 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/backoff"
 	"github.com/warrenhq/warren/internal/broker"
-	"github.com/warrenhq/warren/internal/spans"
 	"github.com/warrenhq/warren/internal/wire"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
@@ -137,6 +137,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
 	return c
 }
 
@@ -169,9 +172,8 @@ func Prefetch(cfg Config) (results, dead, batch int) {
 
 // Aggregator records results and closes jobs.
 type Aggregator struct {
-	cfg    Config
-	tracer trace.Tracer
-	close  chan closeRequest
+	cfg   Config
+	close chan closeRequest
 	// batchSize is the most deliveries of one batch: Config.BatchSize, or
 	// less when the prefetch that MaxInflightBytes allows is smaller.
 	batchSize int
@@ -199,7 +201,7 @@ func New(cfg Config) (*Aggregator, error) {
 		return nil, err
 	}
 	_, _, batch := Prefetch(cfg)
-	return &Aggregator{cfg: cfg, tracer: spans.Tracer(cfg.TracerProvider), close: make(chan closeRequest, 1024), batchSize: batch}, nil
+	return &Aggregator{cfg: cfg, close: make(chan closeRequest, 1024), batchSize: batch}, nil
 }
 
 // source is one consumed queue on its own channel: multiple-acks are per

@@ -11,6 +11,9 @@ import (
 	"github.com/warrenhq/warren/store"
 )
 
+// tracer is the aggregator's tracer.
+func (a *Aggregator) tracer() trace.Tracer { return spans.Tracer(a.cfg.TracerProvider) }
+
 // batchSpans are the warren.aggregate spans of one batch: one per job
 // with outcomes in it.
 type batchSpans map[string]*jobSpan
@@ -35,13 +38,13 @@ func (a *Aggregator) startSpans(batch []item, outcomes []store.Outcome, from []i
 	if len(outcomes) == 0 {
 		return nil
 	}
-	jobs := batchSpans{}
+	jobs, tracer := batchSpans{}, a.tracer()
 	for k, o := range outcomes {
 		it := &batch[from[k]]
 		j, ok := jobs[o.JobID]
 		if !ok {
 			ctx := trace.ContextWithRemoteSpanContext(context.Background(), it.trace)
-			_, span := a.tracer.Start(ctx, spans.Aggregate, trace.WithSpanKind(trace.SpanKindConsumer))
+			_, span := tracer.Start(ctx, spans.Aggregate, trace.WithSpanKind(trace.SpanKindConsumer))
 			j = &jobSpan{span: span, parent: it.trace, last: from[k], deliveries: 1}
 			jobs[o.JobID] = j
 		} else if j.last != from[k] {
@@ -83,7 +86,7 @@ func (b batchSpans) spanContext(id string) trace.SpanContext {
 // its own when ctx has none (a close found by the scan, or asked for by
 // the reconciler).
 func (a *Aggregator) startClose(ctx context.Context, job warren.Job) (context.Context, trace.Span) {
-	ctx, span := a.tracer.Start(ctx, spans.JobClose)
+	ctx, span := a.tracer().Start(ctx, spans.JobClose)
 	if span.IsRecording() {
 		span.SetAttributes(spans.JobID.String(job.ID), spans.JobType.String(job.Type),
 			spans.TaskCount.Int64(job.ExpectedTasks))
