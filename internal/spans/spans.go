@@ -89,9 +89,9 @@ func Tasks(jobID string, ids []int64) []attribute.KeyValue {
 }
 
 // Fail records err on span and sets its status to Error with err's text;
-// a nil err does nothing.
+// a nil err, or a nil span, does nothing.
 func Fail(span trace.Span, err error) {
-	if err == nil || !span.IsRecording() {
+	if err == nil || span == nil || !span.IsRecording() {
 		return
 	}
 	span.RecordError(err)
@@ -130,7 +130,7 @@ func (c Context) SpanContext() trace.SpanContext {
 	if c.State != "" {
 		carrier[protocol.HeaderTraceState] = c.State
 	}
-	return trace.SpanContextFromContext(traceContext.Extract(context.Background(), carrier))
+	return Extract(carrier)
 }
 
 // FromHeaders reads the W3C trace context from HTTP headers (or anything
