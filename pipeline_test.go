@@ -16,6 +16,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/broker"
@@ -62,6 +63,8 @@ type testBundle struct {
 	// signal is pinged after every aggregator event; waitFor re-checks
 	// its condition then.
 	signal chan struct{}
+	// tracerProvider, when set, is the servers' TracerProvider.
+	tracerProvider trace.TracerProvider
 }
 
 type closedJob struct {
@@ -116,6 +119,7 @@ func (b *testBundle) startServer(t *testing.T, st store.Store) *server.Server {
 		RelayPollInterval: 20 * time.Millisecond, CloseScanInterval: 200 * time.Millisecond,
 		AggregatorBatchSize: b.aggBatch, AggregatorLinger: b.aggLinger,
 		ReconcileInterval: b.reconcileInterval, ReconcileGrace: b.reconcileGrace, RelayWindow: b.relayWindow,
+		TracerProvider: b.tracerProvider,
 		Hooks: server.Hooks{
 			OnPublished: func(n int) { b.published.Add(int64(n)); b.ping() },
 			OnBatch: func(_ int, rep store.ApplyReport) {

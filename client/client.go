@@ -21,7 +21,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/spans"
 )
 
 // Client talks to one warren server. It is safe for concurrent use.
@@ -532,6 +536,9 @@ func (c *Client) do(ctx context.Context, method, path, contentType, idemKey stri
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	req.Header.Set("Accept", "application/json")
+	// The server continues the caller's trace, if ctx has one: a job
+	// submitted from a traced program is in that program's trace.
+	spans.Inject(trace.SpanContextFromContext(ctx), propagation.HeaderCarrier(req.Header))
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach the warren server at %s: %w", c.base, err)

@@ -78,3 +78,20 @@ func floatInt(f float64) (int, bool) {
 	}
 	return int(f), true
 }
+
+// W3C trace context headers (https://www.w3.org/TR/trace-context/), under
+// the names the W3C gives them for HTTP. Warren sets them on a task message
+// when its job was submitted within a trace, and its Go worker sets them on
+// its result messages; the retry, dead-letter and split copies of a task
+// message carry them too. They are optional: a worker may ignore them, and
+// a message without them, or with a value that is not valid trace
+// context, is processed as any other, outside any trace.
+const (
+	// HeaderTraceParent is the W3C traceparent of the span that published
+	// the message: "00-<32 hex trace id>-<16 hex span id>-<2 hex flags>".
+	HeaderTraceParent = "traceparent"
+	// HeaderTraceState is the W3C tracestate that goes with
+	// HeaderTraceParent: vendor-specific key=value pairs; absent when
+	// empty.
+	HeaderTraceState = "tracestate"
+)

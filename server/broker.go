@@ -74,6 +74,7 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names, Window: s.cfg.RelayWindow, Depth: depth, Declare: declare, Sizer: s.sizer,
 		BatchSize: s.cfg.RelayBatchSize, MaxRoundBytes: s.relayRoundBytes(), PollInterval: s.cfg.RelayPollInterval, MaxMessageBytes: s.cfg.MaxMessageBytes,
 		Logger: s.log, OnFailed: func(n int) { s.failed.Add(float64(n)) }, OnReadyToClose: s.requestClose,
+		TracerProvider: s.cfg.TracerProvider,
 		OnMessages: func(tasks []int) {
 			for _, n := range tasks {
 				s.batches.Observe(float64(n))
@@ -94,7 +95,7 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	if bs.agg, err = aggregator.New(aggregator.Config{Store: s.store, Conn: bs.conConn, Names: s.names,
 		BatchSize: s.cfg.AggregatorBatchSize, Linger: s.cfg.AggregatorLinger, ScanInterval: s.cfg.CloseScanInterval,
 		Reducers: s.reducers, MaxResultBytes: s.cfg.MaxResultBytes, MaxMessageBytes: s.cfg.MaxMessageBytes,
-		MaxInflightBytes: s.cfg.MaxInflightBytes, Logger: s.log, Hooks: s.aggHooks}); err != nil {
+		MaxInflightBytes: s.cfg.MaxInflightBytes, Logger: s.log, Hooks: s.aggHooks, TracerProvider: s.cfg.TracerProvider}); err != nil {
 		return nil, err
 	}
 	if bs.dlq, err = deadletters.New(deadletters.Config{Conn: bs.conConn, Publisher: bs.pub, Names: s.names, Store: s.store, Logger: s.log}); err != nil {

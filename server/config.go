@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/aggregator"
 	"github.com/warrenhq/warren/internal/api"
@@ -221,6 +223,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Hooks observe the server (metrics, tests, benchmarks).
 	Hooks Hooks
+	// TracerProvider makes the server's OpenTelemetry spans: a
+	// submission's (POST /v1/jobs, warren.job.create), the relay's
+	// (warren.relay.publish) and the aggregator's (warren.aggregate,
+	// warren.job.close), each in the trace of the job's submission, whose
+	// W3C trace context the job keeps and its messages carry
+	// (docs/operations.md, "Tracing"). nil means otel.GetTracerProvider(),
+	// which makes no-op spans unless the program installed an SDK.
+	TracerProvider trace.TracerProvider
 }
 
 // Hooks observe a running server. Every field is optional; each is called

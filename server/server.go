@@ -203,6 +203,8 @@ func (s *Server) start(ctx context.Context) (err error) {
 		OnDelete: s.jobDeleted,
 		Events:   s.events,
 		Logger:   s.log,
+
+		TracerProvider: s.cfg.TracerProvider,
 	})
 	if err != nil {
 		return err

@@ -246,6 +246,11 @@ type NewJob struct {
 	// IdempotencyKey and another RequestHash is refused with
 	// ErrKeyReused; an empty one on either side matches anything.
 	RequestHash string
+	// TraceParent and TraceState are the W3C trace context (traceparent,
+	// tracestate) of the span that submitted the job, kept with it so that
+	// the relay publishes its tasks in that trace, however much later and
+	// from whichever server; "" when it was submitted outside any trace.
+	TraceParent, TraceState string
 }
 
 // ListJobsOpts filters and pages ListJobs.
@@ -303,6 +308,9 @@ type OutboxTask struct {
 	TaskTimeout time.Duration
 	// Queue is the job's work queue (warren.Policy.EffectiveQueue).
 	Queue string
+	// TraceParent and TraceState are the job's trace context
+	// (NewJob.TraceParent, NewJob.TraceState), "" when it has none.
+	TraceParent, TraceState string
 }
 
 // Ref returns the task's reference.

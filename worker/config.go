@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/protocol"
 )
@@ -129,6 +131,15 @@ type Config struct {
 	// and return quickly: the task's concurrency slot is held until it
 	// returns.
 	OnEvent func(Event)
+	// TracerProvider makes the worker's OpenTelemetry spans: one
+	// warren.task.process span per task message, continuing the trace its
+	// traceparent header carries, which the handler's context holds (so
+	// that spans the handler starts from its context are its children),
+	// and one warren.result.publish span per result message, whose trace
+	// context the message carries on to the server. Default
+	// otel.GetTracerProvider(), which makes no-op spans unless the program
+	// installed an SDK.
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults returns c with every zero field set to its default.

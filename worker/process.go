@@ -10,6 +10,7 @@ import (
 	"github.com/warrenhq/warren/internal/backoff"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/outcome"
+	"github.com/warrenhq/warren/internal/spans"
 	"github.com/warrenhq/warren/internal/wire"
 	"github.com/warrenhq/warren/protocol"
 )
@@ -33,6 +34,8 @@ const (
 // message of its own for each failed task (a retry or a dead letter), all
 // confirmed before the one ack.
 func (s *session) process(d *delivery) {
+	d.span = s.startProcess(d)
+	defer d.span.End()
 	switch {
 	case errors.Is(d.msg.Malformed, wire.ErrTooLarge):
 		s.deadLetterAll(d, protocol.ReasonTooLarge, d.msg.Malformed)
@@ -41,12 +44,14 @@ func (s *session) process(d *delivery) {
 		s.deadLetterAll(d, protocol.ReasonMalformed, d.msg.Malformed)
 		return
 	case s.w.cancelled.has(d.tasks[0].JobID):
+		d.span.AddEvent("skipped: the job is cancelled")
 		s.skip(d)
 		return
 	case d.msg.Batch && d.msg.Redelivered:
 		// Its worker crashed, lost its connection or shut down mid-batch:
 		// one of the tasks may be what crashes workers. Alone, each task
 		// meets the delivery limit on its own.
+		d.span.AddEvent("split into single tasks")
 		s.split(d)
 		return
 	}
@@ -55,7 +60,7 @@ func (s *session) process(d *delivery) {
 		s.deadLetterAll(d, protocol.ReasonUnknownType, outcome.UnknownType(d.msg.Type))
 		return
 	}
-	runs, ok := s.run(h, d.tasks)
+	runs, ok := s.run(s.handlerContext(d), h, d.tasks)
 	if !ok {
 		// Shutdown stopped waiting for the handler: whatever it
 		// returned, the tasks run again elsewhere.
@@ -109,6 +114,8 @@ func (s *session) deadLetterAll(d *delivery, reason string, cause error) {
 	for i, t := range d.tasks {
 		outs[i], evs[i] = s.deadLetter(d, t, reason, cause, time.Time{})
 	}
+	spans.Fail(d.span, cause)
+	traceCopies(d, outs)
 	s.publishThenAck(d, outs, evs)
 }
 
@@ -156,9 +163,11 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 			out, ev = s.deadLetter(d, t, dec.Reason, dec.Err, r.started)
 			ev.Duration = r.elapsed
 		}
+		spans.Fail(d.span, ev.Err)
 		outs = append(outs, out)
 		evs = append(evs, ev)
 	}
+	traceCopies(d, outs)
 	if len(results) > 0 && !d.msg.Batch {
 		// A single task message that completed: its result may share a
 		// result batch with others that finish at the same time.
@@ -173,7 +182,12 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 			s.requeue(d)
 			return
 		}
-		outs = append(outs, rs...)
+		// The result message's span covers the publishing of the
+		// delivery's retries and dead letters too: they are confirmed
+		// together.
+		span := s.startResults([]*delivery{d}, rs)
+		endSpan(span, s.publishThenAck(d, append(outs, rs...), evs))
+		return
 	}
 	s.publishThenAck(d, outs, evs)
 }
@@ -196,17 +210,18 @@ func (s *session) deadLetter(d *delivery, t Task, reason string, cause error, st
 // the task leaves the queue. If a publish fails, d goes back to the queue
 // after a short pause and runs again; the outcomes already published are
 // duplicates the aggregator absorbs.
-func (s *session) publishThenAck(d *delivery, outs []wire.Outbound, evs []Event) {
+func (s *session) publishThenAck(d *delivery, outs []wire.Outbound, evs []Event) error {
 	ctx, cancel := context.WithTimeout(s.handlers, confirmTimeout)
 	err := s.publishAll(ctx, outs)
 	cancel()
 	if err != nil {
 		s.publishFailed(d, evs, err)
-		return
+		return err
 	}
 	s.publishFailures.Store(0)
 	ran, aerr := d.ack()
 	s.acked(d, ran, aerr, evs)
+	return nil
 }
 
 // acked reports evs once d, whose outcomes are confirmed, is acked; ran
@@ -230,6 +245,7 @@ func (s *session) acked(d *delivery, ran bool, aerr error, evs []Event) {
 // the queue after a pause that grows with the failures in a row, unless
 // the connection is lost (the broker then redelivers d by itself).
 func (s *session) publishFailed(d *delivery, evs []Event, err error) {
+	spans.Fail(d.span, err)
 	log := s.taskLog(d.tasks[0])
 	if s.lost.Load() {
 		log.Debug("worker: outcome not confirmed; the connection was lost and the task will be redelivered", "error", err)

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/wire"
 	"github.com/warrenhq/warren/protocol"
@@ -87,6 +89,7 @@ type resultUnit struct {
 	outs  []wire.Outbound
 	confs []*broker.Confirmation
 	err   error
+	span  trace.Span // its warren.result.publish span
 }
 
 // publishRound publishes the results of round, waits for their confirms,
@@ -99,6 +102,7 @@ func (s *session) publishRound(round []*pendingResult) {
 		if u.err != nil {
 			continue
 		}
+		u.span = s.startResults(u.deliveries(), u.outs)
 		for _, o := range u.outs {
 			c, err := s.pub.Publish(ctx, o.Exchange, o.Key, o.Msg)
 			if err != nil {
@@ -122,6 +126,9 @@ func (s *session) publishRound(round []*pendingResult) {
 		acked []*pendingResult
 	)
 	for _, u := range units {
+		if u.span != nil {
+			endSpan(u.span, u.err)
+		}
 		if s.w.testHookResults != nil {
 			s.w.testHookResults(len(u.ps), u.err)
 		}
@@ -148,6 +155,15 @@ func (s *session) publishRound(round []*pendingResult) {
 	for _, p := range round {
 		close(p.done)
 	}
+}
+
+// deliveries are the deliveries u answers.
+func (u *resultUnit) deliveries() []*delivery {
+	ds := make([]*delivery, len(u.ps))
+	for i, p := range u.ps {
+		ds[i] = p.d
+	}
+	return ds
 }
 
 // resultUnits sorts round by job, generation and task, and cuts it into

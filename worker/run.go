@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"strings"
@@ -24,11 +25,11 @@ type taskRun struct {
 // one call for a BatchHandlerFunc; each call's context has the deadline
 // of its task timeout (a batch's tasks share one, for the one call). ok
 // is false when shutdown cancelled the handlers' context meanwhile.
-func (s *session) run(h handlerSet, tasks []Task) ([]taskRun, bool) {
+func (s *session) run(ctx context.Context, h handlerSet, tasks []Task) ([]taskRun, bool) {
 	runs := make([]taskRun, len(tasks))
 	if h.batch != nil {
 		start := time.Now()
-		outcomes := s.callBatch(h.batch, tasks, start)
+		outcomes := s.callBatch(ctx, h.batch, tasks, start)
 		end := time.Now()
 		for i, t := range tasks {
 			runs[i] = taskRun{task: t, value: outcomes[i].Value, err: outcomes[i].Err,
@@ -38,7 +39,7 @@ func (s *session) run(h handlerSet, tasks []Task) ([]taskRun, bool) {
 	}
 	for i, t := range tasks {
 		start := time.Now()
-		value, err := s.call(h.one, t, start)
+		value, err := s.call(ctx, h.one, t, start)
 		end := time.Now()
 		runs[i] = taskRun{task: t, value: value, err: err, started: start.UTC(), finished: end.UTC(), elapsed: end.Sub(start)}
 		if s.handlers.Err() != nil {
@@ -48,10 +49,10 @@ func (s *session) run(h handlerSet, tasks []Task) ([]taskRun, bool) {
 	return runs, true
 }
 
-// call runs h, started at start, with the task's deadline, turning a
-// panic into a transient error.
-func (s *session) call(h HandlerFunc, t Task, start time.Time) (v any, err error) {
-	ctx, cancel := outcome.Context(s.handlers, start, t.Timeout)
+// call runs h, started at start, with a context derived from base with
+// the task's deadline, turning a panic into a transient error.
+func (s *session) call(base context.Context, h HandlerFunc, t Task, start time.Time) (v any, err error) {
+	ctx, cancel := outcome.Context(base, start, t.Timeout)
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
@@ -65,8 +66,8 @@ func (s *session) call(h HandlerFunc, t Task, start time.Time) (v any, err error
 // callBatch runs h over tasks, started at start, with one deadline for
 // the call: the tasks' shared timeout. A panic or an outcome count other
 // than len(tasks) becomes a transient error for every task.
-func (s *session) callBatch(h BatchHandlerFunc, tasks []Task, start time.Time) (outcomes []Outcome) {
-	ctx, cancel := outcome.Context(s.handlers, start, tasks[0].Timeout)
+func (s *session) callBatch(base context.Context, h BatchHandlerFunc, tasks []Task, start time.Time) (outcomes []Outcome) {
+	ctx, cancel := outcome.Context(base, start, tasks[0].Timeout)
 	defer cancel()
 	fail := func(err error) []Outcome {
 		out := make([]Outcome, len(tasks))

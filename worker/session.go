@@ -9,6 +9,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/wire"
@@ -147,6 +148,10 @@ type delivery struct {
 
 	settled atomic.Bool
 	lost    *atomic.Bool // its session's
+
+	// span is its warren.task.process span, from the start of its
+	// processing to its settling (startProcess).
+	span trace.Span
 }
 
 // receive reads d, the one time a task delivery is decoded.

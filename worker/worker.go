@@ -29,9 +29,11 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenhq/warren/internal/backoff"
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/spans"
 	"github.com/warrenhq/warren/protocol"
 )
 
@@ -44,10 +46,11 @@ var ErrConnectionLost = errors.New("worker: lost the connection to RabbitMQ")
 // Worker consumes warren's work queue and runs the registered handlers.
 // Create it with New, register handlers with Handle, then call Run.
 type Worker struct {
-	cfg   Config
-	nodes *broker.Nodes
-	names protocol.Names
-	log   *slog.Logger
+	cfg    Config
+	tracer trace.Tracer
+	nodes  *broker.Nodes
+	names  protocol.Names
+	log    *slog.Logger
 
 	mu       sync.RWMutex
 	handlers map[string]handlerSet
@@ -87,6 +90,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	return &Worker{
 		cfg:       cfg,
+		tracer:    spans.Tracer(cfg.TracerProvider),
 		nodes:     nodes,
 		names:     protocol.NamesFor(cfg.Prefix),
 		log:       cfg.Logger.With("worker", cfg.Name),

@@ -212,6 +212,12 @@ func runServer(ctx context.Context, args []string, env *environment) error {
 	if err != nil {
 		return err
 	}
+	tp, flush, err := startTracing(ctx, env, "warren-server")
+	if err != nil {
+		return err
+	}
+	defer flush()
+	cfg.TracerProvider = tp
 	s, err := server.New(cfg)
 	if err != nil {
 		return err

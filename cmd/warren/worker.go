@@ -74,6 +74,11 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	if err != nil {
 		return err
 	}
+	tp, flush, err := startTracing(ctx, env, "warren-worker")
+	if err != nil {
+		return err
+	}
+	defer flush()
 	var ready atomic.Bool
 	observe := func(worker.Event) {}
 	if *metricsAddr != "" {
@@ -85,7 +90,8 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 		observe = m.Observe
 	}
 	w, err := worker.New(worker.Config{
-		AMQPURL: c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency, Name: *name,
+		TracerProvider: tp,
+		AMQPURL:        c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency, Name: *name,
 		ShutdownTimeout: *shutdown, Logger: env.logger, RetryTiers: tiers, QuorumReplicas: *replicas,
 		Queues: consume, MaxMessageBytes: int(*maxMessage), MaxResultBytes: int(*maxResult), MaxInflightBytes: *maxInflight,
 		OnEvent: func(e worker.Event) {

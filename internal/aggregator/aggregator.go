@@ -15,6 +15,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/backoff"
@@ -82,6 +84,10 @@ type Config struct {
 	// Hooks, when set, observe the aggregator (metrics and tests). They
 	// must not block.
 	Hooks Hooks
+	// TracerProvider makes the spans of the recording of outcomes
+	// (warren.aggregate) and of the closes (warren.job.close), in the
+	// traces the result messages carry; nil means otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // Hooks observe an aggregator. Every field is optional.
@@ -136,6 +142,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
 	return c
 }
 
@@ -169,7 +178,7 @@ func Prefetch(cfg Config) (results, dead, batch int) {
 // Aggregator records results and closes jobs.
 type Aggregator struct {
 	cfg   Config
-	close chan string
+	close chan closeRequest
 	// batchSize is the most deliveries of one batch: Config.BatchSize, or
 	// less when the prefetch that MaxInflightBytes allows is smaller.
 	batchSize int
@@ -197,7 +206,7 @@ func New(cfg Config) (*Aggregator, error) {
 		return nil, err
 	}
 	_, _, batch := Prefetch(cfg)
-	return &Aggregator{cfg: cfg, close: make(chan string, 1024), batchSize: batch}, nil
+	return &Aggregator{cfg: cfg, close: make(chan closeRequest, 1024), batchSize: batch}, nil
 }
 
 // source is one consumed queue on its own channel: multiple-acks are per
@@ -215,6 +224,9 @@ type item struct {
 	d       amqp.Delivery
 	invalid string // why the delivery can never be applied
 	reason  string // why a dead-lettered task failed
+	// trace is the trace context the delivery carries: the span that
+	// published it (wire.Trace).
+	trace trace.SpanContext
 }
 
 // Run consumes results and dead letters until ctx is done and closes
@@ -392,6 +404,7 @@ func (a *Aggregator) process(ctx context.Context, batch []item) error {
 				batch[i].invalid = err.Error()
 				continue
 			}
+			batch[i].trace = wire.Trace(batch[i].d)
 		}
 		for range len(outcomes) - n {
 			from = append(from, i)
@@ -402,16 +415,20 @@ func (a *Aggregator) process(ctx context.Context, batch []item) error {
 		clear(outcomes)
 		a.outcomes, a.from = outcomes[:0], from[:0]
 	}()
+	traced := a.startSpans(batch, outcomes, from)
 	report, err := a.record(ctx, batch, outcomes, from)
 	if err != nil {
+		traced.end(err)
 		return err
 	}
 	for _, idx := range report.Unknown {
 		batch[from[idx]].invalid = "unknown job or task " + protocol.MessageID(outcomes[idx].JobID, outcomes[idx].TaskID)
 	}
 	if err := a.acknowledge(batch); err != nil {
+		traced.end(err)
 		return err
 	}
+	traced.end(nil)
 	if a.cfg.Hooks.OnOutcomes != nil {
 		a.cfg.Hooks.OnOutcomes(outcomes)
 	}
@@ -426,7 +443,7 @@ func (a *Aggregator) process(ctx context.Context, batch []item) error {
 		}
 	}
 	for _, id := range report.ReadyToClose {
-		a.requestClose(id)
+		a.requestClose(closeRequest{id: id, trace: traced.spanContext(id)})
 	}
 	return nil
 }
@@ -712,13 +729,20 @@ func deadOutcome(dl wire.DeadLetter) store.Outcome {
 // RequestClose asks the aggregator to close a job that is ready to close
 // (for example one whose last task the reconciler failed). It never
 // blocks: when its queue is full, the periodic scan finds the job.
-func (a *Aggregator) RequestClose(id string) { a.requestClose(id) }
+func (a *Aggregator) RequestClose(id string) { a.requestClose(closeRequest{id: id}) }
+
+// closeRequest is a job to close, and the span of the recording that made
+// it ready, which its close span continues (invalid when none did).
+type closeRequest struct {
+	id    string
+	trace trace.SpanContext
+}
 
 // requestClose queues a job for the closer without blocking the consumer;
 // if the queue is full, the periodic scan finds the job.
-func (a *Aggregator) requestClose(id string) {
+func (a *Aggregator) requestClose(r closeRequest) {
 	select {
-	case a.close <- id:
+	case a.close <- r:
 	default:
 	}
 }
@@ -733,9 +757,9 @@ func (a *Aggregator) closer(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case id := <-a.close:
-			if err := a.CloseJob(ctx, id); err != nil && ctx.Err() == nil {
-				a.cfg.Logger.Error("aggregator: closing job failed; the scan retries it", "job_id", id, "error", err)
+		case r := <-a.close:
+			if err := a.CloseJob(trace.ContextWithSpanContext(ctx, r.trace), r.id); err != nil && ctx.Err() == nil {
+				a.cfg.Logger.Error("aggregator: closing job failed; the scan retries it", "job_id", r.id, "error", err)
 			}
 		case <-tick.C:
 			a.scan(ctx)
@@ -833,6 +857,9 @@ const closeTries = 5
 // FinishJob refuses it and CloseJob reads the job again and starts over,
 // at most closeTries times; then it returns an error and the scan tries
 // later.
+//
+// Each try that finds the job ready makes a warren.job.close span, a
+// child of the span in ctx when there is one.
 func (a *Aggregator) CloseJob(ctx context.Context, id string) error {
 	for range closeTries {
 		again, err := a.closeOnce(ctx, id)
@@ -853,6 +880,8 @@ func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err 
 	if job.State.Terminal() || !store.ReadyToClose(job) {
 		return false, nil
 	}
+	ctx, span := a.startClose(ctx, job)
+	defer func() { endClose(span, again, err) }()
 	state, result, msg := warren.JobCompleted, []byte(nil), ""
 	if !job.Policy.Tolerates(job.FailedTasks, job.ExpectedTasks) {
 		state = warren.JobFailed
@@ -889,6 +918,7 @@ func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err 
 	}
 	a.cfg.Logger.Info("job closed", "job_id", id, "state", state,
 		"completed", job.CompletedTasks, "failed", job.FailedTasks, "expected", job.ExpectedTasks)
+	closedSpan(span, state, msg)
 	if a.cfg.Hooks.OnJobFinished != nil {
 		a.cfg.Hooks.OnJobFinished(job, state)
 	}

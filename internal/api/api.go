@@ -31,9 +31,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/heartbeats"
+	"github.com/warrenhq/warren/internal/spans"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
@@ -142,6 +144,12 @@ type Config struct {
 	Events *Events
 	// Logger receives the handler's logs. nil means slog.Default().
 	Logger *slog.Logger
+	// TracerProvider makes the server span of each submission (POST
+	// /v1/jobs, continuing the request's W3C traceparent when it has one)
+	// and the span of its store write (warren.job.create); the job keeps
+	// the submission's trace context for the relay. nil means
+	// otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -204,6 +212,7 @@ func (c Config) validate() error {
 // server holds what the handlers share.
 type server struct {
 	cfg     Config
+	tracer  trace.Tracer
 	rules   rules // what a submission is checked against
 	log     *slog.Logger
 	auth    *authenticator
@@ -255,7 +264,7 @@ func New(cfg Config) (http.Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &server{cfg: cfg, log: slog.New(requestIDHandler{cfg.Logger.Handler()}), auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(),
+	s := &server{cfg: cfg, tracer: spans.Tracer(cfg.TracerProvider), log: slog.New(requestIDHandler{cfg.Logger.Handler()}), auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(),
 		rules: rules{reducers: cfg.Reducers, tiers: cfg.RetryTiers, maxTaskBytes: cfg.MaxTaskBytes}}
 	if err := s.useEvents(); err != nil {
 		return nil, err
@@ -268,6 +277,9 @@ func New(cfg Config) (http.Handler, error) {
 	for _, rt := range s.routes() {
 		var h http.Handler = rt.handler
 		h = s.authorize(rt.scope, h)
+		if tracedRoutes[rt.pattern] {
+			h = s.traced(rt.pattern, h)
+		}
 		h = cfg.Metrics.instrument(rt.pattern, h)
 		s.mux.Handle(rt.pattern, h)
 		method := methodOf(rt.pattern)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -14,7 +15,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/spans"
 	"github.com/warrenhq/warren/internal/spool"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
@@ -141,7 +146,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 		spec.RequestHash = hex.EncodeToString(digest.Sum(nil))
 	}
 
-	job, created, err := s.cfg.Store.CreateJob(r.Context(), spec, sp.All())
+	job, created, err := s.createJob(r.Context(), spec, sp)
 	if err != nil {
 		s.storeError(w, r, err, "create job", "type", spec.Type)
 		return
@@ -159,6 +164,25 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 	url := jobURL(job.ID)
 	w.Header().Set("Location", url)
 	writeJSON(w, http.StatusAccepted, submitResponse{ID: job.ID, State: job.State, StatusURL: url})
+}
+
+// createJob writes the job of spec and its spooled tasks in a
+// warren.job.create span, keeping with the job the trace context of the
+// submission's span (ctx's), for the relay to continue.
+func (s *server) createJob(ctx context.Context, spec store.NewJob, sp *spool.Spool) (warren.Job, bool, error) {
+	saved := spans.Save(ctx)
+	spec.TraceParent, spec.TraceState = saved.Parent, saved.State
+	submit := trace.SpanFromContext(ctx)
+	ctx, span := s.tracer.Start(ctx, spans.JobCreate)
+	defer span.End()
+	job, created, err := s.cfg.Store.CreateJob(ctx, spec, sp.All())
+	spans.Fail(span, err)
+	if err == nil && span.IsRecording() {
+		attrs := []attribute.KeyValue{spans.JobID.String(job.ID), spans.JobType.String(job.Type)}
+		submit.SetAttributes(attrs...)
+		span.SetAttributes(append(attrs, spans.TaskCount.Int64(job.ExpectedTasks), attribute.Bool("warren.created", created))...)
+	}
+	return job, created, err
 }
 
 // rules are what a submission is checked against.

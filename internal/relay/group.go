@@ -1,6 +1,11 @@
 package relay
 
 import (
+	"context"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/warrenhq/warren/internal/spans"
 	"github.com/warrenhq/warren/internal/wire"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store"
@@ -48,6 +53,9 @@ func group(tasks []store.OutboxTask, maxBytes int) [][]store.OutboxTask {
 type message struct {
 	tasks []store.OutboxTask
 	out   wire.Outbound
+	// span is the message's warren.relay.publish span, from its encoding
+	// to its confirm (or its failure).
+	span trace.Span
 }
 
 // size is the length of the message's body: what the broker's
@@ -66,7 +74,7 @@ func (r *Relay) encode(g []store.OutboxTask, rd *round) []message {
 		rd.fail(r.cfg.Logger, g[0], 0, "task message cannot be encoded: "+err.Error())
 		return nil
 	case err == nil && (len(g) == 1 || len(out.Msg.Body) <= r.cfg.MaxMessageBytes):
-		return []message{{tasks: g, out: out}}
+		return []message{r.traced(message{tasks: g, out: out}, rd)}
 	}
 	half := len(g) / 2
 	return append(r.encode(g[:half], rd), r.encode(g[half:], rd)...)
@@ -82,4 +90,33 @@ func (r *Relay) message(g []store.OutboxTask) (wire.Outbound, error) {
 		m.Tasks[i] = protocol.BatchTask{TaskID: t.TaskID, Payload: t.Payload}
 	}
 	return wire.Tasks(r.cfg.Names, m)
+}
+
+// traced starts m's warren.relay.publish span, a child of the span that
+// submitted its job (store.OutboxTask.TraceParent), and puts the span's
+// trace context in m's headers for the worker to continue. A job
+// submitted outside any trace gets a span of its own trace, or, with no
+// tracing, a no-op span and no headers. rd ends the span if the message
+// is not confirmed.
+func (r *Relay) traced(m message, rd *round) message {
+	t := m.tasks[0]
+	parent := spans.Context{Parent: t.TraceParent, State: t.TraceState}.SpanContext()
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(), parent)
+	_, m.span = r.tracer.Start(ctx, spans.RelayPublish, trace.WithSpanKind(trace.SpanKindProducer))
+	wire.SetTrace(&m.out.Msg, m.span.SpanContext())
+	if !m.span.IsRecording() {
+		return m
+	}
+	rd.spans = append(rd.spans, m.span)
+	ids := make([]int64, len(m.tasks))
+	for i, t := range m.tasks {
+		ids[i] = t.TaskID
+	}
+	m.span.SetAttributes(spans.Tasks(t.JobID, ids)...)
+	m.span.SetAttributes(spans.JobType.String(t.Type), spans.Generation.Int(t.Generation), spans.Attempt.Int(t.Attempts+1),
+		spans.RabbitMQ, spans.MessagingOperationType.String("send"), spans.MessagingOperationName.String("publish"),
+		spans.MessagingDestination.String(m.out.Exchange), spans.MessagingRoutingKey.String(m.out.Key),
+		spans.MessagingMessageID.String(m.out.Msg.MessageId), spans.MessagingConversationID.String(t.JobID),
+		spans.MessagingBodySize.Int(len(m.out.Msg.Body)))
+	return m
 }

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,9 +10,11 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/spans"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -34,9 +37,13 @@ type round struct {
 	sizes     []int // tasks per confirmed message
 	failed    []failure
 	err       error // the first error that left tasks pending
+	// spans are the recording spans of the round's messages: endSpans
+	// ends those that neither a confirm nor a failure ended.
+	spans []trace.Span
 }
 
 func (rd *round) confirm(m message) {
+	m.span.End()
 	rd.sizes = append(rd.sizes, len(m.tasks))
 	for _, t := range m.tasks {
 		rd.confirmed = append(rd.confirmed, t.Ref())
@@ -58,6 +65,21 @@ func (rd *round) fail(log *slog.Logger, t store.OutboxTask, size int, reason str
 // result is what RelayBatch's publish returns: the confirmed tasks, or
 // the first error when there are none. Failed tasks are neither: they
 // stay pending until the relay fails them.
+// errNotConfirmed ends the span of a message the broker did not confirm
+// for want of an error of its own: the round stopped before.
+var errNotConfirmed = errors.New("relay: not confirmed; the tasks stay pending")
+
+// endSpans ends the spans of the round's messages that are not ended yet,
+// as failures: their messages were not confirmed, and their tasks stay
+// pending (a span ended already is left as it is).
+func (rd *round) endSpans() {
+	err := cmp.Or(rd.err, errNotConfirmed)
+	for _, span := range rd.spans {
+		spans.Fail(span, err)
+		span.End()
+	}
+}
+
 func (rd *round) result(log *slog.Logger, claimed int) ([]store.TaskRef, error) {
 	if len(rd.confirmed) == 0 && rd.err != nil {
 		return nil, rd.err
@@ -126,6 +148,7 @@ publishing:
 			"max_message_bytes", r.cfg.MaxMessageBytes, "messages", len(refused))
 		r.publishAlone(ctx, rd, refused)
 	}
+	rd.endSpans()
 	return rd
 }
 
@@ -144,6 +167,8 @@ func (r *Relay) publishAlone(ctx context.Context, rd *round, msgs []message) boo
 		case refusal == nil:
 			rd.confirm(m)
 		case len(m.tasks) > 1:
+			spans.Fail(m.span, fmt.Errorf("refused by the broker; its tasks go alone: %w", refusal))
+			m.span.End()
 			var singles []message
 			for _, t := range m.tasks {
 				singles = append(singles, r.encode([]store.OutboxTask{t}, rd)...)
@@ -152,7 +177,10 @@ func (r *Relay) publishAlone(ctx context.Context, rd *round, msgs []message) boo
 				return false
 			}
 		default:
-			rd.fail(r.cfg.Logger, m.tasks[0], m.size(), refusalError(m.size(), refusal))
+			reason := refusalError(m.size(), refusal)
+			spans.Fail(m.span, errors.New(reason))
+			m.span.End()
+			rd.fail(r.cfg.Logger, m.tasks[0], m.size(), reason)
 		}
 	}
 	return true

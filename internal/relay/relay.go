@@ -20,9 +20,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenhq/warren/internal/backoff"
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/spans"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store"
 )
@@ -115,6 +117,10 @@ type Config struct {
 	// OnReadyToClose, when set, is called with each job that failing such
 	// tasks made ready to close. It must not block.
 	OnReadyToClose func(jobID string)
+	// TracerProvider makes the spans of the publishings
+	// (warren.relay.publish), each in the trace its job was submitted in;
+	// nil means otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -183,8 +189,9 @@ var retryPolicy = backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Seco
 
 // Relay moves tasks from the store's outbox to the broker.
 type Relay struct {
-	cfg  Config
-	wake []chan struct{} // one per loop of Run
+	cfg    Config
+	tracer trace.Tracer
+	wake   []chan struct{} // one per loop of Run
 	// inflight is how many task messages the loops have claimed and not
 	// yet published, by work queue: the queue's depth does not show them
 	// yet, so a round's room leaves them out.
@@ -203,7 +210,7 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Relay{cfg: cfg, wake: make([]chan struct{}, cfg.Concurrency), inflight: map[string]int{}}
+	r := &Relay{cfg: cfg, tracer: spans.Tracer(cfg.TracerProvider), wake: make([]chan struct{}, cfg.Concurrency), inflight: map[string]int{}}
 	for i := range r.wake {
 		r.wake[i] = make(chan struct{}, 1)
 	}

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/protocol"
@@ -124,6 +125,11 @@ type TaskDelivery struct {
 	// Queue is x-queue, the tasks' work queue: protocol.DefaultQueue when
 	// absent or not a valid queue name. A retry goes to its delay tiers.
 	Queue string
+	// Trace is the trace context of the span that published the message
+	// (traceparent, tracestate); invalid when it carries none (see Trace).
+	// The copies that settle the tasks carry it, unless the worker puts
+	// its own span's there (SetTrace).
+	Trace trace.SpanContext
 
 	d amqp.Delivery // the source of every copy
 }
@@ -165,6 +171,7 @@ func readTaskHeaders(d amqp.Delivery) TaskDelivery {
 		MaxRetries:  warren.DefaultMaxRetries,
 		Redelivered: d.Redelivered,
 		Generation:  Generation(d),
+		Trace:       Trace(d),
 		d:           d,
 	}
 	if n, ok := protocol.HeaderInt(d.Headers, protocol.HeaderMaxRetries); ok {

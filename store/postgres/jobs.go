@@ -111,7 +111,8 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	if err != nil {
 		return warren.Job{}, false, err
 	}
-	job, err := scanJob(tx.QueryRow(ctx, `UPDATE jobs SET expected_tasks = $2 WHERE id = $1 RETURNING `+jobColumns, id, n))
+	job, err := scanJob(tx.QueryRow(ctx, `UPDATE jobs SET expected_tasks = $2, trace_parent = $3, trace_state = $4 WHERE id = $1 RETURNING `+jobColumns,
+		id, n, spec.TraceParent, spec.TraceState))
 	if err != nil {
 		return warren.Job{}, false, fmt.Errorf("postgres: create job: %w", err)
 	}

@@ -95,11 +95,11 @@ func (s *Store) claimPending(ctx context.Context, tx pgx.Tx, round store.Round) 
 	// pending, until the commit).
 	rows, err := tx.Query(ctx, `
 		WITH j AS MATERIALIZED (
-			SELECT q.ord, q.n, j.id, j.type, j.max_retries, j.batch_size, j.task_timeout_ms, j.queue
+			SELECT q.ord, q.n, j.id, j.type, j.max_retries, j.batch_size, j.task_timeout_ms, j.queue, j.trace_parent, j.trace_state
 			FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS q(job_id, n, ord)
 			JOIN jobs j ON j.id = q.job_id AND j.state IN ('pending', 'running')),
 		c AS (
-			SELECT j.ord, j.id, c.task_id, j.type, c.payload, j.max_retries, c.attempts, j.batch_size, c.generation, j.task_timeout_ms, j.queue,
+			SELECT j.ord, j.id, c.task_id, j.type, c.payload, j.max_retries, c.attempts, j.batch_size, c.generation, j.task_timeout_ms, j.queue, j.trace_parent, j.trace_state,
 				sum(octet_length(c.payload)) OVER (ORDER BY j.ord, c.task_id) - octet_length(c.payload) AS before
 			FROM j CROSS JOIN LATERAL (
 				SELECT t.task_id, t.payload, t.attempts, t.generation FROM tasks t
@@ -107,7 +107,7 @@ func (s *Store) claimPending(ctx context.Context, tx pgx.Tx, round store.Round) 
 				ORDER BY t.task_id
 				LIMIT j.n
 				FOR UPDATE SKIP LOCKED) c)
-		SELECT id, task_id, type, payload, max_retries, attempts, batch_size, generation, task_timeout_ms, queue
+		SELECT id, task_id, type, payload, max_retries, attempts, batch_size, generation, task_timeout_ms, queue, trace_parent, trace_state
 		FROM c
 		WHERE $3::bigint <= 0 OR before < $3::bigint
 		ORDER BY ord, task_id`, ids, limits, round.Bytes)
@@ -120,7 +120,8 @@ func (s *Store) claimPending(ctx context.Context, tx pgx.Tx, round store.Round) 
 			payload   []byte
 			timeoutMS int64
 		)
-		err := row.Scan(&t.JobID, &t.TaskID, &t.Type, &payload, &t.MaxRetries, &t.Attempts, &t.BatchSize, &t.Generation, &timeoutMS, &t.Queue)
+		err := row.Scan(&t.JobID, &t.TaskID, &t.Type, &payload, &t.MaxRetries, &t.Attempts, &t.BatchSize, &t.Generation, &timeoutMS, &t.Queue,
+			&t.TraceParent, &t.TraceState)
 		t.Payload = payload
 		t.Queue = protocol.QueueOrDefault(t.Queue)
 		t.TaskTimeout = warren.Policy{TaskTimeout: time.Duration(timeoutMS) * time.Millisecond}.EffectiveTaskTimeout()

@@ -105,7 +105,8 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 			return err
 		}
 		job.ExpectedTasks = n
-		_, err = tx.ExecContext(ctx, `UPDATE jobs SET expected_tasks = ? WHERE id = ?`, n, job.ID)
+		_, err = tx.ExecContext(ctx, `UPDATE jobs SET expected_tasks = ?, trace_parent = ?, trace_state = ? WHERE id = ?`,
+			n, spec.TraceParent, spec.TraceState, job.ID)
 		return err
 	})
 	if err != nil {

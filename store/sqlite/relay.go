@@ -68,7 +68,8 @@ const pendingJobsSQL = `SELECT j.id, j.priority, j.batch_size, j.queue,
 	ORDER BY j.seq`
 
 // outboxSQL selects up to ?2 pending tasks of job ?1, in task id order.
-const outboxSQL = `SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size, t.generation, j.task_timeout_ms, j.queue
+const outboxSQL = `SELECT t.job_id, t.task_id, j.type, t.payload, j.max_retries, t.attempts, j.batch_size, t.generation, j.task_timeout_ms, j.queue,
+	j.trace_parent, j.trace_state
 	FROM tasks AS t JOIN jobs AS j ON j.id = t.job_id
 	WHERE t.job_id = ?1 AND t.state = 'pending' AND j.state IN ('pending', 'running')
 	ORDER BY t.task_id
@@ -141,7 +142,8 @@ func (s *Store) jobOutbox(ctx context.Context, tasks []store.OutboxTask, j store
 			t         store.OutboxTask
 			timeoutMS int64
 		)
-		if err := rows.Scan(&t.JobID, &t.TaskID, &t.Type, &t.Payload, &t.MaxRetries, &t.Attempts, &t.BatchSize, &t.Generation, &timeoutMS, &t.Queue); err != nil {
+		if err := rows.Scan(&t.JobID, &t.TaskID, &t.Type, &t.Payload, &t.MaxRetries, &t.Attempts, &t.BatchSize, &t.Generation, &timeoutMS, &t.Queue,
+			&t.TraceParent, &t.TraceState); err != nil {
 			return nil, err
 		}
 		t.Queue = protocol.QueueOrDefault(t.Queue)

@@ -54,6 +54,26 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Empty(t, relay(t, s, 10), "nothing is left to publish")
 	})
 
+	t.Run("CarriesTheJobsTraceContext", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		const (
+			parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+			state  = "congo=t61rcWkgMzE"
+		)
+		traced := createJob(t, s, store.NewJob{TraceParent: parent, TraceState: state}, 2)
+		untraced := newJob(t, s, 1)
+
+		offered := relay(t, s, 10)
+		require.Equal(t, append(refs(traced.ID, 1, 2), refs(untraced.ID, 1)...), offeredRefs(offered))
+		for _, task := range offered[:2] {
+			require.Equal(t, parent, task.TraceParent, "every task of the job carries the trace context it was submitted in")
+			require.Equal(t, state, task.TraceState)
+		}
+		require.Empty(t, offered[2].TraceParent, "a job submitted outside any trace has none")
+		require.Empty(t, offered[2].TraceState)
+	})
+
 	t.Run("SharesARoundByPriority", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
