@@ -15,7 +15,7 @@ export function timelineChart(timeline, expected) {
   const innerH = H - pad.top - pad.bottom;
   const peak = Math.max(1, ...buckets.map((b) => b.completed + b.failed));
   const slot = innerW / buckets.length;
-  const barW = Math.max(1, slot * 0.8);
+  const barW = Math.min(48, Math.max(1, slot * 0.8));
   const y = (n) => pad.top + innerH - (innerH * n) / peak;
   const perSecond = (n) => n / timeline.bucket_seconds;
 

@@ -146,14 +146,21 @@ export function copyable(text, href) {
       e.preventDefault();
       try {
         await navigator.clipboard.writeText(text);
-        button.textContent = '✓';
+        button.classList.add('done');
       } catch {
-        button.textContent = '!';
+        button.classList.add('failed');
       }
-      setTimeout(() => { button.textContent = '⧉'; }, 1200);
+      setTimeout(() => button.classList.remove('done', 'failed'), 1200);
     },
-  }, '⧉');
+  }, copyIcon());
   return h('span', { class: 'copyable' }, label, button);
+}
+
+/** A small "copy" icon: two overlapping sheets. */
+function copyIcon() {
+  return s('svg', { viewBox: '0 0 16 16', width: 12, height: 12, 'aria-hidden': 'true' },
+    s('rect', { x: 5, y: 5, width: 9, height: 9, rx: 1.5 }),
+    s('path', { d: 'M3 11V3.5A1.5 1.5 0 0 1 4.5 2H11' }));
 }
 
 /** A progress bar of a job's completed and failed tasks. */
