@@ -241,7 +241,9 @@ export function jobPage(root, { params, navigate }) {
     }, 'Download');
     resultPanel.replaceChildren(
       h('div', { class: 'title-row' }, h('h2', null, 'Result'),
-        h('span', { class: 'muted small' }, size != null ? `${num(size)} bytes` : '', complete ? '' : ` (first ${num(previewBytes >> 10)} KB shown)`), download),
+        h('div', { class: 'actions' },
+          h('span', { class: 'muted small' }, size != null ? `${num(size)} bytes` : '', complete ? '' : ` (first ${num(previewBytes >> 10)} KB shown)`),
+          download)),
       h('pre', { class: 'json', id: 'result-preview' }, complete ? pretty(text) : `${text}\n…`));
   }
 
@@ -296,10 +298,7 @@ export function jobPage(root, { params, navigate }) {
   }
 
   (async () => {
-    if (await loadJob()) {
-      await loadSlow();
-      follow_();
-    }
+    if (await loadJob()) follow_(); // follow_ loads the rest at once
   })();
   return stopAll;
 }
