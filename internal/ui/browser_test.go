@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,10 +28,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/api"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/broker/amqptest"
 	"github.com/warrenhq/warren/internal/handlers"
 	"github.com/warrenhq/warren/server"
+	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/sqlite"
 	"github.com/warrenhq/warren/worker"
 )
@@ -445,5 +448,87 @@ func TestDashboardInABrowser(t *testing.T) {
 	require.True(t, eval[bool](t, b, `sessionStorage.setItem('warren.token', 'revoked'); true`), "a token the server does not know")
 	b.open(t, in.url+"/ui/jobs", "#token-form")
 
+	require.Empty(t, b.jsErrors(), "the page logged errors")
+}
+
+// eventsStandIn serves GET /v1/jobs/{id}/events as CONTRACT.md's events
+// route does (a progress event with the job's JSON at once, then a closed
+// event and the end), over h for everything else: it checks the page's
+// reading of the stream before the route exists here. The events it sends
+// carry the job's real JSON with state changed to running, then completed,
+// so the page can only show those states from the stream. The closed event
+// waits for release.
+func eventsStandIn(t *testing.T, h http.Handler, release <-chan struct{}) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, "/v1/jobs/"), "/events")
+		if !ok || r.Method != http.MethodGet {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(r.Context(), http.MethodGet, "/v1/jobs/"+id, nil))
+		if rec.Code != http.StatusOK {
+			http.Error(w, rec.Body.String(), rec.Code)
+			return
+		}
+		var job map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &job); err != nil {
+			t.Errorf("events stand-in: %v", err)
+			return
+		}
+		event := func(name, state string) {
+			job["state"] = state
+			data, _ := json.Marshal(job)
+			fmt.Fprintf(w, "event: %s\r\nid: 7\r\ndata: %s\r\n\r\n: keepalive\n\n", name, data)
+			w.(http.Flusher).Flush()
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		event("progress", "running")
+		select {
+		case <-release:
+			event("closed", "completed")
+		case <-r.Context().Done():
+		}
+	})
+}
+
+// Without tokens the page needs none; a job's page follows the events
+// stream. The API runs without a broker: the page only needs the API.
+func TestDashboardWithoutTokensFollowsEvents(t *testing.T) {
+	t.Parallel()
+	b := startBrowser(t)
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "warren.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	h, err := api.New(api.Config{Store: st, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	release := make(chan struct{})
+	srv := httptest.NewServer(eventsStandIn(t, h, release))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	job, _, err := st.CreateJob(context.Background(), store.NewJob{Type: "echo"}, func(yield func(json.RawMessage, error) bool) {
+		yield(json.RawMessage(`{"n":1}`), nil)
+	})
+	require.NoError(t, err)
+
+	b.open(t, srv.URL+"/ui", "#jobs-table") // /ui redirects to /ui/
+	b.until(t, "the job listed", fmt.Sprintf(`document.querySelector('tr[data-job-id=%q]')?.dataset.state === 'pending'`, job.ID))
+	require.Contains(t, eval[string](t, b, `document.querySelector('#session').textContent`), "no tokens")
+	require.False(t, eval[bool](t, b, present("#sign-out")))
+
+	b.open(t, srv.URL+"/ui/jobs/"+job.ID, "#job-title")
+	b.until(t, "running, from the progress event", `document.querySelector('#job-title .badge')?.textContent === 'running' &&
+		document.querySelector('#live').textContent === 'live'`)
+	require.True(t, eval[bool](t, b, present("#action-cancel")), "without tokens every action is offered")
+	close(release)
+	b.until(t, "completed, from the closed event", `document.querySelector('#job-title .badge')?.textContent === 'completed' &&
+		document.querySelector('#live').textContent === 'closed'`)
 	require.Empty(t, b.jsErrors(), "the page logged errors")
 }

@@ -29,7 +29,6 @@ export function jobPage(root, { params, navigate }) {
   const live = h('span', { class: 'muted small', id: 'live' });
   const summary = h('div', { class: 'cards', id: 'job-summary' });
   const progress = h('div', { id: 'job-progress' });
-  const errorsSample = h('div', { id: 'job-errors' });
   const timelineBox = h('div', { id: 'timeline' }, h('p', { class: 'muted' }, 'Loading…'));
   const failed = taskTable(base, { id: 'failed-tasks', state: 'failed', limit: 20, failedOnly: true });
   const tasks = taskTable(base, { id: 'tasks', state: '', limit: 50 });
@@ -40,7 +39,7 @@ export function jobPage(root, { params, navigate }) {
 
   root.append(
     h('section', { class: 'panel' }, h('a', { href: '/ui/jobs', class: 'back' }, '← Jobs'), title,
-      h('div', { class: 'title-row' }, actions, live), summary, progress, errorsSample),
+      h('div', { class: 'title-row' }, actions, live), summary, progress),
     panel('Progress over time', { id: 'timeline-panel' }, timelineBox),
     failedPanel,
     panel('Tasks', { id: 'tasks-panel' }, tasks.el),
@@ -64,7 +63,6 @@ export function jobPage(root, { params, navigate }) {
       card('Ran for', j.started_at ? duration(end - Date.parse(j.started_at)) : '–'),
       card('Finished', j.finished_at ? timeEl(j.finished_at) : '–'));
     progress.replaceChildren(progressBar(j, true));
-    errorsSample.replaceChildren();
     renderActions();
     renderDetails();
     if (j.state === 'completed' && j.result_url && !resultShown) {
