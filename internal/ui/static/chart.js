@@ -10,7 +10,7 @@ const pad = { left: 44, right: 44, top: 12, bottom: 26 };
 /** Returns an SVG chart of a GET /v1/jobs/{id}/timeline body. */
 export function timelineChart(timeline, expected) {
   const buckets = timeline.buckets;
-  if (!buckets.length) return h('p', { class: 'muted' }, 'No tasks finished yet.');
+  if (!buckets.some((b) => b.completed + b.failed > 0)) return h('p', { class: 'muted', id: 'timeline-empty' }, 'No task has finished.');
   const innerW = W - pad.left - pad.right;
   const innerH = H - pad.top - pad.bottom;
   const peak = Math.max(1, ...buckets.map((b) => b.completed + b.failed));

@@ -56,7 +56,7 @@ export function jobPage(root, { params, navigate }) {
       card('Expected', num(j.expected_tasks)),
       card('Completed', num(j.completed_tasks), 'ok-text'),
       card('Failed', num(j.failed_tasks), j.failed_tasks ? 'bad-text' : ''),
-      card('Pending', num(j.pending_tasks)),
+      card(isOpen(j.state) ? 'Pending' : 'Unfinished', num(j.pending_tasks)),
       card('Done', `${j.expected_tasks ? Math.floor((100 * done) / j.expected_tasks) : 100}%`),
       card('Rate', rate(averageRate(j))),
       card('Created', ago(j.created_at)),
@@ -69,7 +69,12 @@ export function jobPage(root, { params, navigate }) {
       resultShown = true;
       loadResult();
     }
-    if (wasOpen && !isOpen(j.state)) loadSlow();
+    if (wasOpen && !isOpen(j.state)) {
+      if (stopPoll) stopPoll();
+      stopPoll = null;
+      live.textContent = 'closed';
+      loadSlow();
+    }
   }
 
   function renderActions() {
