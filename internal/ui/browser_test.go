@@ -336,15 +336,14 @@ func TestDashboardInABrowser(t *testing.T) {
 
 	// Jobs of every kind: one that completes (with metadata that looks
 	// like HTML, which must show as text), one with failures, one that
-	// runs until cancelled, and one that fails until a time and then
+	// runs until cancelled, and one whose task fails its first attempt and
 	// succeeds when redriven.
 	echo := in.submit(t, `{"type":"echo","reduce":"collect","metadata":{"team":"<img src=x onerror=alert(1)>"},
 		"tasks":[{"n":1},{"n":2},{"n":3},{"n":4},{"n":5}]}`)
 	broken := in.submit(t, `{"type":"flaky","max_retries":0,"tasks":[{"value":1},{"permanent":true},{"value":3},{"permanent":true}]}`)
 	sleeper := in.submit(t, `{"type":"sleep","tasks":[{"ms":600000},{"ms":600000}]}`)
-	failUntil := time.Now().Add(3 * time.Second)
-	redrivable := in.submit(t, fmt.Sprintf(`{"type":"flaky","max_retries":0,"tasks":[{"value":"a"},{"value":"b","fail_until":%q}]}`,
-		failUntil.Format(time.RFC3339Nano)))
+	// A redrive keeps a task's attempts: its second run is attempt 2.
+	redrivable := in.submit(t, `{"type":"flaky","max_retries":0,"tasks":[{"value":"a"},{"value":"b","fail_times":1}]}`)
 	require.Equal(t, warren.JobCompleted, in.waitClosed(t, echo))
 	require.Equal(t, warren.JobFailed, in.waitClosed(t, broken))
 	require.Equal(t, warren.JobFailed, in.waitClosed(t, redrivable))
@@ -404,8 +403,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	b.until(t, "no cancel once cancelled", `document.querySelector('#action-cancel') === null`)
 	b.screenshot(t, "05-job-cancelled")
 
-	// Redrive the job whose task failed until failUntil: it completes.
-	time.Sleep(time.Until(failUntil)) // the handler fails until this wall-clock time
+	// Redrive the job whose task failed its first attempt: it completes.
 	b.open(t, in.url+"/ui/jobs/"+redrivable, "#action-redrive")
 	in.mu.Lock()
 	delete(in.closed, redrivable)
