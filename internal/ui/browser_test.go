@@ -201,6 +201,7 @@ func startBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Env("TMPDIR="+t.TempDir()), // its singleton socket, removed with it
 		chromedp.WindowSize(1360, 900),
 	)
 	ctx, cancelTab := chromedp.NewContext(allocCtx)
