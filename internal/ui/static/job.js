@@ -35,7 +35,8 @@ export function jobPage(root, { params, navigate }) {
   const resultPanel = panel('Result', { id: 'result', hidden: true });
   const deliveriesPanel = panel('Webhook deliveries', { id: 'deliveries', hidden: true });
   const details = panel('Policy and metadata', { id: 'details' });
-  const failedPanel = panel('Failed tasks', { id: 'failed-panel', hidden: true }, failed.el);
+  const failedPanel = panel('Failed tasks', { id: 'failed-panel', hidden: true }, failed.el,
+    h('p', { class: 'small' }, h('a', { href: `/ui/deadletters?job_id=${encodeURIComponent(id)}` }, 'Dead letters of this job →')));
 
   root.append(
     h('section', { class: 'panel' }, h('a', { href: '/ui/jobs', class: 'back' }, '← Jobs'), title,

@@ -91,7 +91,7 @@ export function jobsPage(root, { query, navigate }) {
     const ended = job.finished_at ? Date.parse(job.finished_at) : now;
     return h('tr', { 'data-job-id': job.id, 'data-state': job.state },
       h('td', null, copyable(job.id, `/ui/jobs/${encodeURIComponent(job.id)}`)),
-      h('td', { class: 'type' }, job.type),
+      h('td', { class: 'type' }, h('a', { href: filterURL(state, job.type), title: `only ${job.type} jobs` }, job.type)),
       h('td', null, badge(job.state)),
       h('td', { class: 'wide' }, progressBar(job)),
       h('td', { class: 'num' }, num(job.completed_tasks), ' / ',
