@@ -48,6 +48,12 @@ type Store interface {
 	// ListTasks returns a job's tasks in task id order, and the cursor of
 	// the next page ("" when there is none). Unknown job: warren.ErrNotFound.
 	ListTasks(ctx context.Context, jobID string, opts ListTasksOpts) ([]warren.TaskRecord, string, error)
+	// TaskTimeline counts a job's tasks that finished (completed or
+	// failed; cancelled tasks are not counted) by when they finished, in
+	// span's buckets (span.Buckets), a task that finished before the span
+	// in its first bucket and one after it in its last (span.Index).
+	// Unknown job: warren.ErrNotFound.
+	TaskTimeline(ctx context.Context, jobID string, span TimelineSpan) ([]TimelineBucket, error)
 	// JobErrors returns up to limit failed tasks of a job with their errors,
 	// in task id order, limit <= 0 meaning DefaultPageSize as for the list
 	// methods. Unknown job: warren.ErrNotFound.
@@ -257,6 +263,9 @@ type NewJob struct {
 type ListJobsOpts struct {
 	// State keeps only jobs in that state when not empty.
 	State warren.JobState
+	// Type keeps only jobs of that type (warren.Job.Type, exactly) when
+	// not empty.
+	Type string
 	// Limit is the page size; <= 0 means DefaultPageSize (PageSize).
 	Limit int
 	// Cursor is a next cursor from a previous page, or "".

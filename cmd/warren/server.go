@@ -225,7 +225,7 @@ func runServer(ctx context.Context, args []string, env *environment) error {
 	if err := s.Start(ctx); err != nil {
 		return err
 	}
-	env.logger.Info("warren server running", "api", s.URL(), "amqp", broker.Redact(f.amqpURL),
+	env.logger.Info("warren server running", "api", s.URL(), "dashboard", s.URL()+"/ui/", "amqp", broker.Redact(f.amqpURL),
 		"database", redactDB(f.databaseURL), "prefix", f.prefix, "auth", len(cfg.Tokens) > 0)
 	start := time.Now()
 	select {

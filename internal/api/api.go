@@ -36,6 +36,7 @@ import (
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/heartbeats"
 	"github.com/warrenhq/warren/internal/spans"
+	"github.com/warrenhq/warren/internal/ui"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
@@ -245,6 +246,8 @@ func (s *server) routes() []route {
 		{"POST /v1/jobs/{id}/cancel", ScopeWrite, s.cancelJob},
 		{"POST /v1/jobs/{id}/redrive", ScopeWrite, s.redriveJob},
 		{"DELETE /v1/jobs/{id}", ScopeWrite, s.deleteJob},
+		{"GET /v1/jobs/{id}/timeline", ScopeRead, s.jobTimeline},
+		{"GET /v1/auth", "", s.authInfo},
 		{"GET /v1/deadletters", ScopeRead, s.listDeadLetters},
 		{"POST /v1/deadletters/replay", ScopeAdmin, s.replayDeadLetters},
 		{"POST /v1/deadletters/purge", ScopeAdmin, s.purgeDeadLetters},
@@ -288,8 +291,19 @@ func New(cfg Config) (http.Handler, error) {
 			s.methods = append(s.methods, method)
 		}
 	}
+	s.serveDashboard()
 	s.unmatched = cfg.Metrics.instrument("unmatched", http.HandlerFunc(s.noRoute))
 	return s, nil
+}
+
+// serveDashboard serves the dashboard's static files at /ui/ (package
+// ui), and redirects /ui there. They are public, like the OpenAPI
+// document: the data the page shows comes from the routes above, with the
+// user's token. They are not API operations, so routes() and the OpenAPI
+// document leave them out.
+func (s *server) serveDashboard() {
+	s.mux.Handle("GET "+ui.Prefix, s.cfg.Metrics.instrument("GET "+ui.Prefix, ui.Handler()))
+	s.mux.Handle("GET /ui", s.cfg.Metrics.instrument("GET /ui", http.RedirectHandler(ui.Prefix, http.StatusMovedPermanently)))
 }
 
 // ServeHTTP answers a request the mux has a route for through the mux, and

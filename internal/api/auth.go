@@ -183,3 +183,45 @@ func bearerToken(r *http.Request) (string, bool) {
 	token = strings.TrimSpace(token)
 	return token, token != ""
 }
+
+// authInfoJSON is the body of GET /v1/auth.
+type authInfoJSON struct {
+	AuthRequired bool    `json:"auth_required"`
+	Scopes       []Scope `json:"scopes"`
+}
+
+// impliedScopes lists the scopes a rank grants, lowest first: admin
+// implies write, and write read.
+func impliedScopes(rank int) []Scope {
+	scopes := []Scope{}
+	for _, s := range []Scope{ScopeRead, ScopeWrite, ScopeAdmin} {
+		if s.rank() <= rank {
+			scopes = append(scopes, s)
+		}
+	}
+	return scopes
+}
+
+// authInfo handles GET /v1/auth, a public route: whether the API wants a
+// token and what the token sent (if any) may do, so that a client (the
+// dashboard) can ask for a token and offer only the actions it allows.
+// Without configured tokens every scope is granted; with tokens, a request
+// without one gets no scope, and one with an unknown token a 401.
+func (s *server) authInfo(w http.ResponseWriter, r *http.Request) {
+	if !s.auth.enabled() {
+		writeJSON(w, http.StatusOK, authInfoJSON{Scopes: impliedScopes(ScopeAdmin.rank())})
+		return
+	}
+	presented, ok := bearerToken(r)
+	if !ok {
+		writeJSON(w, http.StatusOK, authInfoJSON{AuthRequired: true, Scopes: []Scope{}})
+		return
+	}
+	rank := s.auth.rank(presented)
+	if rank == 0 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="warren", error="invalid_token"`)
+		writeError(w, errorf(http.StatusUnauthorized, codeUnauthorized, "unknown bearer token"))
+		return
+	}
+	writeJSON(w, http.StatusOK, authInfoJSON{AuthRequired: true, Scopes: impliedScopes(rank)})
+}

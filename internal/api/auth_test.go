@@ -81,6 +81,7 @@ func TestAuth(t *testing.T) {
 		{http.MethodGet, "/v1/jobs/" + job.ID + "/tasks", "", api.ScopeRead},
 		{http.MethodGet, "/v1/jobs/" + job.ID + "/result", "", api.ScopeRead},
 		{http.MethodGet, "/v1/jobs/" + job.ID + "/events", "", api.ScopeRead},
+		{http.MethodGet, "/v1/jobs/" + job.ID + "/timeline", "", api.ScopeRead},
 		{http.MethodPost, "/v1/jobs/" + job.ID + "/cancel", "", api.ScopeWrite},
 		{http.MethodPost, "/v1/jobs/" + job.ID + "/redrive", "", api.ScopeWrite},
 		{http.MethodDelete, "/v1/jobs/" + job.ID, "", api.ScopeWrite},

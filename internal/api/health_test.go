@@ -117,6 +117,7 @@ func storeCalls(id string) []struct{ method, path, body string } {
 		{http.MethodGet, "/v1/jobs/" + id + "/tasks", ""},
 		{http.MethodGet, "/v1/jobs/" + id + "/result", ""},
 		{http.MethodGet, "/v1/jobs/" + id + "/events", ""},
+		{http.MethodGet, "/v1/jobs/" + id + "/timeline", ""},
 		{http.MethodPost, "/v1/jobs/" + id + "/cancel", ""},
 		{http.MethodPost, "/v1/jobs/" + id + "/redrive", ""},
 		{http.MethodDelete, "/v1/jobs/" + id, ""},
@@ -226,6 +227,13 @@ func (f *faultyStore) DeleteJob(ctx context.Context, id string) error {
 	return f.Store.DeleteJob(ctx, id)
 }
 
+func (f *faultyStore) TaskTimeline(ctx context.Context, id string, span store.TimelineSpan) ([]store.TimelineBucket, error) {
+	if err := f.check("TaskTimeline"); err != nil {
+		return nil, err
+	}
+	return f.Store.TaskTimeline(ctx, id, span)
+}
+
 func (f *faultyStore) JobResult(ctx context.Context, id string) ([]byte, error) {
 	if err := f.check("JobResult"); err != nil {
 		return nil, err
@@ -249,11 +257,11 @@ func TestStoreErrorIs500WithoutDetails(t *testing.T) {
 func TestStoreErrorAfterTheJobWasFound(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &options{wrap: func(s store.Store) store.Store {
-		return &faultyStore{Store: s, fail: map[string]bool{"JobResult": true, "JobErrors": true}}
+		return &faultyStore{Store: s, fail: map[string]bool{"JobResult": true, "JobErrors": true, "TaskTimeline": true}}
 	}})
 	done := createJob(t, b.store, 2)
 	finish(t, b.store, done.ID, 2, warren.JobCompleted, []byte(`[1,2]`), 2)
-	for _, path := range []string{"/v1/jobs/" + done.ID + "/result", "/v1/jobs/" + done.ID} {
+	for _, path := range []string{"/v1/jobs/" + done.ID + "/result", "/v1/jobs/" + done.ID, "/v1/jobs/" + done.ID + "/timeline"} {
 		resp := b.get(t, path)
 		requireError(t, resp, http.StatusInternalServerError, "internal")
 		require.NotContains(t, string(resp.body), "secret")

@@ -195,10 +195,14 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
 // listJobs handles GET /v1/jobs.
 func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	opts := store.ListJobsOpts{State: warren.JobState(q.Get("state")), Cursor: q.Get("cursor")}
+	opts := store.ListJobsOpts{State: warren.JobState(q.Get("state")), Type: q.Get("type"), Cursor: q.Get("cursor")}
 	if opts.State != "" && !opts.State.Valid() {
 		writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter,
 			"state must be one of pending, running, completed, failed, cancelled; got %q", opts.State))
+		return
+	}
+	if !validText(opts.Type) {
+		writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter, "type must be UTF-8 without control characters"))
 		return
 	}
 	limit, aerr := parseLimit(q.Get("limit"))
@@ -210,7 +214,7 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 	jobs, next, err := s.cfg.Store.ListJobs(r.Context(), opts)
 	if err != nil && opts.Cursor != "" {
 		err = s.blameCursor(r, err, func() error {
-			_, _, err := s.cfg.Store.ListJobs(r.Context(), store.ListJobsOpts{State: opts.State, Limit: 1})
+			_, _, err := s.cfg.Store.ListJobs(r.Context(), store.ListJobsOpts{State: opts.State, Type: opts.Type, Limit: 1})
 			return err
 		})
 	}

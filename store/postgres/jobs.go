@@ -227,6 +227,10 @@ func (s *Store) ListJobs(ctx context.Context, opts store.ListJobsOpts) ([]warren
 		args = append(args, string(opts.State))
 		where = append(where, fmt.Sprintf("state = $%d", len(args)))
 	}
+	if opts.Type != "" {
+		args = append(args, opts.Type)
+		where = append(where, fmt.Sprintf("type = $%d", len(args)))
+	}
 	if opts.Cursor != "" {
 		c, err := decodeJobCursor(opts.Cursor)
 		if err != nil {

@@ -243,7 +243,7 @@ func scanJob(row interface{ Scan(...any) error }) (warren.Job, int64, error) {
 }
 
 // ListJobs returns up to opts.Limit jobs newest first (creation order),
-// optionally of one state. The cursor is opaque; a malformed one is an
+// optionally of one state and of one type. The cursor is opaque; a malformed one is an
 // error.
 func (s *Store) ListJobs(ctx context.Context, opts store.ListJobsOpts) ([]warren.Job, string, error) {
 	limit := store.PageSize(opts.Limit)
@@ -256,6 +256,10 @@ func (s *Store) ListJobs(ctx context.Context, opts store.ListJobsOpts) ([]warren
 	if opts.State != "" {
 		query += `AND state = ? `
 		args = append(args, string(opts.State))
+	}
+	if opts.Type != "" {
+		query += `AND type = ? `
+		args = append(args, opts.Type)
 	}
 	query += `ORDER BY seq DESC LIMIT ?`
 	args = append(args, limit+1)

@@ -343,6 +343,36 @@ func testListJobs(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, [][]string{nil}, listJobPages(t, s, store.ListJobsOpts{State: warren.JobRunning}))
 	})
 
+	t.Run("TypeFilter", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		var echo, cancelledEcho, other []string // newest first
+		for i := range 7 {
+			typ := "echo"
+			if i%3 == 2 {
+				typ = "echo2" // a type the filter must not match as a prefix
+			}
+			job := createJob(t, s, store.NewJob{Type: typ}, 1)
+			switch {
+			case typ != "echo":
+				other = append([]string{job.ID}, other...)
+			case i == 3:
+				_, err := s.CancelJob(t.Context(), job.ID)
+				require.NoError(t, err)
+				cancelledEcho = append([]string{job.ID}, cancelledEcho...)
+				echo = append([]string{job.ID}, echo...)
+			default:
+				echo = append([]string{job.ID}, echo...)
+			}
+		}
+
+		require.Equal(t, [][]string{echo[:3], echo[3:]}, listJobPages(t, s, store.ListJobsOpts{Type: "echo", Limit: 3}))
+		require.Equal(t, [][]string{other}, listJobPages(t, s, store.ListJobsOpts{Type: "echo2"}))
+		require.Equal(t, [][]string{cancelledEcho},
+			listJobPages(t, s, store.ListJobsOpts{Type: "echo", State: warren.JobCancelled}), "type and state together")
+		require.Equal(t, [][]string{nil}, listJobPages(t, s, store.ListJobsOpts{Type: "ech"}))
+	})
+
 	t.Run("Empty", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
@@ -370,6 +400,9 @@ func listJobPages(t *testing.T, s store.Store, opts store.ListJobsOpts) [][]stri
 			seen[job.ID] = true
 			if opts.State != "" {
 				require.Equal(t, opts.State, job.State)
+			}
+			if opts.Type != "" {
+				require.Equal(t, opts.Type, job.Type)
 			}
 		}
 		pages = append(pages, jobIDs(jobs))

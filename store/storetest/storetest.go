@@ -48,6 +48,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"FinishJob", testFinishJob},
 		{"ScanResults", testScanResults},
 		{"JobErrors", testJobErrors},
+		{"TaskTimeline", testTaskTimeline},
 		{"Counts", testCounts},
 		{"TaskTimeout", testTaskTimeout},
 		{"RedriveJob", testRedriveJob},

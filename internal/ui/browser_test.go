@@ -1,0 +1,533 @@
+package ui_test
+
+// The dashboard in a real headless Chromium, driven with chromedp, against
+// a real server (API, relay, aggregator on SQLite) and a real worker on the
+// real broker. Screenshots of every page are saved in WARREN_UI_SCREENSHOTS
+// (or a temporary directory) and the path is logged.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/api"
+	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/broker/amqptest"
+	"github.com/warrenhq/warren/internal/handlers"
+	"github.com/warrenhq/warren/server"
+	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/sqlite"
+	"github.com/warrenhq/warren/worker"
+)
+
+// The tokens of the test's server, one per scope.
+const (
+	readToken  = "read-token-1"
+	writeToken = "write-token-2"
+	adminToken = "admin-token-3"
+)
+
+// stepTimeout bounds each browser step; a page that never shows what it
+// should fails the test with the step's name.
+const stepTimeout = 30 * time.Second
+
+// installation is a server and a worker with their own prefix and store.
+type installation struct {
+	url    string
+	mu     sync.Mutex
+	closed map[string]warren.JobState
+	signal chan struct{} // pinged when a job closes
+}
+
+func startInstallation(t *testing.T) *installation {
+	t.Helper()
+	topo := &broker.TopologyOptions{RetryTiers: []time.Duration{20 * time.Millisecond, 50 * time.Millisecond}, DeliveryLimit: 3}
+	names, _ := amqptest.Topology(t, topo)
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "warren.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	tokens, err := server.ParseTokens(readToken + ":read," + writeToken + ":write," + adminToken + ":admin")
+	require.NoError(t, err)
+
+	in := &installation{closed: map[string]warren.JobState{}, signal: make(chan struct{}, 1)}
+	srv, err := server.New(server.Config{
+		AMQPURL: amqptest.URL(), Store: st, Prefix: names.Prefix, Listen: "127.0.0.1:0", Tokens: tokens,
+		RetryTiers: topo.RetryTiers, DeliveryLimit: topo.DeliveryLimit,
+		RelayPollInterval: 20 * time.Millisecond, CloseScanInterval: 200 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+		Hooks: server.Hooks{OnJobClosed: func(id string, state warren.JobState) {
+			in.mu.Lock()
+			in.closed[id] = state
+			in.mu.Unlock()
+			select {
+			case in.signal <- struct{}{}:
+			default:
+			}
+		}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, srv.Stop()) })
+	in.url = srv.URL()
+
+	w, err := worker.New(worker.Config{AMQPURL: amqptest.URL(), Prefix: names.Prefix, Concurrency: 4,
+		RetryTiers: topo.RetryTiers, DeliveryLimit: topo.DeliveryLimit, ShutdownTimeout: time.Second,
+		Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	for typ, h := range handlers.Builtins {
+		w.Handle(typ, h)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return in
+}
+
+// submit creates a job through the API with the admin token and returns
+// its id.
+func (in *installation) submit(t *testing.T, spec string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, in.url+"/v1/jobs", strings.NewReader(spec))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, "%s", body)
+	var out struct{ ID string }
+	require.NoError(t, json.Unmarshal(body, &out))
+	return out.ID
+}
+
+// state returns job id's state as the API says.
+func (in *installation) state(t *testing.T, id string) warren.JobState {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, in.url+"/v1/jobs/"+id, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+readToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var out struct{ State warren.JobState }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return out.State
+}
+
+// waitClosed waits until the server closed job id, and returns its state.
+func (in *installation) waitClosed(t *testing.T, id string) warren.JobState {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	for {
+		in.mu.Lock()
+		state, ok := in.closed[id]
+		in.mu.Unlock()
+		if ok {
+			return state
+		}
+		select {
+		case <-in.signal:
+		case <-deadline:
+			t.Fatalf("job %s did not close in 60 s", id)
+		}
+	}
+}
+
+// chromium returns the path of the Chromium binary: $CHROMIUM, or
+// chromium on the PATH. Under CI (CI set) a missing browser fails the
+// test, since .ci/run installs it; elsewhere the test is skipped.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"/usr/bin/chromium", "chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("chromium is not installed: .ci/run installs the Debian package chromium; the dashboard test needs it")
+	}
+	t.Skip("chromium is not installed (apt-get install chromium, or set CHROMIUM): skipping the dashboard's browser test")
+	return ""
+}
+
+// browser is one headless Chromium with one tab, and what it logged.
+type browser struct {
+	ctx   context.Context
+	shots string // where screenshots go
+
+	mu     sync.Mutex
+	errors []string // uncaught exceptions, console errors, CSP violations
+}
+
+func startBrowser(t *testing.T) *browser {
+	t.Helper()
+	path := chromium(t)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(path),
+		chromedp.Headless, // --headless, and hidden scrollbars for the screenshots
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Env("TMPDIR="+t.TempDir()), // its singleton socket, removed with it
+		chromedp.WindowSize(1360, 900),
+	)
+	ctx, cancelTab := chromedp.NewContext(allocCtx)
+	b := &browser{ctx: ctx, shots: screenshotDir(t)}
+	require.NoError(t, chromedp.Do(ctx)) // starts the browser and opens the tab
+	proc := chromedp.FromContext(ctx).Browser.Process()
+	require.NotNil(t, proc)
+	consoleDone := make(chan struct{})
+	go func() {
+		defer close(consoleDone)
+		for msg, err := range chromedp.Console(ctx) {
+			if err != nil {
+				return // the tab is closing
+			}
+			// A 404 from a route this server lacks (events, deliveries,
+			// queues) is logged by the network source: expected.
+			if (msg.Type == chromedp.ConsoleError || msg.IsException()) && msg.Source != "network" {
+				b.mu.Lock()
+				b.errors = append(b.errors, fmt.Sprintf("%s (%s:%d)", msg, msg.URL, msg.Line+1))
+				b.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancelTab()
+		cancelAlloc() // kills the browser and waits for it
+		<-consoleDone
+		// The browser process is gone: no Chromium outlives the test.
+		require.ErrorIs(t, proc.Signal(syscall.Signal(0)), os.ErrProcessDone, "chromium (pid %d) still runs", proc.Pid)
+	})
+	return b
+}
+
+// screenshotDir is $WARREN_UI_SCREENSHOTS (created) or a temporary one.
+func screenshotDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("WARREN_UI_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	t.Logf("dashboard screenshots in %s", dir)
+	return dir
+}
+
+// do runs steps as the named step, within stepTimeout.
+func (b *browser) do(t *testing.T, step string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	require.NoError(t, chromedp.Do(ctx, steps...), "step: %s", step)
+}
+
+// until waits for a JavaScript expression to be true.
+func (b *browser) until(t *testing.T, step, expr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond)))
+	require.NoError(t, err, "step: %s: waiting for %s", step, expr)
+}
+
+// eval returns a JavaScript expression's value.
+func eval[T any](t *testing.T, b *browser, expr string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	require.NoError(t, err, "evaluate %s", expr)
+	return v
+}
+
+// screenshot saves the whole page as name.png.
+func (b *browser) screenshot(t *testing.T, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err, "screenshot %s", name)
+	require.True(t, bytes.HasPrefix(png, []byte("\x89PNG")), "a PNG")
+	require.NoError(t, os.WriteFile(filepath.Join(b.shots, name+".png"), png, 0o644))
+}
+
+// colorScheme makes the page see prefers-color-scheme: scheme.
+func (b *browser) colorScheme(t *testing.T, scheme string) {
+	t.Helper()
+	_, err := chromedp.Call(b.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+	require.NoError(t, err)
+}
+
+// signIn enters token in the token form and waits for the form to go.
+func (b *browser) signIn(t *testing.T, token string) {
+	t.Helper()
+	b.do(t, "sign in", chromedp.WaitVisible(chromedp.CSS("#token-form")),
+		chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#token-form button[type=submit]")),
+		chromedp.WaitNotPresent(chromedp.CSS("#token-form")))
+}
+
+func (b *browser) signOut(t *testing.T) {
+	t.Helper()
+	b.do(t, "sign out", chromedp.Click(chromedp.CSS("#sign-out")), chromedp.WaitVisible(chromedp.CSS("#token-form")))
+}
+
+// open loads a dashboard URL and waits for selector.
+func (b *browser) open(t *testing.T, url, selector string) {
+	t.Helper()
+	b.do(t, "open "+url, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(selector)))
+}
+
+// confirm clicks selector and then the confirmation dialog's button.
+func (b *browser) confirm(t *testing.T, selector string) {
+	t.Helper()
+	b.do(t, "click "+selector+" and confirm", chromedp.Click(chromedp.CSS(selector)),
+		chromedp.WaitVisible(chromedp.CSS("#confirm-ok")), chromedp.Click(chromedp.CSS("#confirm-ok")),
+		chromedp.WaitNotVisible(chromedp.CSS("#confirm")))
+}
+
+func (b *browser) jsErrors() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.errors...)
+}
+
+func present(selector string) string {
+	return fmt.Sprintf("document.querySelector(%q) !== null", selector)
+}
+
+func TestDashboardInABrowser(t *testing.T) {
+	t.Parallel()
+	b := startBrowser(t)
+	in := startInstallation(t)
+
+	// Jobs of every kind: one that completes (with metadata that looks
+	// like HTML, which must show as text), one with failures, one that
+	// runs until cancelled, and one whose task fails its first attempt and
+	// succeeds when redriven.
+	echo := in.submit(t, `{"type":"echo","reduce":"collect","metadata":{"team":"<img src=x onerror=alert(1)>"},
+		"tasks":[{"n":1},{"n":2},{"n":3},{"n":4},{"n":5}]}`)
+	broken := in.submit(t, `{"type":"flaky","max_retries":0,"tasks":[{"value":1},{"permanent":true},{"value":3},{"permanent":true}]}`)
+	sleeper := in.submit(t, `{"type":"sleep","tasks":[{"ms":600000},{"ms":600000}]}`)
+	// A redrive keeps a task's attempts: its second run is attempt 2.
+	redrivable := in.submit(t, `{"type":"flaky","max_retries":0,"tasks":[{"value":"a"},{"value":"b","fail_times":1}]}`)
+	require.Equal(t, warren.JobCompleted, in.waitClosed(t, echo))
+	require.Equal(t, warren.JobFailed, in.waitClosed(t, broken))
+	require.Equal(t, warren.JobFailed, in.waitClosed(t, redrivable))
+
+	// The token gate: no job data before a token.
+	b.open(t, in.url+"/ui/", "#token-form")
+	require.False(t, eval[bool](t, b, present("tr[data-job-id]")), "no job listed before a token")
+	require.NotContains(t, eval[string](t, b, "document.body.innerText"), echo, "no job id shown before a token")
+	b.screenshot(t, "01-token-gate")
+
+	// An unknown token is refused.
+	b.do(t, "unknown token", chromedp.SendKeys(chromedp.CSS("#token"), "not-a-token"), chromedp.Click(chromedp.CSS("#token-form button[type=submit]")))
+	b.until(t, "unknown token message", `document.querySelector('#token-error').textContent.includes('does not know')`)
+
+	// A read-only token: the jobs list, the filters, no actions.
+	b.signIn(t, readToken)
+	b.until(t, "jobs listed", `document.querySelectorAll('#jobs-table tr[data-job-id]').length === 4`)
+	for id, state := range map[string]string{echo: "completed", broken: "failed", redrivable: "failed"} {
+		require.Equal(t, state, eval[string](t, b, fmt.Sprintf(`document.querySelector('tr[data-job-id=%q]').dataset.state`, id)))
+	}
+	b.until(t, "a running job", fmt.Sprintf(`document.querySelector('tr[data-job-id=%q]').dataset.state === 'running'`, sleeper))
+	b.until(t, "counts per state", `document.querySelector('[data-count-state=failed] .n')?.textContent === '2'`)
+	b.screenshot(t, "02-jobs")
+
+	b.do(t, "filter by type", chromedp.SendKeys(chromedp.CSS("#filter-type"), "flaky"), chromedp.Click(chromedp.CSS("#filters button[type=submit]")))
+	b.until(t, "only flaky jobs", `location.search === '?type=flaky' && document.querySelectorAll('#jobs-table tr[data-job-id]').length === 2`)
+	b.until(t, "only flaky jobs listed", fmt.Sprintf(`[...document.querySelectorAll('#jobs-table tr[data-job-id]')].every(r => [%q, %q].includes(r.dataset.jobId))`, broken, redrivable))
+	b.screenshot(t, "03-jobs-filtered-by-type")
+
+	// The job with failures: its failed tasks and their errors; a read
+	// token offers no action.
+	b.do(t, "open the failed job", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-job-id=%q] a`, broken))))
+	b.until(t, "failed tasks listed", `document.querySelectorAll('#failed-tasks-table tr[data-task-id]').length === 2`)
+	require.Contains(t, eval[string](t, b, `document.querySelector('#failed-tasks-table').innerText`), "flaky: planned permanent failure")
+	b.until(t, "timeline drawn", present("#timeline-chart .bucket"))
+	b.until(t, "tasks listed", `document.querySelectorAll('#tasks-table tr[data-task-id]').length === 4`)
+	require.Zero(t, eval[int](t, b, `document.querySelectorAll('#job-actions button').length`), "a read token has no action")
+	b.screenshot(t, "04-job-with-failures-read-only")
+
+	// A write token: redrive, cancel and delete, but not the dead-letter
+	// operations.
+	b.signOut(t)
+	b.signIn(t, writeToken)
+	b.open(t, in.url+"/ui/jobs/"+broken, "#action-redrive")
+	require.True(t, eval[bool](t, b, present("#action-delete")))
+	b.open(t, in.url+"/ui/deadletters", "#dl-table")
+	require.False(t, eval[bool](t, b, present("#dl-replay-all")), "replay needs admin")
+	require.False(t, eval[bool](t, b, present("#dl-purge-all")), "purge needs admin")
+
+	// An admin token: cancel a running job from its page.
+	b.signOut(t)
+	b.signIn(t, adminToken)
+	b.open(t, in.url+"/ui/jobs/"+sleeper, "#action-cancel")
+	b.confirm(t, "#action-cancel")
+	b.until(t, "cancelled", `document.querySelector('#job-title .badge')?.textContent === 'cancelled'`)
+	require.Equal(t, warren.JobCancelled, in.state(t, sleeper), "cancelled in the store")
+	b.until(t, "no cancel once cancelled", `document.querySelector('#action-cancel') === null`)
+	b.screenshot(t, "05-job-cancelled")
+
+	// Redrive the job whose task failed its first attempt: it completes.
+	b.open(t, in.url+"/ui/jobs/"+redrivable, "#action-redrive")
+	in.mu.Lock()
+	delete(in.closed, redrivable)
+	in.mu.Unlock()
+	b.confirm(t, "#action-redrive")
+	require.Equal(t, warren.JobCompleted, in.waitClosed(t, redrivable))
+	b.until(t, "completed after the redrive", `document.querySelector('#job-title .badge')?.textContent === 'completed'`)
+	b.until(t, "its result shown", `document.querySelector('#result-preview')?.textContent.includes('"b"')`)
+	b.screenshot(t, "06-job-redriven")
+
+	// The completed job: result preview, and metadata shown as text.
+	b.open(t, in.url+"/ui/jobs/"+echo, "#result-preview")
+	b.until(t, "result preview", `document.querySelector('#result-preview').textContent.includes('"n": 5')`)
+	require.Contains(t, eval[string](t, b, `document.querySelector('#details pre').textContent`), "<img src=x onerror=alert(1)>")
+	require.False(t, eval[bool](t, b, present("#details img")), "metadata is text, never HTML")
+	b.screenshot(t, "07-job-completed")
+	b.colorScheme(t, "dark")
+	b.screenshot(t, "08-job-completed-dark")
+	b.colorScheme(t, "light")
+
+	// Dead letters: grouped, listed, and purged for one job.
+	b.open(t, in.url+"/ui/deadletters", "#dl-table")
+	b.until(t, "the failed job's dead letters", fmt.Sprintf(`document.querySelectorAll('#dl-table tr[data-job-id=%q]').length === 2`, broken))
+	require.Contains(t, eval[string](t, b, `document.querySelector('#dl-by-reason').innerText`), "permanent")
+	require.True(t, eval[bool](t, b, present("#dl-replay-all")))
+	b.screenshot(t, "09-dead-letters")
+	b.confirm(t, fmt.Sprintf(`#dl-by-job tr[data-job-id=%q] button.danger`, redrivable))
+	b.until(t, "purged", `document.querySelector('#notice').textContent.startsWith('Purged')`)
+	b.until(t, "the purged job's letters gone", fmt.Sprintf(`document.querySelector('#dl-table') && document.querySelectorAll('#dl-table tr[data-job-id=%q]').length === 0`, redrivable))
+	require.Equal(t, 2, eval[int](t, b, fmt.Sprintf(`document.querySelectorAll('#dl-table tr[data-job-id=%q]').length`, broken)), "only that job's")
+
+	// Queues and workers: tables, or a plain "not available" on a
+	// server without those routes.
+	b.open(t, in.url+"/ui/queues", "#queues-panel")
+	b.until(t, "queues or not available", `document.querySelector('#queues table, #queues .unavailable') !== null &&
+		document.querySelector('#workers table, #workers .unavailable') !== null`)
+	b.screenshot(t, "10-queues-and-workers")
+
+	// A 401 (the token no longer accepted) brings the form back.
+	require.True(t, eval[bool](t, b, `sessionStorage.setItem('warren.token', 'revoked'); true`), "a token the server does not know")
+	b.open(t, in.url+"/ui/jobs", "#token-form")
+
+	require.Empty(t, b.jsErrors(), "the page logged errors")
+}
+
+// eventsStandIn serves GET /v1/jobs/{id}/events as CONTRACT.md's events
+// route does (a progress event with the job's JSON at once, then a closed
+// event and the end), over h for everything else: it checks the page's
+// reading of the stream before the route exists here. The events it sends
+// carry the job's real JSON with state changed to running, then completed,
+// so the page can only show those states from the stream. The closed event
+// waits for release.
+func eventsStandIn(t *testing.T, h http.Handler, release <-chan struct{}) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, "/v1/jobs/"), "/events")
+		if !ok || r.Method != http.MethodGet {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(r.Context(), http.MethodGet, "/v1/jobs/"+id, nil))
+		if rec.Code != http.StatusOK {
+			http.Error(w, rec.Body.String(), rec.Code)
+			return
+		}
+		var job map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &job); err != nil {
+			t.Errorf("events stand-in: %v", err)
+			return
+		}
+		event := func(name, state string) {
+			job["state"] = state
+			data, _ := json.Marshal(job)
+			fmt.Fprintf(w, "event: %s\r\nid: 7\r\ndata: %s\r\n\r\n: keepalive\n\n", name, data)
+			w.(http.Flusher).Flush()
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		event("progress", "running")
+		select {
+		case <-release:
+			event("closed", "completed")
+		case <-r.Context().Done():
+		}
+	})
+}
+
+// Without tokens the page needs none; a job's page follows the events
+// stream. The API runs without a broker: the page only needs the API.
+func TestDashboardWithoutTokensFollowsEvents(t *testing.T) {
+	t.Parallel()
+	b := startBrowser(t)
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "warren.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	h, err := api.New(api.Config{Store: st, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	release := make(chan struct{})
+	srv := httptest.NewServer(eventsStandIn(t, h, release))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	job, _, err := st.CreateJob(context.Background(), store.NewJob{Type: "echo"}, func(yield func(json.RawMessage, error) bool) {
+		yield(json.RawMessage(`{"n":1}`), nil)
+	})
+	require.NoError(t, err)
+
+	b.open(t, srv.URL+"/ui", "#jobs-table") // /ui redirects to /ui/
+	b.until(t, "the job listed", fmt.Sprintf(`document.querySelector('tr[data-job-id=%q]')?.dataset.state === 'pending'`, job.ID))
+	require.Contains(t, eval[string](t, b, `document.querySelector('#session').textContent`), "no tokens")
+	require.False(t, eval[bool](t, b, present("#sign-out")))
+
+	b.open(t, srv.URL+"/ui/jobs/"+job.ID, "#job-title")
+	b.until(t, "running, from the progress event", `document.querySelector('#job-title .badge')?.textContent === 'running' &&
+		document.querySelector('#live').textContent === 'live'`)
+	require.True(t, eval[bool](t, b, present("#action-cancel")), "without tokens every action is offered")
+	close(release)
+	b.until(t, "completed, from the closed event", `document.querySelector('#job-title .badge')?.textContent === 'completed' &&
+		document.querySelector('#live').textContent === 'closed'`)
+	require.Empty(t, b.jsErrors(), "the page logged errors")
+}
