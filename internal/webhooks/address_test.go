@@ -43,7 +43,7 @@ func lookupOf(table map[string][]string) webhooks.Lookup {
 func TestCheckURL(t *testing.T) {
 	t.Parallel()
 	lookup := lookupOf(map[string][]string{
-		"hooks.example.com": {"93.184.215.14", "2606:2800:21f:cb07:6820:80da:af6b:8b2c"},
+		"hooks.example.com":  {"93.184.215.14", "2606:2800:21f:cb07:6820:80da:af6b:8b2c"},
 		"sneaky.example.com": {"93.184.215.14", "10.0.0.7"},
 		"localhost":          {"127.0.0.1", "::1"},
 	})
@@ -52,19 +52,19 @@ func TestCheckURL(t *testing.T) {
 		require.NoError(t, webhooks.CheckURL(ctx, ok, false, lookup), ok)
 	}
 	for raw, want := range map[string]string{
-		"ftp://hooks.example.com/":           "webhook.url must be an absolute http:// or https:// URL",
-		"/relative":                          "webhook.url must be an absolute http:// or https:// URL",
-		"hooks.example.com/x":                "webhook.url must be an absolute http:// or https:// URL",
-		"https://":                           "webhook.url has no host",
-		"https://u:p@hooks.example.com/":     "webhook.url must not carry a user or password",
-		"http://%zz":                         "webhook.url is not a URL",
-		"http://127.0.0.1:9000/":             `the host "127.0.0.1" is a loopback, private`,
-		"http://[::1]/":                      `the host "::1" is a loopback`,
-		"http://169.254.169.254/latest/":     `the host "169.254.169.254"`,
-		"http://100.64.1.1/":                 `the host "100.64.1.1"`,
-		"http://localhost:8080/":             `the host "localhost" resolves to 127.0.0.1, which is a loopback`,
-		"https://sneaky.example.com/":        `resolves to 10.0.0.7`,
-		"https://nowhere.example.invalid/":   `the host "nowhere.example.invalid" does not resolve`,
+		"ftp://hooks.example.com/":         "webhook.url must be an absolute http:// or https:// URL",
+		"/relative":                        "webhook.url must be an absolute http:// or https:// URL",
+		"hooks.example.com/x":              "webhook.url must be an absolute http:// or https:// URL",
+		"https://":                         "webhook.url has no host",
+		"https://u:p@hooks.example.com/":   "webhook.url must not carry a user or password",
+		"http://%zz":                       "webhook.url is not a URL",
+		"http://127.0.0.1:9000/":           `the host "127.0.0.1" is a loopback, private`,
+		"http://[::1]/":                    `the host "::1" is a loopback`,
+		"http://169.254.169.254/latest/":   `the host "169.254.169.254"`,
+		"http://100.64.1.1/":               `the host "100.64.1.1"`,
+		"http://localhost:8080/":           `the host "localhost" resolves to 127.0.0.1, which is a loopback`,
+		"https://sneaky.example.com/":      `resolves to 10.0.0.7`,
+		"https://nowhere.example.invalid/": `the host "nowhere.example.invalid" does not resolve`,
 	} {
 		err := webhooks.CheckURL(ctx, raw, false, lookup)
 		require.ErrorContains(t, err, want, raw)

@@ -160,7 +160,7 @@ func testutilCounter(reg *prometheus.Registry, outcome string) prometheus.Collec
 
 type collectorFunc func(ch chan<- prometheus.Metric)
 
-func (f collectorFunc) Describe(chan<- *prometheus.Desc)   {}
+func (f collectorFunc) Describe(chan<- *prometheus.Desc)    {}
 func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
 
 func TestADeliveryIsSignedAndDescribesTheJob(t *testing.T) {
