@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/webhooks"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
@@ -123,6 +124,14 @@ type Config struct {
 	// /v1/deadletters routes (a *dlq.Queue). nil means those routes answer
 	// 503.
 	DeadLetters DeadLetters
+	// WebhookAllowPrivate accepts webhook URLs whose host is, or resolves
+	// to, a loopback, private, link-local or other non-public address
+	// (webhooks.Forbidden); by default such a submission is refused with
+	// 400.
+	WebhookAllowPrivate bool
+	// WebhookLookup resolves the host names of webhook URLs; nil means
+	// the system resolver. Tests inject one.
+	WebhookLookup webhooks.Lookup
 	// Reducers are the reducers a submitted job may name; a job naming
 	// another is refused with 422. nil means reduce.NewRegistry(), the
 	// built-ins. Give the aggregator the same registry.
@@ -221,6 +230,7 @@ func (s *server) routes() []route {
 		{"POST /v1/jobs/{id}/cancel", ScopeWrite, s.cancelJob},
 		{"POST /v1/jobs/{id}/redrive", ScopeWrite, s.redriveJob},
 		{"DELETE /v1/jobs/{id}", ScopeWrite, s.deleteJob},
+		{"GET /v1/jobs/{id}/deliveries", ScopeRead, s.listDeliveries},
 		{"GET /v1/deadletters", ScopeRead, s.listDeadLetters},
 		{"POST /v1/deadletters/replay", ScopeAdmin, s.replayDeadLetters},
 		{"POST /v1/deadletters/purge", ScopeAdmin, s.purgeDeadLetters},

@@ -152,9 +152,9 @@ func CheckURL(ctx context.Context, raw string, allowPrivate bool, lookup Lookup)
 func forbiddenURL(host string, ip netip.Addr) error {
 	what := fmt.Sprintf("the host %q", host)
 	if host != ip.String() {
-		what = fmt.Sprintf("the host %q resolves to %s, which", host, ip)
+		what = fmt.Sprintf("the host %q resolves to %s", host, ip)
 	}
-	return &URLError{err: ErrForbiddenAddress, msg: fmt.Sprintf("webhook.url: %s is a loopback, private, link-local or otherwise "+
+	return &URLError{err: ErrForbiddenAddress, msg: fmt.Sprintf("webhook.url: %s, a loopback, private, link-local or otherwise "+
 		"non-public address, which webhooks may not reach unless the server runs with --webhook-allow-private", what)}
 }
 
