@@ -211,6 +211,14 @@ type Config struct {
 	// jobs past their retention; 0 means DefaultRetentionInterval.
 	RetentionInterval time.Duration
 
+	// WebhookAllowPrivate lets jobs' webhooks go to loopback, private
+	// (RFC 1918, fc00::/7), link-local, shared (100.64.0.0/10) and other
+	// non-public addresses. By default a submission whose webhook URL is,
+	// or resolves to, one is refused with 400, and every delivery's dial
+	// to one is refused (a name may resolve otherwise later). Set it when
+	// the receivers are on the server's own network.
+	WebhookAllowPrivate bool
+
 	// Reducers are custom reducers, by name, for jobs to name in their
 	// "reduce" field next to the built-ins (reduce.NewRegistry); a name
 	// may not repeat a built-in's. The API refuses a job whose reducer no
@@ -245,6 +253,10 @@ type Hooks struct {
 	// its end, with how many jobs past their retention it deleted and
 	// how many task rows of deleted jobs it purged (usually none).
 	OnRetentionSweep func(jobsDeleted, tasksPurged int)
+	// OnWebhookAttempt is called after each webhook delivery attempt of
+	// this server was recorded in the store, with the delivery's job and
+	// how the attempt ended.
+	OnWebhookAttempt func(jobID string, attempt store.DeliveryAttempt)
 }
 
 func (c Config) withDefaults() Config {
