@@ -166,6 +166,10 @@ func TestAClosedJobsWebhookIsDelivered(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, string(body), `"webhook":{"url":"`+receiver.URL+`/hooks/warren"}`)
 	require.NotContains(t, string(body), hookSecret)
+	status, metrics := apiDo(t, http.MethodGet, srv.URL()+"/metrics", "")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, string(metrics), `warren_webhook_deliveries_total{outcome="delivered"} 1`)
+	require.Contains(t, string(metrics), "warren_webhook_deliveries_pending 0")
 	select {
 	case <-got:
 		t.Fatal("a delivered webhook was sent again")

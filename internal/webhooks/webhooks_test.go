@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
@@ -137,31 +136,41 @@ func runOnce(t *testing.T, d *webhooks.Deliverer) int {
 	return n
 }
 
-func (b *testBundle) count(outcome string) float64 {
-	return testutil.ToFloat64(testutilCounter(b.registry, outcome))
+// count returns warren_webhook_deliveries_total{outcome}.
+func (b *testBundle) count(t *testing.T, outcome string) float64 {
+	t.Helper()
+	return gathered(t, b.registry, "warren_webhook_deliveries_total", outcome)
 }
 
-// testutilCounter finds warren_webhook_deliveries_total{outcome} in reg.
-func testutilCounter(reg *prometheus.Registry, outcome string) prometheus.Collector {
-	return collectorFunc(func(ch chan<- prometheus.Metric) {
-		mfs, _ := reg.Gather()
-		for _, mf := range mfs {
-			if mf.GetName() != "warren_webhook_deliveries_total" {
+// pending returns warren_webhook_deliveries_pending.
+func (b *testBundle) pending(t *testing.T) float64 {
+	t.Helper()
+	return gathered(t, b.registry, "warren_webhook_deliveries_pending", "")
+}
+
+// gathered returns the value of metric name in reg, of its series whose
+// first label is label ("" for a metric without labels).
+func gathered(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label != "" && m.GetLabel()[0].GetValue() != label {
 				continue
 			}
-			for _, m := range mf.GetMetric() {
-				if m.GetLabel()[0].GetValue() == outcome {
-					ch <- prometheus.MustNewConstMetric(prometheus.NewDesc("c", "c", nil, nil), prometheus.CounterValue, m.GetCounter().GetValue())
-				}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
 			}
+			return m.GetGauge().GetValue()
 		}
-	})
+	}
+	t.Fatalf("no metric %s{%s}", name, label)
+	return 0
 }
-
-type collectorFunc func(ch chan<- prometheus.Metric)
-
-func (f collectorFunc) Describe(chan<- *prometheus.Desc)    {}
-func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
 
 func TestADeliveryIsSignedAndDescribesTheJob(t *testing.T) {
 	t.Parallel()
@@ -202,21 +211,9 @@ func TestADeliveryIsSignedAndDescribesTheJob(t *testing.T) {
 	require.Equal(t, 1, want.Attempts)
 	require.Equal(t, http.StatusNoContent, want.LastStatus)
 	require.NotNil(t, want.DeliveredAt)
-	require.Equal(t, 1.0, b.count("delivered"))
+	require.Equal(t, 1.0, b.count(t, "delivered"))
 	require.Zero(t, runOnce(t, d), "a delivered one is done")
-	require.Equal(t, 0.0, testutil.ToFloat64(pendingGauge(b.registry)))
-}
-
-// pendingGauge reads warren_webhook_deliveries_pending from reg.
-func pendingGauge(reg *prometheus.Registry) prometheus.Collector {
-	return collectorFunc(func(ch chan<- prometheus.Metric) {
-		mfs, _ := reg.Gather()
-		for _, mf := range mfs {
-			if mf.GetName() == "warren_webhook_deliveries_pending" {
-				ch <- prometheus.MustNewConstMetric(prometheus.NewDesc("g", "g", nil, nil), prometheus.GaugeValue, mf.GetMetric()[0].GetGauge().GetValue())
-			}
-		}
-	})
+	require.Equal(t, 0.0, b.pending(t))
 }
 
 // A 500 is retried after the schedule's wait, with the same delivery id
@@ -234,8 +231,8 @@ func TestRetriesWithTheSameDeliveryUntilA2xx(t *testing.T) {
 	require.Contains(t, first.LastError, "the receiver answered 500 Internal Server Error: xxx")
 	require.Less(t, len(first.LastError), 300, "a few bytes of the answer")
 	require.Equal(t, start.Add(10*time.Second), first.NextAttemptAt.UTC(), "the first retry is 10 s later")
-	require.Equal(t, 1.0, b.count("retried"))
-	require.Equal(t, 1.0, testutil.ToFloat64(pendingGauge(b.registry)))
+	require.Equal(t, 1.0, b.count(t, "retried"))
+	require.Equal(t, 1.0, b.pending(t))
 
 	b.clock.Set(start.Add(9 * time.Second))
 	require.Zero(t, runOnce(t, d), "not due yet")
@@ -254,7 +251,7 @@ func TestRetriesWithTheSameDeliveryUntilA2xx(t *testing.T) {
 	require.Equal(t, 2, last.Attempts)
 	require.Equal(t, 200, last.LastStatus)
 	require.Empty(t, last.LastError)
-	require.Equal(t, 1.0, b.count("delivered"))
+	require.Equal(t, 1.0, b.count(t, "delivered"))
 }
 
 // A delivery that keeps failing is given up a day after it was made.
@@ -282,8 +279,8 @@ func TestGivesUpADayLater(t *testing.T) {
 	require.Contains(t, failed.LastError, "302 Found (redirects are not followed)")
 	require.Nil(t, failed.NextAttemptAt)
 	require.Len(t, r.requests(), 30, "the redirect's target was never asked")
-	require.Equal(t, 1.0, b.count("failed"))
-	require.Equal(t, 29.0, b.count("retried"))
+	require.Equal(t, 1.0, b.count(t, "failed"))
+	require.Equal(t, 29.0, b.count(t, "retried"))
 	b.clock.Set(created.Add(48 * time.Hour))
 	require.Zero(t, runOnce(t, d))
 }
@@ -359,7 +356,7 @@ func TestRunHandsBackTheAttemptItStopsDuring(t *testing.T) {
 	require.Equal(t, 1, got.Attempts)
 	require.Contains(t, got.LastError, "interrupted")
 	require.Equal(t, b.clock.Now(), got.NextAttemptAt.UTC(), "due at once")
-	require.Equal(t, 1.0, b.count("retried"))
+	require.Equal(t, 1.0, b.count(t, "retried"))
 }
 
 func TestRunWakesOnAClose(t *testing.T) {
