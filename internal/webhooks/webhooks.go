@@ -109,10 +109,6 @@ type Config struct {
 	// Rand returns a random number in [0, 1) for the jitter; nil means
 	// math/rand/v2.
 	Rand func() float64
-	// Transport, when set, sends the requests instead of the deliverer's
-	// own, which refuses forbidden addresses unless AllowPrivate. Tests
-	// only.
-	Transport http.RoundTripper
 	// Metrics, when not nil, counts the attempts (NewMetrics).
 	Metrics *Metrics
 	// OnAttempt, when set, is called after each attempt was recorded
@@ -181,12 +177,8 @@ func New(cfg Config) (*Deliverer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	transport := cfg.Transport
-	if transport == nil {
-		transport = newTransport(cfg.Timeout, cfg.AllowPrivate)
-	}
 	client := &http.Client{
-		Transport: transport,
+		Transport: newTransport(cfg.Timeout, cfg.AllowPrivate),
 		Timeout:   cfg.Timeout,
 		// A redirect is not followed: it would leave the address checked,
 		// and a receiver that moved says so by failing.

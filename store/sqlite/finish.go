@@ -74,20 +74,18 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, version int64, stat
 		if result != nil {
 			location = store.ResultLocation(jobID)
 		}
-		res, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, finished_at = ?, error = ?, result_location = ?,
+		var webhook string
+		err := tx.QueryRowContext(ctx, `UPDATE jobs SET state = ?, finished_at = ?, error = ?, result_location = ?,
 				version = version + 1
-			WHERE id = ? AND version = ? AND state IN ('pending', 'running')`,
-			string(state), at.UnixMicro(), errMsg, location, jobID, version)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if n == 0 {
+			WHERE id = ? AND version = ? AND state IN ('pending', 'running')
+			RETURNING webhook_url`,
+			string(state), at.UnixMicro(), errMsg, location, jobID, version).Scan(&webhook)
+		if errors.Is(err, sql.ErrNoRows) {
 			_, err := getJob(ctx, tx, "id = ?", jobID)
 			return err // nil: closed, or moved since version
+		}
+		if err != nil {
+			return err
 		}
 		closed = true
 		if err := cancelUnfinished(ctx, tx, jobID, at); err != nil {
@@ -97,6 +95,9 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, version int64, stat
 			if _, err := tx.ExecContext(ctx, `INSERT INTO job_results (job_id, data) VALUES (?, ?)`, jobID, result); err != nil {
 				return err
 			}
+		}
+		if webhook == "" {
+			return nil
 		}
 		j, err := getJob(ctx, tx, "id = ?", jobID)
 		if err != nil {
