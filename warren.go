@@ -263,6 +263,9 @@ type Job struct {
 	ResultLocation string
 	// Error summarises why a job failed or was cancelled.
 	Error string
+	// WebhookURL is where warren POSTs when the job closes ("" for none).
+	// The webhook's secret is the store's, never the job's.
+	WebhookURL string
 	// Version counts the changes to the job's counters and state, as the
 	// store read them: a store's FinishJob closes the job only while its
 	// version is still the one the close was computed from. It is the

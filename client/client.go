@@ -115,6 +115,9 @@ type JobSpec struct {
 	// retention (7 days unless configured, or forever).
 	Retention float64         `json:"retention,omitempty"`
 	Metadata  json.RawMessage `json:"metadata,omitempty"`
+	// Webhook, when set, is POSTed to when the job closes, signed with
+	// its secret (docs/operations.md, "Webhooks").
+	Webhook *Webhook `json:"webhook,omitempty"`
 	// IdempotencyKey is sent as the Idempotency-Key header: submitting the
 	// same key again returns the same job.
 	IdempotencyKey string `json:"-"`
@@ -211,7 +214,33 @@ type Job struct {
 	StartedAt               *time.Time      `json:"started_at"`
 	FinishedAt              *time.Time      `json:"finished_at"`
 	ResultURL               *string         `json:"result_url"`
-	Errors                  []TaskError     `json:"errors"`
+	// Webhook is the job's webhook, its URL only (the server never shows
+	// the secret); nil when it has none.
+	Webhook *Webhook    `json:"webhook"`
+	Errors  []TaskError `json:"errors"`
+}
+
+// Webhook is where the server POSTs when a job closes: an absolute http
+// or https URL (to a public address, unless the server allows private
+// ones), and the secret it signs the body with (1 to 1024 bytes).
+type Webhook struct {
+	URL    string `json:"url"`
+	Secret string `json:"secret,omitempty"`
+}
+
+// Delivery is one webhook delivery of a job, as the API reports it.
+type Delivery struct {
+	// ID is sent as X-Warren-Delivery on every attempt.
+	ID    string `json:"id"`
+	Event string `json:"event"`
+	// State is "pending", "delivered" or "failed".
+	State         string     `json:"state"`
+	Attempts      int        `json:"attempts"`
+	LastStatus    *int       `json:"last_status"`
+	LastError     string     `json:"last_error"`
+	CreatedAt     time.Time  `json:"created_at"`
+	NextAttemptAt *time.Time `json:"next_attempt_at"`
+	DeliveredAt   *time.Time `json:"delivered_at"`
 }
 
 // Terminal reports whether the job is closed: j.State.Terminal().
@@ -343,6 +372,16 @@ func (c *Client) Tasks(ctx context.Context, id string, opts *ListOpts) (TaskList
 	var out TaskList
 	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/tasks"+opts.query(), "", "", nil, &out)
 	return out, err
+}
+
+// Deliveries returns the webhook deliveries of a job, oldest first: one
+// per close of a job with a webhook.
+func (c *Client) Deliveries(ctx context.Context, id string) ([]Delivery, error) {
+	var out struct {
+		Deliveries []Delivery `json:"deliveries"`
+	}
+	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/deliveries", "", "", nil, &out)
+	return out.Deliveries, err
 }
 
 // Result returns a completed job's reduced result.

@@ -107,6 +107,35 @@ func TestSubmitGetWaitResult(t *testing.T) {
 	require.JSONEq(t, `2`, string(more.Tasks[0].Result))
 }
 
+func TestWebhookAndDeliveries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	hook := &client.Webhook{URL: "https://93.184.215.14/hooks/warren", Secret: "s3cret"}
+	sub, err := b.client.Submit(ctx, client.JobSpec{Type: "echo", Tasks: []json.RawMessage{json.RawMessage(`1`)}, Webhook: hook})
+	require.NoError(t, err)
+	job, err := b.client.Get(ctx, sub.ID)
+	require.NoError(t, err)
+	require.Equal(t, &client.Webhook{URL: hook.URL}, job.Webhook, "the URL, never the secret")
+	deliveries, err := b.client.Deliveries(ctx, sub.ID)
+	require.NoError(t, err)
+	require.Empty(t, deliveries)
+	_, err = b.client.Cancel(ctx, sub.ID)
+	require.NoError(t, err)
+	deliveries, err = b.client.Deliveries(ctx, sub.ID)
+	require.NoError(t, err)
+	require.Len(t, deliveries, 1)
+	require.Equal(t, "job.closed", deliveries[0].Event)
+	require.Equal(t, "pending", deliveries[0].State)
+	require.Nil(t, deliveries[0].LastStatus)
+
+	_, err = b.client.Submit(ctx, client.JobSpec{Type: "echo", Tasks: []json.RawMessage{json.RawMessage(`1`)},
+		Webhook: &client.Webhook{URL: "http://127.0.0.1/hook", Secret: "s"}})
+	var apiErr *client.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusBadRequest, apiErr.Status)
+}
+
 func TestSubmitNDJSONAndIdempotency(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -213,6 +213,14 @@ type Config struct {
 	// jobs past their retention; 0 means DefaultRetentionInterval.
 	RetentionInterval time.Duration
 
+	// WebhookAllowPrivate lets jobs' webhooks go to loopback, private
+	// (RFC 1918, fc00::/7), link-local, shared (100.64.0.0/10) and other
+	// non-public addresses. By default a submission whose webhook URL is,
+	// or resolves to, one is refused with 400, and every delivery's dial
+	// to one is refused (a name may resolve otherwise later). Set it when
+	// the receivers are on the server's own network.
+	WebhookAllowPrivate bool
+
 	// Reducers are custom reducers, by name, for jobs to name in their
 	// "reduce" field next to the built-ins (reduce.NewRegistry); a name
 	// may not repeat a built-in's. The API refuses a job whose reducer no
@@ -260,6 +268,10 @@ type Hooks struct {
 	// (protocol.HeartbeatRunning, or protocol.HeartbeatStopping for its
 	// goodbye).
 	OnWorkerHeartbeat func(workerID, state string)
+	// OnWebhookAttempt is called after each webhook delivery attempt of
+	// this server was recorded in the store, with the delivery's job and
+	// how the attempt ended.
+	OnWebhookAttempt func(jobID string, attempt store.DeliveryAttempt)
 }
 
 func (c Config) withDefaults() Config {

@@ -212,9 +212,9 @@ func (d *jobDurations) observe(job warren.Job, state warren.JobState, closedAt t
 	d.hist.WithLabelValues(typ, string(state)).Observe(max(0, closedAt.Sub(job.CreatedAt).Seconds()))
 }
 
-// jobCancelled observes the duration of a job the API cancelled, in the
+// observeCancelled observes the duration of a job the API cancelled, in the
 // background: the request's goroutine must not wait for the store.
-func (s *Server) jobCancelled(id string) {
+func (s *Server) observeCancelled(id string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), queuesTimeout)
 		defer cancel()

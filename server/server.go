@@ -2,6 +2,7 @@
 // relay that publishes submitted tasks, the aggregator that records
 // results and closes jobs, the reconciler that finds lost tasks, the
 // retention sweeper that deletes closed jobs past their retention, the
+// webhook deliverer that tells jobs' owners they closed, the
 // dead-letter operations and the Prometheus metrics, on one job store and
 // one RabbitMQ, started and stopped in order.
 //
@@ -37,6 +38,7 @@ import (
 	"github.com/warrenhq/warren/internal/reconciler"
 	"github.com/warrenhq/warren/internal/relay"
 	"github.com/warrenhq/warren/internal/retention"
+	"github.com/warrenhq/warren/internal/webhooks"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
@@ -80,8 +82,11 @@ type Server struct {
 	events   *api.Events            // the API's job event streams, told of the jobs this server closes
 	deleted  *prometheus.CounterVec // jobs deleted, by reason
 	purged   prometheus.Counter     // task rows of deleted jobs purged
-	http     *http.Server
-	listener net.Listener
+	webhooks *webhooks.Metrics
+	// deliverer delivers the webhooks of closed jobs.
+	deliverer *webhooks.Deliverer
+	http      *http.Server
+	listener  net.Listener
 
 	// stop asks the running server to stop; done is closed once every
 	// component has; err is the first failure, read after done.
@@ -168,6 +173,9 @@ func (s *Server) start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if s.deliverer, err = s.newDeliverer(); err != nil {
+		return err
+	}
 	// The first connection is made here so that a broker that does not
 	// answer is a one-line error at start; later losses are retried.
 	bs, err := s.connect(ctx)
@@ -189,14 +197,15 @@ func (s *Server) start(ctx context.Context) (err error) {
 	handler, err := api.New(api.Config{
 		Store: s.store, Reducers: s.reducers, Tokens: s.cfg.Tokens, Gatherer: s.registry, Metrics: apiMetrics,
 		MaxBodyBytes: s.cfg.MaxBodyBytes, MaxTaskBytes: s.cfg.MaxTaskBytes, BodyTimeout: s.cfg.BodyTimeout, RetryTiers: s.tiers,
-		Retention:   s.cfg.Retention,
-		DeadLetters: deadLetters{s},
-		Ready:       s.brokerReady,
-		OnSubmit:    func(string) { s.WakeRelay() },
-		OnRedrive:   func(string) { s.WakeRelay() },
+		Retention:           s.cfg.Retention,
+		DeadLetters:         deadLetters{s},
+		WebhookAllowPrivate: s.cfg.WebhookAllowPrivate,
+		Ready:               s.brokerReady,
+		OnSubmit:            func(string) { s.WakeRelay() },
+		OnRedrive:           func(string) { s.WakeRelay() },
 		OnCancel: func(id string) {
-			s.broadcastCancel(id)
 			s.jobCancelled(id)
+			s.observeCancelled(id)
 		},
 		Workers:  s.workers.List,
 		Queues:   s.readQueues,
@@ -263,6 +272,10 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 	s.registry.MustRegister(s.published, s.batches, s.failed, s.deleted, s.purged,
 		relay.NewBacklogCollector(s.store), metrics.NewDepthCollector(s.consumerConn, queues...).WithExtra(s.openWorkQueues),
 		s.jobDurations.hist)
+	var err error
+	if s.webhooks, err = webhooks.NewMetrics(s.registry, s.store); err != nil {
+		return nil, err
+	}
 	h := s.cfg.Hooks
 	s.aggHooks = aggregator.NewMetrics(s.registry).Hooks(aggregator.Hooks{
 		OnInvalid: h.OnInvalid, OnOutcomes: s.sizer.Observe,
@@ -280,6 +293,7 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 		OnJobClosed: func(id string, state warren.JobState) {
 			s.sizer.Forget(id)
 			s.events.Notify(id)
+			s.wakeDeliverer()
 			if h.OnJobClosed != nil {
 				h.OnJobClosed(id, state)
 			}
@@ -290,10 +304,12 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 
 // run runs the components until ctx is done or one fails, then stops them
 // in order: the API first (no new submissions; requests in progress get
-// Config.ShutdownTimeout), then the relay, aggregator, reconciler and
-// retention sweeper (the aggregator records the batch it holds;
-// unacknowledged results return to their queue; a sweep stops between
-// two of its transactions), then the broker connections and the store.
+// Config.ShutdownTimeout), then the relay, aggregator, reconciler,
+// retention sweeper and webhook deliverer (the aggregator records the
+// batch it holds; unacknowledged results return to their queue; a sweep
+// stops between two of its transactions; a webhook attempt in flight is
+// cut and recorded as due at once), then the broker connections and the
+// store.
 func (s *Server) run(ctx context.Context) {
 	defer close(s.done)
 	engine, stopEngine := context.WithCancel(context.Background())
@@ -323,6 +339,7 @@ func (s *Server) run(ctx context.Context) {
 	component("reconciler", s.recon.Run)
 	component("retention", s.sweeper.Run)
 	component("dead-letter sampler", s.sampleDeadLetters)
+	component("webhooks", s.deliverer.Run)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -443,6 +460,35 @@ func (s *Server) newSweeper() (*retention.Sweeper, error) {
 		cfg.OnSweep = func(r retention.Report) { h(r.Jobs, r.Tasks) }
 	}
 	return retention.New(cfg)
+}
+
+// newDeliverer returns the webhook deliverer, counted in
+// warren_webhook_deliveries_total and _pending.
+func (s *Server) newDeliverer() (*webhooks.Deliverer, error) {
+	cfg := webhooks.Config{Store: s.store, AllowPrivate: s.cfg.WebhookAllowPrivate, Metrics: s.webhooks, Logger: s.log}
+	if h := s.cfg.Hooks.OnWebhookAttempt; h != nil {
+		cfg.OnAttempt = func(a webhooks.Attempt) {
+			if a.Recorded {
+				h(a.Delivery.JobID, a.Result)
+			}
+		}
+	}
+	return webhooks.New(cfg)
+}
+
+// wakeDeliverer has the webhook deliverer look for due deliveries now: a
+// job closed in this process.
+func (s *Server) wakeDeliverer() {
+	if s.deliverer != nil {
+		s.deliverer.Wake()
+	}
+}
+
+// jobCancelled tells the workers that a job was cancelled through the
+// API, and has its webhook delivered.
+func (s *Server) jobCancelled(jobID string) {
+	s.broadcastCancel(jobID)
+	s.wakeDeliverer()
 }
 
 // jobDeleted counts a job deleted through the API and has the sweeper

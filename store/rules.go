@@ -116,12 +116,23 @@ func Replay(first warren.Job, firstHash string, spec NewJob) (warren.Job, error)
 }
 
 // ValidateNewJob returns an error saying what is wrong with spec when it
-// cannot become a job: its policy is not valid (warren.Policy.Validate).
+// cannot become a job: its policy is not valid (warren.Policy.Validate),
+// or its webhook has no URL or secret, or one too long.
 // CreateJob refuses such a spec before it reads or writes anything: its
 // tasks are not consumed, and its idempotency key is not looked up.
 func ValidateNewJob(spec NewJob) error {
 	if err := spec.Policy.Validate(); err != nil {
 		return fmt.Errorf("invalid policy: %w", err)
+	}
+	if w := spec.Webhook; w != nil {
+		switch {
+		case w.URL == "" || len(w.URL) > MaxWebhookURLBytes:
+			return fmt.Errorf("invalid webhook: the url must be 1 to %d bytes", MaxWebhookURLBytes)
+		case w.Secret == "" || len(w.Secret) > MaxWebhookSecretBytes:
+			return fmt.Errorf("invalid webhook: the secret must be 1 to %d bytes", MaxWebhookSecretBytes)
+		case StoredText(w.URL) != w.URL || StoredText(w.Secret) != w.Secret:
+			return fmt.Errorf("invalid webhook: the url and the secret must be UTF-8 without NUL")
+		}
 	}
 	return nil
 }

@@ -69,7 +69,9 @@ type Store interface {
 	OpenQueues(ctx context.Context) ([]string, error)
 	// CancelJob moves an open job to cancelled, with the error
 	// CancelledError, and its unfinished tasks to cancelled, in one
-	// transaction. A closed job: warren.ErrConflict.
+	// transaction, which also makes the job's webhook delivery (a pending
+	// Delivery of EventJobClosed, due at once, its body ClosedPayload)
+	// when the job has a webhook. A closed job: warren.ErrConflict.
 	CancelJob(ctx context.Context, id string) (warren.Job, error)
 
 	// RelayBatch is RelayRound with a round of limit tasks and limit
@@ -120,7 +122,8 @@ type Store interface {
 	// when the close was computed): it moves it to state (completed or
 	// failed) with finishedAt and errMsg, cancels its tasks that never
 	// finished, and, when result is not nil, stores result (byte for byte)
-	// and records its location, all in one transaction; errMsg is stored as
+	// and records its location, all in one transaction, which also makes
+	// the job's webhook delivery, as CancelJob does; errMsg is stored as
 	// StoredText makes it. It returns false, changing
 	// nothing, when the job was already closed or is no longer at version
 	// (an outcome, a redrive, a replay or the reconciler moved it since):
@@ -180,8 +183,8 @@ type Store interface {
 	// tasks is Unknown, and a new submission may use its key. Its task
 	// rows are left for PurgeDeletedTasks, which deletes them in batches
 	// of its own size, so that a job of any size never holds the store
-	// long. An open job is never deleted, nor a reopened one (RedriveJob,
-	// ReopenTask): its retention counts again from its next close. It
+	// long. Its webhook deliveries go with its row. An open job is never
+	// deleted, nor a reopened one (RedriveJob, ReopenTask): its retention counts again from its next close. It
 	// returns how many jobs it deleted. Several servers may call it at
 	// once without deleting a job twice.
 	DeleteExpiredJobs(ctx context.Context, at Expiry, limit int) (int, error)
@@ -200,6 +203,30 @@ type Store interface {
 	// another). A new job may not take the id of a deleted job until its
 	// tasks are purged (CreateJob: warren.ErrConflict).
 	PurgeDeletedTasks(ctx context.Context, limit int) (int, error)
+
+	// ClaimDeliveries claims up to claim.Limit webhook deliveries that are
+	// pending and due at claim.Now (NextAttemptAt not after it), the
+	// longest due first: each claimed delivery's Attempts goes up by one
+	// and its NextAttemptAt becomes claim.Now+claim.Lease, so that no
+	// other claim takes it while its attempt runs, and any claim takes it
+	// again should the attempt never be recorded (a crash). Several
+	// servers may claim at once on a store shared by several processes
+	// (PostgreSQL) without being handed the same delivery.
+	ClaimDeliveries(ctx context.Context, claim DeliveryClaim) ([]ClaimedDelivery, error)
+	// RecordDeliveryAttempt records how an attempt ended (Validate):
+	// delivered (at a.At), pending again (due at a.NextAttemptAt) or
+	// failed for good, with its status and error. It changes the delivery
+	// and returns true only while the delivery is pending and its
+	// Attempts is still a.Attempt: the record of an attempt whose lease
+	// passed and whose delivery another claim took is ignored (false). An
+	// unknown delivery (its job deleted since) is false too.
+	RecordDeliveryAttempt(ctx context.Context, a DeliveryAttempt) (bool, error)
+	// ListDeliveries returns the webhook deliveries of a job, the oldest
+	// first. Unknown job: warren.ErrNotFound.
+	ListDeliveries(ctx context.Context, jobID string) ([]Delivery, error)
+	// PendingDeliveries returns the number of webhook deliveries that are
+	// pending (not delivered nor failed yet).
+	PendingDeliveries(ctx context.Context) (int64, error)
 }
 
 // Staleness says which queued tasks ReconcileStale takes for lost: a task
@@ -247,6 +274,11 @@ type NewJob struct {
 	// IdempotencyKey, when not empty, makes a repeated submission return
 	// the job created first.
 	IdempotencyKey string
+	// Webhook, when not nil, is POSTed to when the job closes
+	// (ValidateNewJob: a URL and a secret, within MaxWebhookURLBytes and
+	// MaxWebhookSecretBytes). Whether its address may be reached is the
+	// caller's to check.
+	Webhook *Webhook
 	// RequestHash is a digest of the submission (the API hashes the
 	// request's body), kept with the job. A replay with the same
 	// IdempotencyKey and another RequestHash is refused with

@@ -33,6 +33,8 @@ type serverFlags struct {
 	bodyTimeout time.Duration
 	idleTimeout time.Duration
 	retention   retentionFlag
+
+	webhookAllowPrivate bool
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet, env *environment) {
@@ -64,6 +66,8 @@ func (f *serverFlags) register(fs *flag.FlagSet, env *environment) {
 		"message bytes the server holds at once: bounds the aggregator's prefetch and the relay's claim (env WARREN_MAX_INFLIGHT_BYTES)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long requests in progress may take to finish")
 	fs.IntVar(&f.replicas, "quorum-replicas", int(f.envInt64(env, "WARREN_QUORUM_REPLICAS", 0)), quorumReplicasUsage)
+	fs.BoolVar(&f.webhookAllowPrivate, "webhook-allow-private", f.envBool(env, "WARREN_WEBHOOK_ALLOW_PRIVATE"),
+		"let job webhooks go to loopback, private, link-local and other non-public addresses, refused by default (env WARREN_WEBHOOK_ALLOW_PRIVATE=1)")
 }
 
 // config maps the flags onto a server configuration; its errors name the
@@ -110,8 +114,9 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 		Listen: f.listen, Tokens: tokens, MaxBodyBytes: f.maxBody, ShutdownTimeout: f.shutdown,
 		MaxTaskBytes: f.maxTask, MaxResultBytes: int(f.maxResult), BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
 		RelayBatchSize: f.relayBatch, MaxMessageBytes: int(f.maxMessage), MaxInflightBytes: f.maxInflight, RelayWindow: int(f.relayWindow), AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
-		Retention: time.Duration(f.retention),
-		Logger:    env.logger,
+		Retention:           time.Duration(f.retention),
+		WebhookAllowPrivate: f.webhookAllowPrivate,
+		Logger:              env.logger,
 	}, nil
 }
 
@@ -128,6 +133,21 @@ func (f *common) envInt64(env *environment, name string, def int64) int64 {
 		f.envErr = fmt.Errorf("%s: %q is not a whole number", name, v)
 	}
 	return n
+}
+
+// envBool returns the boolean in the environment variable name (1, true,
+// 0, false, ...), or false when it is not set; a value that does not
+// parse is remembered in f.envErr.
+func (f *common) envBool(env *environment, name string) bool {
+	v := env.getenv(name)
+	if v == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil && f.envErr == nil {
+		f.envErr = fmt.Errorf("%s: %q is not a boolean (1 or 0, true or false)", name, v)
+	}
+	return b
 }
 
 // envDuration returns the duration in the environment variable name, or

@@ -104,3 +104,27 @@ func TestServerRetentionFlag(t *testing.T) {
 		require.Contains(t, errOut, "is not a retention", bad)
 	}
 }
+
+// --webhook-allow-private (WARREN_WEBHOOK_ALLOW_PRIVATE) is off by
+// default.
+func TestServerWebhookAllowPrivateFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		vars map[string]string
+		args []string
+		want bool
+	}{
+		{nil, nil, false},
+		{map[string]string{"WARREN_WEBHOOK_ALLOW_PRIVATE": "1"}, nil, true},
+		{map[string]string{"WARREN_WEBHOOK_ALLOW_PRIVATE": "true"}, nil, true},
+		{map[string]string{"WARREN_WEBHOOK_ALLOW_PRIVATE": "0"}, nil, false},
+		{nil, []string{"--webhook-allow-private"}, true},
+		{map[string]string{"WARREN_WEBHOOK_ALLOW_PRIVATE": "1"}, []string{"--webhook-allow-private=false"}, false},
+	} {
+		cfg, err := serverConfig(t, tc.vars, tc.args...)
+		require.NoError(t, err, "%v %v", tc.vars, tc.args)
+		require.Equal(t, tc.want, cfg.WebhookAllowPrivate, "%v %v", tc.vars, tc.args)
+	}
+	_, err := serverConfig(t, map[string]string{"WARREN_WEBHOOK_ALLOW_PRIVATE": "yes please"})
+	require.ErrorContains(t, err, `WARREN_WEBHOOK_ALLOW_PRIVATE: "yes please" is not a boolean`)
+}

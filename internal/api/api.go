@@ -37,6 +37,7 @@ import (
 	"github.com/warrenhq/warren/internal/heartbeats"
 	"github.com/warrenhq/warren/internal/spans"
 	"github.com/warrenhq/warren/internal/ui"
+	"github.com/warrenhq/warren/internal/webhooks"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
@@ -133,6 +134,14 @@ type Config struct {
 	// Queues reads warren's queues for GET /v1/queues. nil means that
 	// route answers 503.
 	Queues func(ctx context.Context) ([]Queue, error)
+	// WebhookAllowPrivate accepts webhook URLs whose host is, or resolves
+	// to, a loopback, private, link-local or other non-public address
+	// (webhooks.Forbidden); by default such a submission is refused with
+	// 400.
+	WebhookAllowPrivate bool
+	// WebhookLookup resolves the host names of webhook URLs; nil means
+	// the system resolver. Tests inject one.
+	WebhookLookup webhooks.Lookup
 	// Reducers are the reducers a submitted job may name; a job naming
 	// another is refused with 422. nil means reduce.NewRegistry(), the
 	// built-ins. Give the aggregator the same registry.
@@ -248,6 +257,7 @@ func (s *server) routes() []route {
 		{"DELETE /v1/jobs/{id}", ScopeWrite, s.deleteJob},
 		{"GET /v1/jobs/{id}/timeline", ScopeRead, s.jobTimeline},
 		{"GET /v1/auth", "", s.authInfo},
+		{"GET /v1/jobs/{id}/deliveries", ScopeRead, s.listDeliveries},
 		{"GET /v1/deadletters", ScopeRead, s.listDeadLetters},
 		{"POST /v1/deadletters/replay", ScopeAdmin, s.replayDeadLetters},
 		{"POST /v1/deadletters/purge", ScopeAdmin, s.purgeDeadLetters},

@@ -85,6 +85,7 @@ func TestAuth(t *testing.T) {
 		{http.MethodPost, "/v1/jobs/" + job.ID + "/cancel", "", api.ScopeWrite},
 		{http.MethodPost, "/v1/jobs/" + job.ID + "/redrive", "", api.ScopeWrite},
 		{http.MethodDelete, "/v1/jobs/" + job.ID, "", api.ScopeWrite},
+		{http.MethodGet, "/v1/jobs/" + job.ID + "/deliveries", "", api.ScopeRead},
 		{http.MethodGet, "/metrics", "", api.ScopeRead},
 	}
 	for _, c := range calls {

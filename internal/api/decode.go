@@ -9,6 +9,7 @@ import (
 	"io"
 	"iter"
 	"net/http"
+	"strings"
 
 	"github.com/warrenhq/warren/store"
 )
@@ -17,7 +18,7 @@ import (
 //
 // application/json: {"type", "tasks": [...], "reduce", "max_retries",
 // "tolerated_failures", "tolerated_failure_percent", "fail_fast",
-// "task_timeout", "batch_size", "retention", "metadata"}. The fields are read in order with a token walk. When every
+// "task_timeout", "batch_size", "retention", "metadata", "webhook"}. The fields are read in order with a token walk. When every
 // other field comes before "tasks", the job is fully known when its tasks
 // start, so they are read one payload at a time, never all in memory.
 // When a field may still follow "tasks" (any field not given before it),
@@ -352,6 +353,8 @@ func decodeField(dec *json.Decoder, key string, sp *jobSpec) *apiError {
 		target = &sp.Retention
 	case "metadata":
 		target = &sp.Metadata
+	case "webhook":
+		return decodeWebhook(dec, sp)
 	}
 	if err := dec.Decode(target); err != nil {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
@@ -367,6 +370,36 @@ func decodeField(dec *json.Decoder, key string, sp *jobSpec) *apiError {
 			return errorf(http.StatusBadRequest, codeInvalidType, "metadata must be an object, got %s", jsonKind(sp.Metadata))
 		}
 	}
+	return nil
+}
+
+// decodeWebhook decodes the value of "webhook" into sp: null is absent,
+// and anything but an object of "url" and "secret" strings is refused.
+func decodeWebhook(dec *json.Decoder, sp *jobSpec) *apiError {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return bodyError(err)
+	}
+	switch {
+	case string(raw) == "null":
+		sp.Webhook = nil
+		return nil
+	case raw[0] != '{':
+		return errorf(http.StatusBadRequest, codeInvalidType, "webhook must be %s, got %s", specFields["webhook"], jsonKind(raw))
+	}
+	strict := json.NewDecoder(bytes.NewReader(raw))
+	strict.DisallowUnknownFields()
+	var w webhookSpec
+	if err := strict.Decode(&w); err != nil {
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
+			return errorf(http.StatusBadRequest, codeInvalidType, "webhook.%s must be a string, got %s", te.Field, te.Value)
+		}
+		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return errorf(http.StatusBadRequest, codeUnknownField, "unknown field webhook.%s: a webhook has a url and a secret", strings.Trim(field, `"`))
+		}
+		return bodyError(err)
+	}
+	sp.Webhook = &w
 	return nil
 }
 

@@ -16,7 +16,7 @@ const (
 	codeInvalidJSON      = "invalid_json"           // 400: the body is not well-formed JSON (or NDJSON)
 	codeInvalidType      = "invalid_type"           // 400: a field has the wrong JSON type
 	codeUnknownField     = "unknown_field"          // 400: a field the API does not know
-	codeInvalidParameter = "invalid_parameter"      // 400: a bad query parameter or header
+	codeInvalidParameter = "invalid_parameter"      // 400: a bad query parameter, header or webhook
 	codeUnauthorized     = "unauthorized"           // 401: no token, or not one the server knows
 	codeForbidden        = "forbidden"              // 403: the token lacks the scope
 	codeNotFound         = "not_found"              // 404: no such job, result or route

@@ -121,6 +121,7 @@ func storeCalls(id string) []struct{ method, path, body string } {
 		{http.MethodPost, "/v1/jobs/" + id + "/cancel", ""},
 		{http.MethodPost, "/v1/jobs/" + id + "/redrive", ""},
 		{http.MethodDelete, "/v1/jobs/" + id, ""},
+		{http.MethodGet, "/v1/jobs/" + id + "/deliveries", ""},
 	}
 }
 
@@ -234,6 +235,13 @@ func (f *faultyStore) TaskTimeline(ctx context.Context, id string, span store.Ti
 	return f.Store.TaskTimeline(ctx, id, span)
 }
 
+func (f *faultyStore) ListDeliveries(ctx context.Context, id string) ([]store.Delivery, error) {
+	if err := f.check("ListDeliveries"); err != nil {
+		return nil, err
+	}
+	return f.Store.ListDeliveries(ctx, id)
+}
+
 func (f *faultyStore) JobResult(ctx context.Context, id string) ([]byte, error) {
 	if err := f.check("JobResult"); err != nil {
 		return nil, err
@@ -243,7 +251,8 @@ func (f *faultyStore) JobResult(ctx context.Context, id string) ([]byte, error) 
 
 func TestStoreErrorIs500WithoutDetails(t *testing.T) {
 	t.Parallel()
-	fail := map[string]bool{"CreateJob": true, "GetJob": true, "ListJobs": true, "ListTasks": true, "CancelJob": true, "RedriveJob": true, "DeleteJob": true}
+	fail := map[string]bool{"CreateJob": true, "GetJob": true, "ListJobs": true, "ListTasks": true, "CancelJob": true, "RedriveJob": true, "DeleteJob": true,
+		"ListDeliveries": true}
 	b := setup(t, &options{wrap: func(s store.Store) store.Store { return &faultyStore{Store: s, fail: fail} }})
 	job := createJob(t, b.store, 1)
 	for _, c := range storeCalls(job.ID) {

@@ -44,6 +44,12 @@ type jobJSON struct {
 	StartedAt               *time.Time      `json:"started_at"`
 	FinishedAt              *time.Time      `json:"finished_at"`
 	ResultURL               *string         `json:"result_url"`
+	Webhook                 *webhookJSON    `json:"webhook"` // null when none
+}
+
+// webhookJSON is a job's webhook as the API shows it: never its secret.
+type webhookJSON struct {
+	URL string `json:"url"`
 }
 
 // jobDetailJSON is a job with its sample of failed tasks, as GET
@@ -113,6 +119,9 @@ func toJobJSON(j warren.Job, retention time.Duration) jobJSON {
 	}
 	if len(out.Metadata) == 0 {
 		out.Metadata = nil
+	}
+	if j.WebhookURL != "" {
+		out.Webhook = &webhookJSON{URL: j.WebhookURL}
 	}
 	if n := j.Policy.ToleratedFailures; n != warren.UnlimitedFailures {
 		out.ToleratedFailures = &n

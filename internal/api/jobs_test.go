@@ -34,8 +34,9 @@ func TestGetJob(t *testing.T) {
 				"reduce": "sum", "max_retries": 5.0, "tolerated_failures": 2.0, "tolerated_failure_percent": 12.5,
 				"fail_fast": true, "task_timeout": 900.0, "batch_size": 16.0, "priority": 30.0, "queue": "gpu", "retention": 86400.0, "expires_at": nil,
 				"metadata": map[string]any{"owner": "ops"}, "started_at": nil, "finished_at": nil, "result_url": nil,
-				"errors": []any{},
+				"webhook": map[string]any{"url": "https://93.184.215.14/hooks/warren"}, "errors": []any{},
 			}, v)
+			require.NotContains(t, string(resp.body), fullSpecSecret)
 
 			resp = b.get(t, "/v1/jobs/no-such-job")
 			requireError(t, resp, http.StatusNotFound, "not_found")

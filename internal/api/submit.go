@@ -21,6 +21,7 @@ import (
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/spans"
 	"github.com/warrenhq/warren/internal/spool"
+	"github.com/warrenhq/warren/internal/webhooks"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/store"
@@ -56,6 +57,7 @@ var specFields = map[string]string{
 	"queue":                     "a string",
 	"retention":                 "a number of seconds",
 	"metadata":                  "an object",
+	"webhook":                   `an object {"url", "secret"}`,
 }
 
 // jobSpec is a submitted job without its tasks, as given. nil pointers are
@@ -73,6 +75,13 @@ type jobSpec struct {
 	Queue                   *string
 	Retention               *float64
 	Metadata                json.RawMessage
+	Webhook                 *webhookSpec
+}
+
+// webhookSpec is a submission's "webhook", as given.
+type webhookSpec struct {
+	URL    *string `json:"url"`
+	Secret *string `json:"secret"`
 }
 
 // submitResponse is the body of a 202.
@@ -122,6 +131,13 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec.IdempotencyKey = key
+	if spec.Webhook != nil {
+		// Before the tasks are read: a refused webhook reads no further.
+		if err := webhooks.CheckURL(r.Context(), spec.Webhook.URL, s.cfg.WebhookAllowPrivate, s.cfg.WebhookLookup); err != nil {
+			writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter, "%v", err))
+			return
+		}
+	}
 
 	// The whole body is read and checked before the store is called, so
 	// that no store connection waits on the client, and bad input writes
@@ -263,7 +279,42 @@ func (sp jobSpec) newJob(r rules) (store.NewJob, *apiError) {
 	if err := checkRetryWait(p, sp.TaskTimeout != nil, r.tiers); err != nil {
 		return store.NewJob{}, err
 	}
-	return store.NewJob{Type: sp.Type, Policy: p, Metadata: sp.Metadata}, nil
+	webhook, err := sp.Webhook.webhook()
+	if err != nil {
+		return store.NewJob{}, err
+	}
+	return store.NewJob{Type: sp.Type, Policy: p, Metadata: sp.Metadata, Webhook: webhook}, nil
+}
+
+// webhook checks the form of a submission's webhook (an absolute http or
+// https URL, a secret of 1 to store.MaxWebhookSecretBytes bytes) and
+// returns it for the store; nil for none. Where its URL goes is checked
+// by the handler (webhooks.CheckURL), which may resolve its name.
+func (w *webhookSpec) webhook() (*store.Webhook, *apiError) {
+	if w == nil {
+		return nil, nil
+	}
+	bad := func(format string, args ...any) *apiError {
+		return errorf(http.StatusBadRequest, codeInvalidParameter, format, args...)
+	}
+	switch {
+	case w.URL == nil:
+		return nil, bad(`webhook.url is required: the http:// or https:// URL warren POSTs to when the job closes`)
+	case len(*w.URL) > store.MaxWebhookURLBytes:
+		return nil, bad("webhook.url must be at most %d bytes", store.MaxWebhookURLBytes)
+	case !validText(*w.URL):
+		return nil, bad("webhook.url must be UTF-8 without control characters")
+	case w.Secret == nil || *w.Secret == "":
+		return nil, bad("webhook.secret is required: warren signs each delivery's body with it (X-Warren-Signature)")
+	case len(*w.Secret) > store.MaxWebhookSecretBytes:
+		return nil, bad("webhook.secret must be 1 to %d bytes, got %d", store.MaxWebhookSecretBytes, len(*w.Secret))
+	case !utf8.ValidString(*w.Secret) || strings.ContainsRune(*w.Secret, 0):
+		return nil, bad("webhook.secret must be UTF-8 without NUL")
+	}
+	if _, err := webhooks.ParseURL(*w.URL); err != nil {
+		return nil, bad("%v", err)
+	}
+	return &store.Webhook{URL: *w.URL, Secret: *w.Secret}, nil
 }
 
 // tolerances returns the policy's tolerances for the count and percent a

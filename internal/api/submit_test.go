@@ -20,7 +20,11 @@ import (
 // fullSpec is every job field but tasks, so that a "tasks" after it
 // streams.
 const fullSpec = `"type":"echo","reduce":"sum","max_retries":5,"tolerated_failures":2,` +
-	`"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"priority":30,"queue":"gpu","retention":86400,"metadata":{"owner":"ops"}`
+	`"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"priority":30,"queue":"gpu","retention":86400,"metadata":{"owner":"ops"},` +
+	`"webhook":{"url":"https://93.184.215.14/hooks/warren","secret":"` + fullSpecSecret + `"}`
+
+// fullSpecSecret is fullSpec's webhook secret, which no answer shows.
+const fullSpecSecret = "fullspec-s3cret"
 
 func TestSubmitJSON(t *testing.T) {
 	t.Parallel()
@@ -31,7 +35,7 @@ func TestSubmitJSON(t *testing.T) {
 			for name, body := range map[string]string{
 				"tasks last (streamed)":    `{` + fullSpec + `,"tasks":[{"n": 1}, [2], "three", 4, null, true]}`,
 				"tasks first (buffered)":   `{"tasks":[{"n": 1}, [2], "three", 4, null, true],` + fullSpec + `}`,
-				"tasks between (buffered)": `{"type":"echo","reduce":"sum","max_retries":5,"tasks":[{"n": 1}, [2], "three", 4, null, true],"tolerated_failures":2,"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"priority":30,"queue":"gpu","retention":86400,"metadata":{"owner":"ops"}}`,
+				"tasks between (buffered)": `{"type":"echo","reduce":"sum","max_retries":5,"tasks":[{"n": 1}, [2], "three", 4, null, true],"tolerated_failures":2,"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"priority":30,"queue":"gpu","retention":86400,"metadata":{"owner":"ops"},"webhook":{"url":"https://93.184.215.14/hooks/warren","secret":"` + fullSpecSecret + `"}}`,
 			} {
 				t.Run(name, func(t *testing.T) {
 					resp := b.submit(t, body)
@@ -49,6 +53,7 @@ func TestSubmitJSON(t *testing.T) {
 					require.Equal(t, warren.Policy{Reduce: "sum", MaxRetries: 5, ToleratedFailures: 2, ToleratedFailurePercent: 12.5,
 						FailFast: true, TaskTimeout: 900 * time.Second, BatchSize: 16, Priority: 30, Queue: "gpu", Retention: 24 * time.Hour}, job.Policy)
 					require.JSONEq(t, `{"owner":"ops"}`, string(job.Metadata))
+					require.Equal(t, "https://93.184.215.14/hooks/warren", job.WebhookURL)
 					require.Equal(t, []string{`{"n": 1}`, `[2]`, `"three"`, `4`, `null`, `true`},
 						payloadsOf(t, b.store, id), "payloads are stored byte for byte, in order")
 				})

@@ -21,7 +21,7 @@ import (
 const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks,
 	reduce, max_retries, tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms,
 	batch_size, priority, queue, retention_ms, metadata, coalesce(idempotency_key, ''), created_at, started_at, finished_at,
-	result_location, error, version`
+	result_location, error, webhook_url, version`
 
 // scanJob reads one row of jobColumns, then into extra the columns that
 // follow them.
@@ -36,7 +36,7 @@ func scanJob(row pgx.Row, extra ...any) (warren.Job, error) {
 	dest := []any{&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent, &j.Policy.FailFast,
 		&timeoutMS, &j.Policy.BatchSize, &j.Policy.Priority, &j.Policy.Queue, &retentionMS, &metadata, &j.IdempotencyKey, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
-		&j.ResultLocation, &j.Error, &j.Version}
+		&j.ResultLocation, &j.Error, &j.WebhookURL, &j.Version}
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return warren.Job{}, err
@@ -78,18 +78,23 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	defer rollback(ctx, tx)
 
 	p := spec.Policy
+	var webhook store.Webhook
+	if spec.Webhook != nil {
+		webhook = *spec.Webhook
+	}
 	// ON CONFLICT waits for a concurrent insert of the same key to commit or
 	// roll back, so two servers racing on one key never both create a job.
 	var inserted string
 	err = tx.QueryRow(ctx, `
 		INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
-			tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, retention_ms, metadata, idempotency_key, created_at, request_hash, priority, queue)
-		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $12, $14, $9, NULLIF($10, ''), $11, $13, $15, $16)
+			tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, retention_ms, metadata, idempotency_key, created_at, request_hash, priority, queue,
+			webhook_url, webhook_secret)
+		VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $12, $14, $9, NULLIF($10, ''), $11, $13, $15, $16, $17, $18)
 		ON CONFLICT (idempotency_key) DO NOTHING
 		RETURNING id`,
 		id, spec.Type, p.Reduce, p.MaxRetries, p.ToleratedFailures,
 		p.ToleratedFailurePercent, p.FailFast, p.TaskTimeout.Milliseconds(), []byte(spec.Metadata), spec.IdempotencyKey, s.clock(), p.BatchSize,
-		spec.RequestHash, p.Retention.Milliseconds(), p.Priority, p.Queue,
+		spec.RequestHash, p.Retention.Milliseconds(), p.Priority, p.Queue, webhook.URL, webhook.Secret,
 	).Scan(&inserted)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -294,6 +299,9 @@ func (s *Store) CancelJob(ctx context.Context, id string) (warren.Job, error) {
 	if err != nil {
 		return warren.Job{}, fmt.Errorf("postgres: cancel job %q: %w", id, err)
 	}
+	if err := insertDelivery(ctx, tx, job); err != nil {
+		return warren.Job{}, fmt.Errorf("postgres: cancel job %q: %w", id, err)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return warren.Job{}, fmt.Errorf("postgres: cancel job %q: commit: %w", id, err)
 	}
@@ -323,7 +331,8 @@ func cancelUnfinishedTasks(ctx context.Context, tx pgx.Tx, id string, now time.T
 // its unfinished tasks cancelled, the guarded transition of the job row
 // to state (with the current time and errMsg, the version bumped), and
 // result, when not nil, stored with its location recorded
-// (store.ResultLocation). It returns false, changing nothing, when the job
+// (store.ResultLocation), and the job's webhook delivery made, if it has
+// a webhook. It returns false, changing nothing, when the job
 // is already closed or no longer at version; of several concurrent callers
 // at one version exactly one gets true. The tasks are cancelled first, as
 // the lock order wants; when the guard then finds the job moved, by a
@@ -351,14 +360,15 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, version int64, stat
 	if result != nil {
 		location = store.ResultLocation(jobID)
 	}
-	tag, err := tx.Exec(ctx, `
+	job, err := scanJob(tx.QueryRow(ctx, `
 		UPDATE jobs SET state = $2, finished_at = $3, error = $4, result_location = $5, version = version + 1
-		WHERE id = $1 AND version = $6 AND state IN ('pending', 'running')`,
-		jobID, string(state), now, errMsg, location, version)
-	if err != nil {
+		WHERE id = $1 AND version = $6 AND state IN ('pending', 'running')
+		RETURNING `+jobColumns,
+		jobID, string(state), now, errMsg, location, version))
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return false, fmt.Errorf("postgres: finish job %q: %w", jobID, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if err != nil {
 		rollback(ctx, tx)
 		exists, err := s.jobExists(ctx, s.pool, jobID)
 		if err != nil {
@@ -377,6 +387,9 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, version int64, stat
 		if err != nil {
 			return false, fmt.Errorf("postgres: finish job %q: store result: %w", jobID, err)
 		}
+	}
+	if err := insertDelivery(ctx, tx, job); err != nil {
+		return false, fmt.Errorf("postgres: finish job %q: %w", jobID, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("postgres: finish job %q: commit: %w", jobID, err)

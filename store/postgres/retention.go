@@ -37,8 +37,8 @@ const expiringByOwnSQL = `
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED`
 
-// deleteJobsSQL deletes the closed jobs of $1 (their reduced results go
-// with them: ON DELETE CASCADE), records each in deleted_jobs at $2 with
+// deleteJobsSQL deletes the closed jobs of $1 (their reduced results and
+// webhook deliveries go with them: ON DELETE CASCADE), records each in deleted_jobs at $2 with
 // its number of tasks, for PurgeDeletedTasks, and returns their ids.
 const deleteJobsSQL = `
 	WITH gone AS (

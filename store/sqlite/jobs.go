@@ -38,6 +38,7 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 	}
 	job := warren.Job{
 		ID:             spec.ID,
+		WebhookURL:     webhookOf(spec).URL,
 		Type:           spec.Type,
 		State:          warren.JobPending,
 		Policy:         spec.Policy,
@@ -97,7 +98,7 @@ func (s *Store) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq
 		if deleted {
 			return fmt.Errorf("job %s was deleted and its tasks are not purged yet: %w", job.ID, warren.ErrConflict)
 		}
-		if err := insertJob(ctx, tx, job, spec.RequestHash); err != nil {
+		if err := insertJob(ctx, tx, job, spec.RequestHash, webhookOf(spec)); err != nil {
 			return err
 		}
 		n, err := insertTasks(ctx, tx, job.ID, sp.All())
@@ -129,8 +130,17 @@ func replayOf(ctx context.Context, q querier, spec store.NewJob) (warren.Job, er
 	return store.Replay(first, hash, spec)
 }
 
-// insertJob writes job j's row with no tasks expected yet.
-func insertJob(ctx context.Context, tx *sql.Tx, j warren.Job, requestHash string) error {
+// webhookOf returns spec's webhook, or the zero Webhook for none.
+func webhookOf(spec store.NewJob) store.Webhook {
+	if spec.Webhook == nil {
+		return store.Webhook{}
+	}
+	return *spec.Webhook
+}
+
+// insertJob writes job j's row, with its webhook, with no tasks expected
+// yet.
+func insertJob(ctx context.Context, tx *sql.Tx, j warren.Job, requestHash string, webhook store.Webhook) error {
 	var key any
 	if j.IdempotencyKey != "" {
 		key = j.IdempotencyKey
@@ -140,11 +150,13 @@ func insertJob(ctx context.Context, tx *sql.Tx, j warren.Job, requestHash string
 		metadata = []byte(j.Metadata)
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
-		tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, retention_ms, metadata, idempotency_key, created_at, request_hash, priority, queue)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, retention_ms, metadata, idempotency_key, created_at, request_hash, priority, queue,
+		webhook_url, webhook_secret)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		j.ID, j.Type, string(j.State), j.Policy.Reduce, j.Policy.MaxRetries, j.Policy.ToleratedFailures,
 		j.Policy.ToleratedFailurePercent, j.Policy.FailFast, j.Policy.TaskTimeout.Milliseconds(),
-		j.Policy.BatchSize, j.Policy.Retention.Milliseconds(), metadata, key, j.CreatedAt.UnixMicro(), requestHash, j.Policy.Priority, j.Policy.Queue)
+		j.Policy.BatchSize, j.Policy.Retention.Milliseconds(), metadata, key, j.CreatedAt.UnixMicro(), requestHash, j.Policy.Priority, j.Policy.Queue,
+		webhook.URL, webhook.Secret)
 	return err
 }
 
@@ -203,7 +215,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (warren.Job, error) {
 
 const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks, reduce, max_retries,
 	tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, priority, queue, retention_ms, metadata, COALESCE(idempotency_key, ''),
-	created_at, started_at, finished_at, result_location, error, version, seq`
+	created_at, started_at, finished_at, result_location, error, webhook_url, version, seq`
 
 // getJob returns the one job matching where, or warren.ErrNotFound.
 func getJob(ctx context.Context, q querier, where string, args ...any) (warren.Job, error) {
@@ -228,7 +240,7 @@ func scanJob(row interface{ Scan(...any) error }) (warren.Job, int64, error) {
 	err := row.Scan(&j.ID, &j.Type, &state, &j.ExpectedTasks, &j.CompletedTasks, &j.FailedTasks,
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent,
 		&j.Policy.FailFast, &timeoutMS, &j.Policy.BatchSize, &j.Policy.Priority, &j.Policy.Queue, &retentionMS, &metadata, &j.IdempotencyKey, &created, &started, &finished,
-		&j.ResultLocation, &j.Error, &j.Version, &seq)
+		&j.ResultLocation, &j.Error, &j.WebhookURL, &j.Version, &seq)
 	if err != nil {
 		return warren.Job{}, 0, err
 	}
@@ -309,6 +321,9 @@ func (s *Store) CancelJob(ctx context.Context, id string) (warren.Job, error) {
 			return err
 		}
 		if err := cancelUnfinished(ctx, tx, id, at); err != nil {
+			return err
+		}
+		if err := insertDelivery(ctx, tx, j); err != nil {
 			return err
 		}
 		job = j

@@ -140,8 +140,9 @@ func (s *Store) DeleteJob(ctx context.Context, id string) error {
 	return nil
 }
 
-// deleteJobs deletes the rows and reduced results of the closed jobs of
-// ids (an open one is left as it is) and records each deleted one in
+// deleteJobs deletes the rows, reduced results and webhook deliveries of
+// the closed jobs of ids (an open one is left as it is) and records each
+// deleted one in
 // deleted_jobs, whose task rows PurgeDeletedTasks deletes later. It
 // returns how many jobs it deleted. It must run in inTxKeepingTasks:
 // with foreign keys on, deleting a job would delete its tasks too, all in
@@ -183,6 +184,9 @@ func deleteJobs(ctx context.Context, tx *sql.Tx, ids []string) (int, error) {
 		return 0, err
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM job_results WHERE job_id IN (SELECT value ->> 0 FROM json_each(?1))`, string(set)); err != nil {
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE job_id IN (SELECT value ->> 0 FROM json_each(?1))`, string(set)); err != nil {
 		return 0, err
 	}
 	if _, err := tx.ExecContext(ctx, recordDeletedSQL, string(set), now().UnixMicro()); err != nil {

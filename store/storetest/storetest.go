@@ -56,6 +56,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ReconcileStale", testReconcileStale},
 		{"Generations", testGenerations},
 		{"Retention", testRetention},
+		{"Webhooks", testWebhooks},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -1,0 +1,180 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/warrenhq/warren"
+)
+
+// Webhooks: a job may name a URL that warren POSTs to when the job
+// closes. The delivery is written in the transaction that closes the job
+// (FinishJob, CancelJob), so no close is without its delivery, and it
+// waits in the store (an outbox of deliveries) until a server delivers it
+// or gives up: a crash or a restart loses nothing. The rules of when to
+// try again are decided in Go by the deliverer (internal/webhooks); the
+// drivers only claim, record and list.
+
+// EventJobClosed is the event of the delivery a job's close makes.
+const EventJobClosed = "job.closed"
+
+// MaxWebhookURLBytes and MaxWebhookSecretBytes bound a job's Webhook.
+const (
+	MaxWebhookURLBytes    = 2048
+	MaxWebhookSecretBytes = 1024
+)
+
+// Webhook is where warren tells a job's owner that the job closed, and
+// the secret it signs the body with. The secret is kept with the job and
+// never shown: warren.Job carries only the URL (WebhookURL).
+type Webhook struct {
+	URL    string
+	Secret string
+}
+
+// DeliveryState is the state of a webhook delivery.
+type DeliveryState string
+
+// Delivery states. A delivery is pending until a receiver answered 2xx
+// (delivered) or the deliverer gave up (failed).
+const (
+	DeliveryPending   DeliveryState = "pending"
+	DeliveryDelivered DeliveryState = "delivered"
+	DeliveryFailed    DeliveryState = "failed"
+)
+
+// Delivery is one webhook delivery as the store records it.
+type Delivery struct {
+	// ID is a ULID, sent as X-Warren-Delivery on every attempt.
+	ID    string
+	JobID string
+	// Event is EventJobClosed.
+	Event string
+	State DeliveryState
+	// Attempts counts the attempts claimed so far (an attempt in flight
+	// included).
+	Attempts int
+	// LastStatus is the HTTP status of the last attempt's answer, 0 when
+	// it had none (a network error, a timeout) or there was no attempt.
+	LastStatus int
+	// LastError says why the last attempt failed, "" after a success.
+	LastError string
+	// CreatedAt is when the delivery was made: when its job closed.
+	CreatedAt time.Time
+	// NextAttemptAt is when the delivery is due next (nil once delivered
+	// or failed). While an attempt is in flight it is the end of the
+	// attempt's lease: when another server may try again, should this
+	// one be lost.
+	NextAttemptAt *time.Time
+	// DeliveredAt is when a receiver answered 2xx.
+	DeliveredAt *time.Time
+}
+
+// ClaimedDelivery is a delivery ClaimDeliveries handed to one deliverer,
+// with what its attempt needs.
+type ClaimedDelivery struct {
+	Delivery
+	// URL and Secret are the job's webhook.
+	URL    string
+	Secret string
+	// Body is the exact body to POST (ClosedPayload), the same bytes on
+	// every attempt.
+	Body []byte
+}
+
+// DeliveryClaim says which deliveries ClaimDeliveries takes, and for how
+// long.
+type DeliveryClaim struct {
+	// Now is the time of the claim: pending deliveries whose
+	// NextAttemptAt is not after it are due.
+	Now time.Time
+	// Lease is how long the claimer has for its attempt: the claimed
+	// deliveries are due again at Now+Lease, for any claimer, unless
+	// RecordDeliveryAttempt says otherwise first.
+	Lease time.Duration
+	// Limit is the most deliveries claimed; <= 0 means DefaultPageSize.
+	Limit int
+}
+
+// DeliveryAttempt is the end of one attempt, for RecordDeliveryAttempt.
+type DeliveryAttempt struct {
+	// ID is the delivery's.
+	ID string
+	// Attempt is the claimed delivery's Attempts: the record applies only
+	// while no later claim took the delivery.
+	Attempt int
+	// State is DeliveryDelivered, DeliveryPending (try again at
+	// NextAttemptAt) or DeliveryFailed (given up).
+	State DeliveryState
+	// Status is the answer's HTTP status, 0 for none.
+	Status int
+	// Error says why the attempt failed; "" for a delivered one. It is
+	// stored as StoredText makes it.
+	Error string
+	// At is when the attempt ended (DeliveredAt of a delivered one).
+	At time.Time
+	// NextAttemptAt is when a pending delivery is due again.
+	NextAttemptAt time.Time
+}
+
+// Validate returns an error naming what is wrong with a.
+func (a DeliveryAttempt) Validate() error {
+	switch a.State {
+	case DeliveryDelivered, DeliveryFailed:
+	case DeliveryPending:
+		if a.NextAttemptAt.IsZero() {
+			return fmt.Errorf("delivery %s: a pending attempt needs NextAttemptAt", a.ID)
+		}
+	default:
+		return fmt.Errorf("delivery %s: state %q is not pending, delivered or failed", a.ID, a.State)
+	}
+	return nil
+}
+
+// NewDeliveryID returns a new delivery id: a ULID.
+func NewDeliveryID() string { return ulid.Make().String() }
+
+// closedJob is the job in a job.closed body: the fields, and field
+// names, of the API's job JSON that say how it closed.
+type closedJob struct {
+	ID             string          `json:"id"`
+	Type           string          `json:"type"`
+	State          warren.JobState `json:"state"`
+	ExpectedTasks  int64           `json:"expected_tasks"`
+	CompletedTasks int64           `json:"completed_tasks"`
+	FailedTasks    int64           `json:"failed_tasks"`
+	CreatedAt      time.Time       `json:"created_at"`
+	FinishedAt     *time.Time      `json:"finished_at"`
+	Error          string          `json:"error"`
+	ResultURL      string          `json:"result_url,omitempty"`
+}
+
+// closedBody is the body of a job.closed delivery.
+type closedBody struct {
+	ID    string    `json:"id"`
+	Event string    `json:"event"`
+	Job   closedJob `json:"job"`
+}
+
+// ClosedPayload returns the body of delivery id of the job.closed event
+// of job, as it just closed. The drivers store it with the delivery, so
+// that every attempt sends the same bytes.
+func ClosedPayload(id string, job warren.Job) []byte {
+	j := closedJob{ID: job.ID, Type: job.Type, State: job.State, ExpectedTasks: job.ExpectedTasks,
+		CompletedTasks: job.CompletedTasks, FailedTasks: job.FailedTasks, CreatedAt: job.CreatedAt.UTC(), Error: job.Error}
+	if job.FinishedAt != nil {
+		at := job.FinishedAt.UTC()
+		j.FinishedAt = &at
+	}
+	if job.State == warren.JobCompleted && job.ResultLocation != "" {
+		j.ResultURL = job.ResultLocation
+	}
+	body, err := json.Marshal(closedBody{ID: id, Event: EventJobClosed, Job: j})
+	if err != nil { // strings, numbers and times: cannot fail
+		panic(fmt.Sprintf("store: encode a job.closed body: %v", err))
+	}
+	return body
+}
