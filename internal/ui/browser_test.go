@@ -52,6 +52,8 @@ const stepTimeout = 30 * time.Second
 // installation is a server and a worker with their own prefix and store.
 type installation struct {
 	url    string
+	hooks  chan string // the bodies the webhook receiver was sent
+	hookTo string      // the webhook receiver's URL
 	mu     sync.Mutex
 	closed map[string]warren.JobState
 	signal chan struct{} // pinged when a job closes
@@ -67,10 +69,20 @@ func startInstallation(t *testing.T) *installation {
 	tokens, err := server.ParseTokens(readToken + ":read," + writeToken + ":write," + adminToken + ":admin")
 	require.NoError(t, err)
 
-	in := &installation{closed: map[string]warren.JobState{}, signal: make(chan struct{}, 1)}
+	in := &installation{closed: map[string]warren.JobState{}, signal: make(chan struct{}, 1), hooks: make(chan string, 16)}
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		select {
+		case in.hooks <- string(body):
+		default:
+		}
+	}))
+	t.Cleanup(receiver.Close)
+	in.hookTo = receiver.URL
 	srv, err := server.New(server.Config{
 		AMQPURL: amqptest.URL(), Store: st, Prefix: names.Prefix, Listen: "127.0.0.1:0", Tokens: tokens,
-		RetryTiers: topo.RetryTiers, DeliveryLimit: topo.DeliveryLimit,
+		WebhookAllowPrivate: true, // the receiver is on loopback
+		RetryTiers:          topo.RetryTiers, DeliveryLimit: topo.DeliveryLimit,
 		RelayPollInterval: 20 * time.Millisecond, CloseScanInterval: 200 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler),
 		Hooks: server.Hooks{OnJobClosed: func(id string, state warren.JobState) {
@@ -88,7 +100,7 @@ func startInstallation(t *testing.T) *installation {
 	t.Cleanup(func() { require.NoError(t, srv.Stop()) })
 	in.url = srv.URL()
 
-	w, err := worker.New(worker.Config{AMQPURL: amqptest.URL(), Prefix: names.Prefix, Concurrency: 4,
+	w, err := worker.New(worker.Config{AMQPURL: amqptest.URL(), Prefix: names.Prefix, Concurrency: 4, Name: "ui-test-worker",
 		RetryTiers: topo.RetryTiers, DeliveryLimit: topo.DeliveryLimit, ShutdownTimeout: time.Second,
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
@@ -340,6 +352,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	// runs until cancelled, and one whose task fails its first attempt and
 	// succeeds when redriven.
 	echo := in.submit(t, `{"type":"echo","reduce":"collect","metadata":{"team":"<img src=x onerror=alert(1)>"},
+		"webhook":{"url":"`+in.hookTo+`/hook","secret":"s3cret"},
 		"tasks":[{"n":1},{"n":2},{"n":3},{"n":4},{"n":5}]}`)
 	broken := in.submit(t, `{"type":"flaky","max_retries":0,"tasks":[{"value":1},{"permanent":true},{"value":3},{"permanent":true}]}`)
 	sleeper := in.submit(t, `{"type":"sleep","tasks":[{"ms":600000},{"ms":600000}]}`)
@@ -420,6 +433,14 @@ func TestDashboardInABrowser(t *testing.T) {
 	b.until(t, "result preview", `document.querySelector('#result-preview').textContent.includes('"n": 5')`)
 	require.Contains(t, eval[string](t, b, `document.querySelector('#details pre').textContent`), "<img src=x onerror=alert(1)>")
 	require.False(t, eval[bool](t, b, present("#details img")), "metadata is text, never HTML")
+	select {
+	case body := <-in.hooks:
+		require.Contains(t, body, echo, "the webhook names the job")
+	case <-time.After(stepTimeout):
+		t.Fatal("the completed job's webhook was not delivered")
+	}
+	b.until(t, "its webhook delivery shown", `document.querySelector('#deliveries-table')?.innerText.includes('delivered')`)
+	require.NotContains(t, eval[string](t, b, "document.body.innerText"), "s3cret", "the webhook's secret is never shown")
 	b.screenshot(t, "07-job-completed")
 	b.colorScheme(t, "dark")
 	b.screenshot(t, "08-job-completed-dark")
@@ -436,11 +457,12 @@ func TestDashboardInABrowser(t *testing.T) {
 	b.until(t, "the purged job's letters gone", fmt.Sprintf(`document.querySelector('#dl-table') && document.querySelectorAll('#dl-table tr[data-job-id=%q]').length === 0`, redrivable))
 	require.Equal(t, 2, eval[int](t, b, fmt.Sprintf(`document.querySelectorAll('#dl-table tr[data-job-id=%q]').length`, broken)), "only that job's")
 
-	// Queues and workers: tables, or a plain "not available" on a
-	// server without those routes.
+	// Queues and workers: the work queue with its consumer, and the
+	// worker from its heartbeats.
 	b.open(t, in.url+"/ui/queues", "#queues-panel")
-	b.until(t, "queues or not available", `document.querySelector('#queues table, #queues .unavailable') !== null &&
-		document.querySelector('#workers table, #workers .unavailable') !== null`)
+	b.until(t, "the work queue listed", `[...document.querySelectorAll('#queues table tr')].some(r => r.innerText.includes('tasks.q'))`)
+	b.until(t, "the worker listed", `document.querySelector('#workers-table')?.innerText.includes('ui-test-worker') &&
+		document.querySelector('#workers-table').innerText.includes('alive')`)
 	b.screenshot(t, "10-queues-and-workers")
 
 	// A 401 (the token no longer accepted) brings the form back.
@@ -448,48 +470,6 @@ func TestDashboardInABrowser(t *testing.T) {
 	b.open(t, in.url+"/ui/jobs", "#token-form")
 
 	require.Empty(t, b.jsErrors(), "the page logged errors")
-}
-
-// eventsStandIn serves GET /v1/jobs/{id}/events as CONTRACT.md's events
-// route does (a progress event with the job's JSON at once, then a closed
-// event and the end), over h for everything else: it checks the page's
-// reading of the stream before the route exists here. The events it sends
-// carry the job's real JSON with state changed to running, then completed,
-// so the page can only show those states from the stream. The closed event
-// waits for release.
-func eventsStandIn(t *testing.T, h http.Handler, release <-chan struct{}) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, ok := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, "/v1/jobs/"), "/events")
-		if !ok || r.Method != http.MethodGet {
-			h.ServeHTTP(w, r)
-			return
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequestWithContext(r.Context(), http.MethodGet, "/v1/jobs/"+id, nil))
-		if rec.Code != http.StatusOK {
-			http.Error(w, rec.Body.String(), rec.Code)
-			return
-		}
-		var job map[string]any
-		if err := json.Unmarshal(rec.Body.Bytes(), &job); err != nil {
-			t.Errorf("events stand-in: %v", err)
-			return
-		}
-		event := func(name, state string) {
-			job["state"] = state
-			data, _ := json.Marshal(job)
-			fmt.Fprintf(w, "event: %s\r\nid: 7\r\ndata: %s\r\n\r\n: keepalive\n\n", name, data)
-			w.(http.Flusher).Flush()
-		}
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Set("Cache-Control", "no-cache")
-		event("progress", "running")
-		select {
-		case <-release:
-			event("closed", "completed")
-		case <-r.Context().Done():
-		}
-	})
 }
 
 // Without tokens the page needs none; a job's page follows the events
@@ -500,19 +480,17 @@ func TestDashboardWithoutTokensFollowsEvents(t *testing.T) {
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "warren.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	h, err := api.New(api.Config{Store: st, Logger: slog.New(slog.DiscardHandler)})
+	// The hub reads the store only when told (Notify): what the page shows
+	// after each step can only have come through the stream.
+	events := api.NewEvents(api.EventsConfig{PollInterval: time.Hour})
+	t.Cleanup(events.Close)
+	h, err := api.New(api.Config{Store: st, Events: events, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	release := make(chan struct{})
-	srv := httptest.NewServer(eventsStandIn(t, h, release))
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
-	job, _, err := st.CreateJob(context.Background(), store.NewJob{Type: "echo"}, func(yield func(json.RawMessage, error) bool) {
+	t.Cleanup(events.Close) // before srv.Close: it waits for the streams
+	ctx := context.Background()
+	job, _, err := st.CreateJob(ctx, store.NewJob{Type: "echo"}, func(yield func(json.RawMessage, error) bool) {
 		yield(json.RawMessage(`{"n":1}`), nil)
 	})
 	require.NoError(t, err)
@@ -523,10 +501,33 @@ func TestDashboardWithoutTokensFollowsEvents(t *testing.T) {
 	require.False(t, eval[bool](t, b, present("#sign-out")))
 
 	b.open(t, srv.URL+"/ui/jobs/"+job.ID, "#job-title")
-	b.until(t, "running, from the progress event", `document.querySelector('#job-title .badge')?.textContent === 'running' &&
+	b.until(t, "pending, following the stream", `document.querySelector('#job-title .badge')?.textContent === 'pending' &&
 		document.querySelector('#live').textContent === 'live'`)
 	require.True(t, eval[bool](t, b, present("#action-cancel")), "without tokens every action is offered")
-	close(release)
+
+	// The relay publishes the task: running, from a progress event.
+	_, err = st.RelayBatch(ctx, 10, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+		refs := make([]store.TaskRef, len(tasks))
+		for i, task := range tasks {
+			refs[i] = task.Ref()
+		}
+		return refs, nil
+	})
+	require.NoError(t, err)
+	events.Notify(job.ID)
+	b.until(t, "running, from a progress event", `document.querySelector('#job-title .badge')?.textContent === 'running'`)
+
+	// Its outcome and the close: completed, from the closed event.
+	now := time.Now()
+	_, err = st.ApplyOutcomes(ctx, []store.Outcome{{JobID: job.ID, TaskID: 1, State: warren.TaskCompleted,
+		Result: json.RawMessage(`{"n":1}`), StartedAt: &now, FinishedAt: &now}})
+	require.NoError(t, err)
+	closing, err := st.GetJob(ctx, job.ID)
+	require.NoError(t, err)
+	closed, err := st.FinishJob(ctx, job.ID, closing.Version, warren.JobCompleted, nil, "")
+	require.NoError(t, err)
+	require.True(t, closed)
+	events.Notify(job.ID)
 	b.until(t, "completed, from the closed event", `document.querySelector('#job-title .badge')?.textContent === 'completed' &&
 		document.querySelector('#live').textContent === 'closed'`)
 	require.Empty(t, b.jsErrors(), "the page logged errors")
