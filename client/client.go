@@ -214,6 +214,8 @@ type Job struct {
 	StartedAt               *time.Time      `json:"started_at"`
 	FinishedAt              *time.Time      `json:"finished_at"`
 	ResultURL               *string         `json:"result_url"`
+	// Error says why the job failed or was cancelled; empty otherwise.
+	Error string `json:"error"`
 	// Webhook is the job's webhook, its URL only (the server never shows
 	// the secret); nil when it has none.
 	Webhook *Webhook    `json:"webhook"`

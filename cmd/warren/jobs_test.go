@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -167,10 +168,12 @@ func TestWatchFollowsEvents(t *testing.T) {
 	var polls atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/events") {
-			streamed <- struct{}{}
-		} else {
-			polls.Add(1)
+			// Told once the first event is written, so that the job
+			// moves on only after watch was shown it pending.
+			h.ServeHTTP(&firstWrite{ResponseWriter: w, written: streamed}, r)
+			return
 		}
+		polls.Add(1)
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
@@ -227,3 +230,19 @@ func TestWatchFollowsEvents(t *testing.T) {
 	require.Contains(t, a.out, "result    /v1/jobs/"+job.ID+"/result\n")
 	require.Zero(t, polls.Load(), "no polling: the events drove the output")
 }
+
+// firstWrite is a ResponseWriter that tells written after its first Write.
+type firstWrite struct {
+	http.ResponseWriter
+	written chan<- struct{}
+	once    sync.Once
+}
+
+func (f *firstWrite) Write(p []byte) (int, error) {
+	n, err := f.ResponseWriter.Write(p)
+	f.once.Do(func() { f.written <- struct{}{} })
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (f *firstWrite) Unwrap() http.ResponseWriter { return f.ResponseWriter }

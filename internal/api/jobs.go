@@ -44,6 +44,7 @@ type jobJSON struct {
 	StartedAt               *time.Time      `json:"started_at"`
 	FinishedAt              *time.Time      `json:"finished_at"`
 	ResultURL               *string         `json:"result_url"`
+	Error                   *string         `json:"error"`   // why it failed or was cancelled; null otherwise
 	Webhook                 *webhookJSON    `json:"webhook"` // null when none
 }
 
@@ -119,6 +120,10 @@ func toJobJSON(j warren.Job, retention time.Duration) jobJSON {
 	}
 	if len(out.Metadata) == 0 {
 		out.Metadata = nil
+	}
+	if j.Error != "" {
+		msg := j.Error
+		out.Error = &msg
 	}
 	if j.WebhookURL != "" {
 		out.Webhook = &webhookJSON{URL: j.WebhookURL}

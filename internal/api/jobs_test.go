@@ -33,7 +33,7 @@ func TestGetJob(t *testing.T) {
 				"expected_tasks": 3.0, "completed_tasks": 0.0, "failed_tasks": 0.0, "pending_tasks": 3.0,
 				"reduce": "sum", "max_retries": 5.0, "tolerated_failures": 2.0, "tolerated_failure_percent": 12.5,
 				"fail_fast": true, "task_timeout": 900.0, "batch_size": 16.0, "priority": 30.0, "queue": "gpu", "retention": 86400.0, "expires_at": nil,
-				"metadata": map[string]any{"owner": "ops"}, "started_at": nil, "finished_at": nil, "result_url": nil,
+				"metadata": map[string]any{"owner": "ops"}, "started_at": nil, "finished_at": nil, "result_url": nil, "error": nil,
 				"webhook": map[string]any{"url": "https://93.184.215.14/hooks/warren"}, "errors": []any{},
 			}, v)
 			require.NotContains(t, string(resp.body), fullSpecSecret)
@@ -160,6 +160,7 @@ func TestCancelJob(t *testing.T) {
 			require.NotNil(t, v["finished_at"])
 			require.Equal(t, []any{}, v["errors"])
 			require.Equal(t, "cancelled", b.get(t, "/v1/jobs/"+id).json(t)["state"])
+			require.Equal(t, store.CancelledError, v["error"], "why it closed")
 			tasks := b.get(t, "/v1/jobs/"+id+"/tasks?state=cancelled").json(t)["tasks"].([]any)
 			require.Len(t, tasks, 3, "the unfinished tasks are cancelled with the job")
 

@@ -392,6 +392,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	b.do(t, "open the failed job", chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-job-id=%q] a`, broken))))
 	b.until(t, "failed tasks listed", `document.querySelectorAll('#failed-tasks-table tr[data-task-id]').length === 2`)
 	require.Contains(t, eval[string](t, b, `document.querySelector('#failed-tasks-table').innerText`), "flaky: planned permanent failure")
+	require.NotEmpty(t, eval[string](t, b, `document.querySelector('#job-error').textContent`), "why the job failed")
 	b.until(t, "timeline drawn", present("#timeline-chart .bucket"))
 	b.until(t, "tasks listed", `document.querySelectorAll('#tasks-table tr[data-task-id]').length === 4`)
 	require.Zero(t, eval[int](t, b, `document.querySelectorAll('#job-actions button').length`), "a read token has no action")

@@ -29,6 +29,7 @@ export function jobPage(root, { params, navigate }) {
   const live = h('span', { class: 'muted small', id: 'live' });
   const summary = h('div', { class: 'cards', id: 'job-summary' });
   const progress = h('div', { id: 'job-progress' });
+  const jobError = h('p', { class: 'bad-text', id: 'job-error', hidden: true });
   const timelineBox = h('div', { id: 'timeline' }, h('p', { class: 'muted' }, 'Loading…'));
   const failed = taskTable(base, { id: 'failed-tasks', state: 'failed', limit: 20, failedOnly: true });
   const tasks = taskTable(base, { id: 'tasks', state: '', limit: 50 });
@@ -40,7 +41,7 @@ export function jobPage(root, { params, navigate }) {
 
   root.append(
     h('section', { class: 'panel' }, h('a', { href: '/ui/jobs', class: 'back' }, '← Jobs'), title,
-      h('div', { class: 'title-row' }, actions, live), summary, progress),
+      h('div', { class: 'title-row' }, actions, live), jobError, summary, progress),
     panel('Progress over time', { id: 'timeline-panel' }, timelineBox),
     failedPanel,
     panel('Tasks', { id: 'tasks-panel' }, tasks.el),
@@ -64,6 +65,8 @@ export function jobPage(root, { params, navigate }) {
       card('Ran for', j.started_at ? duration(end - Date.parse(j.started_at)) : '–'),
       card('Finished', j.finished_at ? timeEl(j.finished_at) : '–'));
     progress.replaceChildren(progressBar(j, true));
+    jobError.textContent = j.error || '';
+    jobError.hidden = !j.error;
     renderActions();
     renderDetails();
     if (j.state === 'completed' && j.result_url && !resultShown) {
