@@ -263,6 +263,11 @@ type Job struct {
 	ResultLocation string
 	// Error summarises why a job failed or was cancelled.
 	Error string
+	// TraceParent and TraceState are the W3C trace context (traceparent,
+	// tracestate) of the request that submitted the job, "" when it had
+	// none: the spans of its tasks and its close continue that trace.
+	// They are the store's, and not part of the API's JSON.
+	TraceParent, TraceState string
 	// WebhookURL is where warren POSTs when the job closes ("" for none).
 	// The webhook's secret is the store's, never the job's.
 	WebhookURL string

@@ -82,10 +82,18 @@ func (b batchSpans) spanContext(id string) trace.SpanContext {
 }
 
 // startClose starts the warren.job.close span of job, a child of the span
-// in ctx (the recording that made it ready), or the root of a trace of
-// its own when ctx has none (a close found by the scan, or asked for by
-// the reconciler).
+// in ctx (the recording that made it ready), or, when ctx has none (a
+// close found by the scan, or asked for by the reconciler), of the
+// request that submitted the job (warren.Job.TraceParent); the root of a
+// trace of its own when the job has none either.
 func (a *Aggregator) startClose(ctx context.Context, job warren.Job) (context.Context, trace.Span) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		// A close found by the scan, or asked for by the reconciler or a
+		// redrive's end: it continues the trace the job was submitted in.
+		if sc := (spans.Context{Parent: job.TraceParent, State: job.TraceState}).SpanContext(); sc.IsValid() {
+			ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+		}
+	}
 	ctx, span := a.tracer().Start(ctx, spans.JobClose)
 	if span.IsRecording() {
 		span.SetAttributes(spans.JobID.String(job.ID), spans.JobType.String(job.Type),

@@ -72,6 +72,12 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 		}
 		require.Empty(t, offered[2].TraceParent, "a job submitted outside any trace has none")
 		require.Empty(t, offered[2].TraceState)
+		got, err := s.GetJob(t.Context(), traced.ID)
+		require.NoError(t, err)
+		require.Equal(t, [2]string{parent, state}, [2]string{got.TraceParent, got.TraceState}, "the job keeps it, for its close")
+		got, err = s.GetJob(t.Context(), untraced.ID)
+		require.NoError(t, err)
+		require.Equal(t, [2]string{}, [2]string{got.TraceParent, got.TraceState})
 	})
 
 	t.Run("SharesARoundByPriority", func(t *testing.T) {
