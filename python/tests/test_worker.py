@@ -27,11 +27,24 @@ class WorkerTest(WarrenTestCase):
             self.assertEqual("%s:%d" % (task.job_id, task.task_id), task.idempotency_key)
             return {"n": payload["n"], "square": payload["n"] ** 2, "attempt": task.attempt}
 
+        observer = Observer(self.prefix + "results.x", "result")
+        self.addCleanup(observer.close)
         self.start_worker({"square": square}, name="py-order", concurrency=4)
 
         job_id = self.server.submit({"type": "square", "reduce": "collect", "batch_size": 1,
                                      "tasks": [{"n": i} for i in range(1, 21)]})
         job = self.server.wait_closed(job_id)
+        # Results that complete together may share a result batch: every
+        # task is answered once, in increasing task order within a message.
+        answered = []
+        for props, body in observer.take(20, timeout=2):
+            doc = json.loads(body)
+            ids = [r["task_id"] for r in doc["results"]] if "results" in doc else [doc["task_id"]]
+            self.assertEqual(sorted(set(ids)), ids)
+            want = "%s:%d+%d" % (job_id, ids[0], len(ids)) if "results" in doc else "%s:%d" % (job_id, ids[0])
+            self.assertEqual(want, props.message_id)
+            answered += ids
+        self.assertEqual(list(range(1, 21)), sorted(answered))
         self.assertEqual("completed", job["state"])
         self.assertEqual([{"n": i, "square": i * i, "attempt": 1} for i in range(1, 21)], self.server.result(job_id))
         tasks = self.server.tasks(job_id)
@@ -202,8 +215,11 @@ class WorkerTest(WarrenTestCase):
         self.assertEqual("completed", job["state"])
         self.assertEqual(["A", "B", "C"], self.server.result(job_id))
         self.assertEqual([1, 2, 3], sorted(e.task_id for e in w.kinds("split")))
-        ids = sorted(p.message_id for p, _ in observer.take(3))
-        self.assertEqual([job_id + ":1", job_id + ":2", job_id + ":3"], ids, "one result per single task")
+        answered = []
+        for props, body in observer.take(3, timeout=2):
+            doc = json.loads(body)
+            answered += [r["task_id"] for r in doc["results"]] if "results" in doc else [doc["task_id"]]
+        self.assertEqual([1, 2, 3], sorted(answered), "each task answered once")
 
     def test_a_run_past_its_task_timeout_fails_with_reason_timeout(self):
         done = threading.Event()

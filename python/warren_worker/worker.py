@@ -580,6 +580,7 @@ class _Publisher:
         self.hb = None
         self.lost = None
         self._closing = False
+        self._queue = collections.deque()  # (outs, done, result): appended by any thread
         self._thread = threading.Thread(target=self._loop, name="warren-publisher", daemon=True)
 
     def start(self):
@@ -593,20 +594,55 @@ class _Publisher:
         if self.hb is not None:
             self.submit_call(self._beat)
 
-    def submit(self, outs, done):
-        """Publish outs with confirms on the publisher thread, then call done(error or None) there."""
+    def submit(self, outs, done, result=None):
+        """Publish outs with confirms on the publisher thread, then call done(error or None) there.
+
+        result, instead of outs, is (delivery message, result) of a single
+        task message that completed: results of one job and generation
+        that wait together go out in one result batch (group commit: a
+        round takes what arrived while the previous one waited for its
+        confirms).
+        """
+        self._queue.append((outs, done, result))
         try:
-            self.conn.add_callback_threadsafe(functools.partial(self._publish, outs, done))
+            self.conn.add_callback_threadsafe(self._flush)
         except Exception as e:  # the connection is closed: the session is lost
             done(e)
 
-    def submit_call(self, fn):
-        try:
-            self.conn.add_callback_threadsafe(fn)
-        except Exception:
-            pass
+    def _flush(self):
+        items = []
+        while self._queue:
+            items.append(self._queue.popleft())
+        groups = collections.OrderedDict()
+        for outs, done, result in items:
+            if result is None:
+                self._publish(outs, [done])
+            else:
+                m, r = result
+                groups.setdefault((m.job_id, m.generation), []).append((m, r, done))
+        for group in groups.values():
+            group.sort(key=lambda x: x[1]["task_id"])
+            parts = []
+            for item in group:
+                # Task ids of a batch strictly increase: a task delivered
+                # twice at once has its second result in another part.
+                for part in parts:
+                    if len(part) < _wire.MAX_BATCH_SIZE and part[-1][1]["task_id"] < item[1]["task_id"]:
+                        part.append(item)
+                        break
+                else:
+                    parts.append([item])
+            for part in parts:
+                m = part[0][0]
+                try:
+                    outs = m.results(self.w.names, [r for _, r, _ in part], self.w.max_message_bytes, batch=len(part) > 1)
+                except Exception as e:  # only a bug gets here
+                    for _, _, done in part:
+                        done(e)
+                    continue
+                self._publish(outs, [done for _, _, done in part])
 
-    def _publish(self, outs, done):
+    def _publish(self, outs, dones):
         err = None
         try:
             for o in outs:
@@ -617,7 +653,14 @@ class _Publisher:
             err = e
             if self.lost is None:
                 self.lost = e
-        done(err)
+        for done in dones:
+            done(err)
+
+    def submit_call(self, fn):
+        try:
+            self.conn.add_callback_threadsafe(fn)
+        except Exception:
+            pass
 
     def _beat(self, state="running"):
         if self.hb is None or not self.hb.is_open:
@@ -905,6 +948,11 @@ class _Session:
             self._decide(d, t, payload, value, err, elapsed, started, finished, outs, results, evs)
         if self.ended or d.settled:
             return
+        if results and not m.batch:
+            # A single task message that completed: its result may share a
+            # result batch with others that complete at the same time.
+            self._publish(d, [], evs, result=(m, results[0]))
+            return
         try:
             if results:
                 outs = outs + m.results(w.names, results, w.max_message_bytes)
@@ -960,14 +1008,14 @@ class _Session:
 
     # -- settling ----------------------------------------------------------
 
-    def _publish(self, d, outs, evs):
-        """Publish outs with confirms, then ack d (any thread)."""
+    def _publish(self, d, outs, evs, result=None):
+        """Publish outs (or result: see _Publisher.submit) with confirms, then ack d (any thread)."""
         def done(err):  # on the publisher thread
             self._threadsafe(self._settle, d, err, evs)
-        if not outs:
+        if not outs and result is None:
             self._threadsafe(self._settle, d, None, evs)
             return
-        self.pub.submit(outs, done)
+        self.pub.submit(outs, done, result)
 
     def _threadsafe(self, fn, *args):
         if self.ended:
