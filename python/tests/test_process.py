@@ -10,7 +10,7 @@ import threading
 import time
 import unittest
 
-from .harness import AMQP_URL, TIERS, WarrenTestCase
+from .harness import AMQP_URL, TIERS, WarrenTestCase, admin_connection
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -105,3 +105,28 @@ class ProcessTest(WarrenTestCase):
         job_id = self.server.submit({"type": "echo", "reduce": "collect", "tasks": [1, 2, 3]})
         self.assertEqual("completed", self.server.wait_closed(job_id)["state"])
         self.assertEqual([1, 2, 3], self.server.result(job_id))
+
+    def test_an_unconfirmed_result_sends_the_task_back(self):
+        # Unbind results.q: a result is then returned unroutable, not
+        # confirmed, and the worker must not ack its task.
+        admin = admin_connection()
+        self.addCleanup(admin.close)
+        ch = admin.channel()
+        results_q, results_x = self.prefix + "results.q", self.prefix + "results.x"
+        runs = []
+
+        def echo(payload, task):
+            runs.append(task.task_id)
+            return payload
+
+        w = self.start_worker({"echo": echo}, name="py-refused")  # it binds results.q: unbind after
+        ch.queue_unbind(results_q, results_x, routing_key="result")
+        self.addCleanup(ch.queue_bind, results_q, results_x, routing_key="result")
+        job_id = self.server.submit({"type": "echo", "batch_size": 1, "tasks": ["x"]})
+        w.wait_for(lambda evs: any(e.kind == "publish_failed" and e.job_id == job_id for e in evs), what="a refused result")
+        self.assertEqual([], w.kinds("completed"), "a task whose result was refused is not acked")
+        ch.queue_bind(results_q, results_x, routing_key="result")
+        job = self.server.wait_closed(job_id)
+        self.assertEqual(("completed", 1), (job["state"], job["completed_tasks"]))
+        self.assertGreaterEqual(len(runs), 2, "the task ran again after its result was refused")
+        self.assertEqual(1, len(w.kinds("completed")))

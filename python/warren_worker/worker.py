@@ -195,7 +195,7 @@ class _Pool:
             fn, args = item
             try:
                 fn(*args)
-            except Exception:  # a bug: the task goes back to the queue when its session ends
+            except BaseException:  # a bug: the task goes back to the queue when its session ends
                 log.exception("warren worker: unexpected error around a handler")
 
     def stop(self):
@@ -941,7 +941,7 @@ class _Session:
             value, err = None, None
             try:
                 value = fn(payload, t)
-            except Exception as e:  # noqa: BLE001 - every failure of a handler is an outcome
+            except BaseException as e:  # noqa: BLE001 - every failure of a handler is an outcome, sys.exit too
                 err = e
             elapsed = time.monotonic() - t0
             finished = _now()
