@@ -15,6 +15,7 @@ def parse_time(s):
 
 
 class WorkerTest(WarrenTestCase):
+    queues = ("default", "py")
 
     def dead_letters(self, job_id, n):
         """Take the dead letters of job_id from tasks.dlq (the people's copy)."""
@@ -266,3 +267,16 @@ class WorkerTest(WarrenTestCase):
         self.assertEqual((["default"], ["echo", "thumbnail"], 3, True),
                          (me["queues"], me["types"], me["concurrency"], me["alive"]))
         self.assertTrue(me["version"].startswith("warren-worker-python/"))
+
+    def test_a_job_on_its_own_queue_retries_through_that_queues_tiers(self):
+        def once(payload, task):
+            if task.attempt == 1:
+                raise TimeoutError("first run fails")
+            return {"queue": task.queue, "attempt": task.attempt}
+
+        w = self.start_worker({"once": once}, name="py-queue", queues="py")
+        job_id = self.server.submit({"type": "once", "queue": "py", "reduce": "collect", "batch_size": 1, "tasks": [1]})
+        self.assertEqual("completed", self.server.wait_closed(job_id)["state"])
+        self.assertEqual([{"queue": "py", "attempt": 2}], self.server.result(job_id))
+        (retried,) = w.kinds("retried")
+        self.assertEqual((job_id, 1, 0.05), (retried.job_id, retried.attempt, retried.delay))
