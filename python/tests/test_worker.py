@@ -3,6 +3,7 @@
 import datetime
 import json
 import threading
+import time
 
 import pika
 
@@ -189,6 +190,11 @@ class WorkerTest(WarrenTestCase):
 
         job_id = self.server.submit({"type": "slow", "batch_size": 1, "tasks": list(range(10))})
         w.wait_for(lambda evs: any(e.kind == "started" and e.job_id == job_id for e in evs), what="the first task")
+        # Every task is in the queue before the cancel (the relay publishes
+        # no more after it). Another process: poll.
+        deadline = time.monotonic() + 20
+        while any(t["state"] == "pending" for t in self.server.tasks(job_id)) and time.monotonic() < deadline:
+            time.sleep(0.05)
         status, job = self.server.request("POST", "/v1/jobs/%s/cancel" % job_id)
         self.assertEqual((200, "cancelled"), (status, job["state"]))
         w.wait_for(lambda evs: any(e.kind == "cancel_seen" and e.job_id == job_id for e in evs), what="the cancel")
@@ -253,9 +259,7 @@ class WorkerTest(WarrenTestCase):
                       "the result continues the job's trace")
 
     def test_the_worker_appears_in_the_servers_list_of_workers(self):
-        import time
-        self.start_worker({"echo": lambda p, t: p, "thumbnail": lambda p, t: p}, name="py-heartbeat", concurrency=3,
-                          heartbeat_interval=0.2)
+        w = self.start_worker({"echo": lambda p, t: p, "thumbnail": lambda p, t: p}, name="py-heartbeat", concurrency=3)
         # Another process: poll its list until the heartbeat is in.
         deadline = time.monotonic() + 20
         while True:
@@ -267,6 +271,15 @@ class WorkerTest(WarrenTestCase):
         self.assertEqual((["default"], ["echo", "thumbnail"], 3, True),
                          (me["queues"], me["types"], me["concurrency"], me["alive"]))
         self.assertTrue(me["version"].startswith("warren-worker-python/"))
+        # Its goodbye, when it stops, takes it off the list at once.
+        w.stop()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            names = [x["name"] for x in self.server.request("GET", "/v1/workers")[1]["workers"]]
+            if "py-heartbeat" not in names:
+                break
+            time.sleep(0.05)
+        self.assertNotIn("py-heartbeat", names)
 
     def test_a_job_on_its_own_queue_retries_through_that_queues_tiers(self):
         def once(payload, task):
