@@ -130,3 +130,24 @@ class ProcessTest(WarrenTestCase):
         self.assertEqual(("completed", 1), (job["state"], job["completed_tasks"]))
         self.assertGreaterEqual(len(runs), 2, "the task ran again after its result was refused")
         self.assertEqual(1, len(w.kinds("completed")))
+
+
+class TopologyTest(unittest.TestCase):
+    """The topology a worker declares, without a server."""
+
+    def test_a_queue_with_other_arguments_stops_run_with_the_brokers_reason(self):
+        import pika
+        from warren_worker import Worker
+        from .harness import delete_topology, new_prefix
+        prefix = new_prefix("conflict")
+        self.addCleanup(delete_topology, prefix)
+        admin = admin_connection()
+        self.addCleanup(admin.close)
+        admin.channel().queue_declare(prefix + "tasks.q", durable=True,
+                                      arguments={"x-queue-type": "quorum", "x-delivery-limit": 5})
+        w = Worker(amqp_url=AMQP_URL, prefix=prefix, heartbeat_interval=None)
+        w.add_handler("echo", lambda p, t: p)
+        with self.assertLogs("warren_worker", "ERROR") as logs, self.assertRaises(pika.exceptions.ChannelClosedByBroker) as cm:
+            w.run()
+        self.assertEqual(406, cm.exception.reply_code)
+        self.assertIn("use another WARREN_PREFIX", logs.output[0])

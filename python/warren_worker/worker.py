@@ -470,8 +470,10 @@ class Worker:
                 if first or _fatal(e):
                     if self._stopping(stop_at):
                         return
-                    if not first:
-                        self.log.error("warren worker: the broker refused the worker's set-up; not retrying: %s", e)
+                    if _fatal(e):
+                        self.log.error("warren worker: the broker refused the worker's set-up (a queue that exists with other "
+                                       "arguments: the same prefix with another delivery limit or replica count? delete it, "
+                                       "or use another WARREN_PREFIX); not retrying: %s", e)
                     raise
                 failed += 1
                 delay = self._backoff(failed)
