@@ -1,0 +1,97 @@
+"""The task, its failure and the worker's events, as handlers and on_event see them."""
+
+import collections
+import datetime
+import logging
+import time
+
+from . import _wire
+
+log = logging.getLogger("warren_worker")
+
+
+class Permanent(Exception):
+    """Raise from a handler to fail its task at once, without a retry.
+
+    The task is dead-lettered with reason ``permanent`` and the text of the
+    exception, so that people find it in ``tasks.dlq`` (and may replay it).
+    """
+
+
+class Task:
+    """One task as its handler sees it.
+
+    Attributes: ``job_id``, ``task_id`` (1..N in its job), ``type``,
+    ``attempt`` (1 on the first run), ``max_retries`` (the job's retry
+    budget), ``idempotency_key`` (``<job_id>:<task_id>``: pass it to
+    external systems), ``queue`` (the work queue it came from),
+    ``generation``, ``timeout`` (seconds each run may take, or None) and
+    ``deadline`` (``time.monotonic()`` value the run must end by, or None).
+    """
+
+    __slots__ = ("job_id", "task_id", "type", "attempt", "max_retries", "queue", "generation",
+                 "timeout", "deadline", "started_at")
+
+    def __init__(self, job_id, task_id, type, attempt, max_retries, queue, generation, timeout, deadline, started_at):
+        self.job_id = job_id
+        self.task_id = task_id
+        self.type = type
+        self.attempt = attempt
+        self.max_retries = max_retries
+        self.queue = queue
+        self.generation = generation
+        self.timeout = timeout
+        self.deadline = deadline
+        self.started_at = started_at
+
+    @property
+    def idempotency_key(self):
+        """``<job_id>:<task_id>``, the task message's id: the same on every run of the task."""
+        return _wire.message_id(self.job_id, self.task_id)
+
+    def time_left(self):
+        """Seconds left before the run's deadline, or None when the task has no time limit.
+
+        A run that ends at or after its deadline is a transient failure
+        whatever the handler returns: check this in long loops.
+        """
+        if self.deadline is None:
+            return None
+        return self.deadline - time.monotonic()
+
+    def __repr__(self):
+        return "Task(job_id=%r, task_id=%r, type=%r, attempt=%r)" % (self.job_id, self.task_id, self.type, self.attempt)
+
+
+Event = collections.namedtuple("Event", "kind job_id task_id type attempt error reason delay")
+Event.__doc__ = """What happened to a task, for Worker(on_event=...).
+
+kind is one of: started, completed, retried, dead_lettered, skipped,
+split, requeued, publish_failed (per task); cancel_seen (job_id only);
+connected, reconnected, connection_lost, draining (no task).
+"""
+Event.__new__.__defaults__ = ("", 0, "", 0, None, "", 0.0)
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _go_duration(ms):
+    """A duration in milliseconds as Go prints it (5s, 1m30s, 1.5s, 250ms)."""
+    if ms < 1000:
+        return "%dms" % ms
+    h, rest = divmod(ms, 3600_000)
+    m, rest = divmod(rest, 60_000)
+    s = ("%d.%03d" % divmod(rest, 1000)).rstrip("0").rstrip(".") + "s"
+    if h:
+        return "%dh%dm%s" % (h, m, s)
+    if m:
+        return "%dm%s" % (m, s)
+    return s
+
+
+def _task_log(t, msg, *args, level=logging.DEBUG, logger=None):
+    (logger or log).log(level, msg + " job_id=%s task_id=%s type=%s attempt=%d",
+                        *(args + (t.job_id, t.task_id, t.type, t.attempt)),
+                        extra={"job_id": t.job_id, "task_id": t.task_id, "task_type": t.type, "attempt": t.attempt})
