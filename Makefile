@@ -1,18 +1,31 @@
 # warren: run `make help` for the targets.
 STATICCHECK_VERSION := v0.8.2
 GO ?= go
+SERVICES := scripts/services.sh
 
-.PHONY: help build test lint fmt chaos chaos-cluster
+.PHONY: help demo build test test-go test-python lint fmt chaos chaos-cluster
 .DEFAULT_GOAL := help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-14s %s\n", $$1, $$2}'
 
+demo: ## run a word-count job end to end (starts or installs RabbitMQ when it may; embedded SQLite store)
+	@bash $(SERVICES) ensure rabbitmq
+	$(GO) run ./cmd/warren demo
+
 build: ## build the warren binary into ./bin
 	$(GO) build -o bin/ ./cmd/...
 
-test: ## run the whole test suite (needs RabbitMQ and PostgreSQL on localhost)
+test: ## run the whole test suite (starts or installs RabbitMQ, PostgreSQL and the test tools when it may)
+	@bash $(SERVICES) ensure rabbitmq postgres chromium promtool
 	$(GO) test -race -count=1 -timeout 30m ./...
+	@if [ -f python/test.sh ]; then echo "bash python/test.sh"; bash python/test.sh; fi
+
+test-go: ## only the Go tests (the services must answer already)
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+test-python: ## only the Python worker's tests (python/test.sh)
+	bash python/test.sh
 
 lint: ## gofmt, go vet and staticcheck (pinned)
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
