@@ -59,6 +59,7 @@ func (b *bundle) startsRabbitMQ(t *testing.T) string {
 	fifo := filepath.Join(filepath.Dir(b.bin), "started")
 	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
 	done := make(chan struct{})
+	var l net.Listener
 	go func() {
 		defer close(done)
 		f, err := os.Open(fifo) // blocks until the fake opens it
@@ -67,11 +68,7 @@ func (b *bundle) startsRabbitMQ(t *testing.T) string {
 		}
 		_, _ = io.ReadAll(f)
 		_ = f.Close()
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(b.port))
-		if err != nil {
-			return
-		}
-		t.Cleanup(func() { _ = l.Close() })
+		l, _ = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(b.port))
 	}()
 	t.Cleanup(func() {
 		// Unblock the reader if the fake never ran.
@@ -79,6 +76,9 @@ func (b *bundle) startsRabbitMQ(t *testing.T) string {
 			_ = w.Close()
 		}
 		<-done
+		if l != nil {
+			_ = l.Close()
+		}
 	})
 	return "echo started >" + fifo
 }
