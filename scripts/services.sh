@@ -268,6 +268,16 @@ start_postgres() {
 	wait_port PostgreSQL "$POSTGRES_PORT"
 }
 
+# shown_url: the tests' database URL as printed: no password, no query
+# (it may hold password=).
+shown_url() {
+	local u=${DATABASE_URL%%\?*}
+	if [[ $u =~ ^([a-z]+://[^:/@]+:)[^@]*@(.*)$ ]]; then
+		u=${BASH_REMATCH[1]}xxxxx@${BASH_REMATCH[2]}
+	fi
+	echo "$u"
+}
+
 # psql_ok: the tests' database answers without a password.
 psql_ok() { PGCONNECT_TIMEOUT=10 psql -w -X -q -t -c 'SELECT 1' "$DATABASE_URL" >/dev/null 2>&1; }
 
@@ -288,13 +298,15 @@ check_postgres() {
 			return 0
 		}
 	fi
-	warn "PostgreSQL answers on 127.0.0.1:$POSTGRES_PORT but the tests cannot connect to $DATABASE_URL without a password."
+	warn "PostgreSQL answers on 127.0.0.1:$POSTGRES_PORT but the tests cannot connect to $(shown_url) without a password."
 	explain_postgres_setup
 	return 1
 }
 
 # setup_postgres_for_tests: only on a server this script installed: the
 # database test, and trust for user postgres from 127.0.0.1 to it alone.
+# Any local user can then connect to it as the superuser postgres: that is
+# what the tests expect, and it is for a development machine only.
 setup_postgres_for_tests() {
 	local v hba
 	v=$(pg_version) || return 1
