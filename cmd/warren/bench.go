@@ -38,7 +38,8 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 		"W workers, aggregator, job closed), in --rounds interleaved rounds, and print the median throughputs, their\n"+
 		"ratio, submit time, time to first result, p50/p99 task latency (queued -> recorded), CPU per task, one-task\n"+
 		"job latency and the process's peak RSS. Everything uses fresh exchange and queue names, deleted afterwards.", env)
-	fs.StringVar(&f.amqpURL, "amqp-url", orDefault(env.getenv("WARREN_AMQP_URL"), broker.DefaultURL), amqpURLUsage)
+	fs.StringVar(&f.amqpURL, "amqp-url", broker.DefaultURL, amqpURLUsage)
+	fs.secretFlags("amqp-url")
 	fs.StringVar(&f.database, "database", "", "job store URL (default: a temporary SQLite file, removed afterwards)")
 	fs.IntVar(&f.tasks, "tasks", 20000, "tasks per run")
 	fs.IntVar(&f.workers, "workers", 4, "workers (consumers in the ceiling run)")
@@ -52,10 +53,13 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 	fs.BoolVar(&f.json, "json", false, "print one JSON object and nothing else on stdout")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the rounds (ceiling and warren runs) to this file")
 	fs.StringVar(&f.memProfile, "memprofile", "", "write a Go allocation profile (allocs) to this file at the end")
+	// One run's choices: command line only (WARREN_DATABASE_URL must not
+	// point a demo or a benchmark at a real store).
+	fs.localFlags("database", "tasks", "workers", "batch-size", "task-duration", "concurrency", "prefetch", "relay-batch", "aggregator-batch", "rounds", "json", "cpuprofile", "memprofile")
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
-	if err := checkAMQPURL(f.amqpURL); err != nil {
+	if err := checkAMQPURL(fs, f.amqpURL); err != nil {
 		return err
 	}
 	switch {

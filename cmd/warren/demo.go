@@ -28,7 +28,8 @@ type demoFlags struct {
 func runDemo(ctx context.Context, args []string, env *environment) error {
 	var f demoFlags
 	fs := newFlagSet("demo", "Count the words of a corpus with a real warren job, all in one process: an embedded SQLite store\n(a temporary file), the API, relay and aggregator, and N wordcount workers, against the local RabbitMQ.", env)
-	fs.StringVar(&f.amqpURL, "amqp-url", orDefault(env.getenv("WARREN_AMQP_URL"), broker.DefaultURL), amqpURLUsage)
+	fs.StringVar(&f.amqpURL, "amqp-url", broker.DefaultURL, amqpURLUsage)
+	fs.secretFlags("amqp-url")
 	fs.StringVar(&f.database, "database", "", "job store URL (default: a temporary SQLite file, removed afterwards)")
 	fs.StringVar(&f.prefix, "prefix", "", "exchange and queue name prefix (default: a fresh one, deleted afterwards, so a running server is never disturbed)")
 	fs.StringVar(&f.input, "input", "", "directory of text files to count, read recursively (default: the embedded corpus)")
@@ -36,11 +37,14 @@ func runDemo(ctx context.Context, args []string, env *environment) error {
 	fs.IntVar(&f.chunkLines, "chunk-lines", 5, "lines per task")
 	fs.Float64Var(&f.failRate, "fail-rate", 0, "share of tasks (0-1) that fail once and are retried")
 	fs.BoolVar(&f.json, "json", false, `print one JSON object {"job": ..., "result": ...} and nothing else on stdout`)
+	// One run's choices: command line only (WARREN_DATABASE_URL must not
+	// point a demo or a benchmark at a real store).
+	fs.localFlags("database", "prefix", "input", "workers", "chunk-lines", "fail-rate", "json")
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
 	env.setLogger(quietLogger(fs, env))
-	if err := checkAMQPURL(f.amqpURL); err != nil {
+	if err := checkAMQPURL(fs, f.amqpURL); err != nil {
 		return err
 	}
 	switch {
