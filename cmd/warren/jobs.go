@@ -1,8 +1,6 @@
 package main
 
 import (
-	"net"
-	"net/url"
 	"bufio"
 	"bytes"
 	"context"
@@ -10,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"

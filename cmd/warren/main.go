@@ -24,8 +24,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"sync"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
