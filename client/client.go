@@ -570,6 +570,11 @@ type WaitOpts struct {
 // returns its last status. Transient failures to reach the server are
 // retried; API errors (such as 404) end the wait.
 func (c *Client) Wait(ctx context.Context, id string, opts *WaitOpts) (Job, error) {
+	return c.wait(ctx, id, opts, time.Now())
+}
+
+// wait is Wait for a server that last answered at answered.
+func (c *Client) wait(ctx context.Context, id string, opts *WaitOpts, answered time.Time) (Job, error) {
 	lo, hi := 50*time.Millisecond, 2*time.Second
 	var progress func(Job)
 	if opts != nil {
@@ -582,7 +587,6 @@ func (c *Client) Wait(ctx context.Context, id string, opts *WaitOpts) (Job, erro
 		progress = opts.OnProgress
 	}
 	interval := lo
-	answered := time.Now()
 	for {
 		job, err := c.getBounded(ctx, id)
 		var apiErr *Error
@@ -615,6 +619,15 @@ func (c *Client) Wait(ctx context.Context, id string, opts *WaitOpts) (Job, erro
 	}
 }
 
+// redacted is base without a password.
+func redacted(base string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
 // getBounded is Get, bounded by the give-up time when there is one.
 func (c *Client) getBounded(ctx context.Context, id string) (Job, error) {
 	if c.giveUp <= 0 {
@@ -645,7 +658,7 @@ func (c *Client) do(ctx context.Context, method, path, contentType, idemKey stri
 	spans.Inject(trace.SpanContextFromContext(ctx), propagation.HeaderCarrier(req.Header))
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("cannot reach the warren server at %s: %w", c.base, err)
+		return fmt.Errorf("cannot reach the warren server at %s: %w", redacted(c.base), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
