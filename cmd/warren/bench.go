@@ -64,21 +64,21 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 	}
 	switch {
 	case f.tasks < 1:
-		return fmt.Errorf("--tasks must be >= 1, got %d", f.tasks)
+		return usageErrorf("--tasks must be >= 1, got %d", f.tasks)
 	case f.workers < 1:
-		return fmt.Errorf("--workers must be >= 1, got %d", f.workers)
+		return usageErrorf("--workers must be >= 1, got %d", f.workers)
 	case f.concurrency < 1:
-		return fmt.Errorf("--concurrency must be >= 1, got %d", f.concurrency)
+		return usageErrorf("--concurrency must be >= 1, got %d", f.concurrency)
 	case f.prefetch < 0 || (f.prefetch > 0 && f.prefetch < f.concurrency):
-		return fmt.Errorf("--prefetch must be at least --concurrency (%d), got %d", f.concurrency, f.prefetch)
+		return usageErrorf("--prefetch must be at least --concurrency (%d), got %d", f.concurrency, f.prefetch)
 	case f.relayBatch < 1 || f.aggBatch < 1:
-		return fmt.Errorf("--relay-batch and --aggregator-batch must be >= 1")
+		return usageErrorf("--relay-batch and --aggregator-batch must be >= 1")
 	case f.rounds < 1:
-		return fmt.Errorf("--rounds must be >= 1, got %d", f.rounds)
+		return usageErrorf("--rounds must be >= 1, got %d", f.rounds)
 	case f.batchSize < 0 || f.batchSize > warren.MaxBatchSize:
-		return fmt.Errorf("--batch-size must be between 0 (automatic) and %d, got %d", warren.MaxBatchSize, f.batchSize)
+		return usageErrorf("--batch-size must be between 0 (automatic) and %d, got %d", warren.MaxBatchSize, f.batchSize)
 	case f.taskDuration < 0:
-		return fmt.Errorf("--task-duration must be >= 0, got %s", f.taskDuration)
+		return usageErrorf("--task-duration must be >= 0, got %s", f.taskDuration)
 	}
 	rep, err := bench.Run(ctx, bench.Config{
 		AMQPURL: f.amqpURL, DatabaseURL: f.database, Tasks: f.tasks, Workers: f.workers, BatchSize: f.batchSize, TaskDuration: f.taskDuration,

@@ -49,11 +49,11 @@ func runDemo(ctx context.Context, args []string, env *environment) error {
 	}
 	switch {
 	case f.workers < 1:
-		return fmt.Errorf("--workers must be >= 1, got %d", f.workers)
+		return usageErrorf("--workers must be >= 1, got %d", f.workers)
 	case f.chunkLines < 1:
-		return fmt.Errorf("--chunk-lines must be >= 1, got %d", f.chunkLines)
+		return usageErrorf("--chunk-lines must be >= 1, got %d", f.chunkLines)
 	case !(f.failRate >= 0 && f.failRate <= 1):
-		return fmt.Errorf("--fail-rate must be between 0 and 1, got %v", f.failRate)
+		return usageErrorf("--fail-rate must be between 0 and 1, got %v", f.failRate)
 	}
 	files, err := demo.ReadCorpus(f.input)
 	if err != nil {

@@ -195,7 +195,7 @@ func runServer(ctx context.Context, args []string, env *environment) error {
 	cfg.TracerProvider = tp
 	s, err := server.New(cfg)
 	if err != nil {
-		return err
+		return &usageError{msg: err.Error()} // New only checks the configuration
 	}
 	if err := s.Start(ctx); err != nil {
 		return err
