@@ -58,7 +58,7 @@ func TestServerUploadLimitFlags(t *testing.T) {
 		{map[string]string{"WARREN_MAX_TASK_BYTES": "1MiB"}, nil, `WARREN_MAX_TASK_BYTES: "1MiB" is not a whole number`},
 		{map[string]string{"WARREN_BODY_TIMEOUT": "30"}, nil, `WARREN_BODY_TIMEOUT: "30" is not a duration`},
 		{nil, []string{"--max-task-bytes", "0"}, "--max-task-bytes must be >= 1"},
-		{nil, []string{"--idle-timeout", "0s"}, "--body-timeout and --idle-timeout must be > 0"},
+		{nil, []string{"--idle-timeout", "0s"}, "--idle-timeout must be > 0"},
 	} {
 		_, err := serverConfig(t, tc.vars, tc.args...)
 		require.ErrorContains(t, err, tc.want)
