@@ -214,6 +214,20 @@ func (fs *flagSet) applyEnv() error {
 	return err
 }
 
+// envSource names the variable flag name would be set from, or "".
+func (fs *flagSet) envSource(name string) string {
+	for _, v := range fs.vars(name) {
+		if fs.env.getenv(v) != "" {
+			return v
+		}
+	}
+	if f := fs.envFuncs[name]; f != nil && !fs.local[name] {
+		_, from := f(fs.env.getenv)
+		return from
+	}
+	return ""
+}
+
 // applyConfig sets each flag still unset from the config file, when
 // there is one. Names the command does not have are skipped: one file
 // serves every command.
@@ -283,11 +297,8 @@ func (fs *flagSet) printHelp(w io.Writer) {
 		case !fs.secret[name]:
 			notes = append(notes, "default "+d)
 		}
-		for _, v := range fs.vars(name) {
-			if fs.env.getenv(v) != "" {
-				notes = append(notes, "set from "+v)
-				break
-			}
+		if from := fs.envSource(name); from != "" {
+			notes = append(notes, "set from "+from)
 		}
 		if len(notes) > 0 {
 			usage += " (" + strings.Join(notes, "; ") + ")"

@@ -35,10 +35,10 @@ const watchGiveUp = 10 * time.Second
 
 func (f *clientFlags) register(fs *flagSet) {
 	f.fs = fs
-	fs.StringVar(&f.server, "server", defaultServer, "the warren server's base `URL`, http:// or https://")
+	fs.StringVar(&f.server, "server", defaultServer, "the warren server's base `URL`, http:// or https:// (without WARREN_SERVER, WARREN_LISTEN: http:// and that address)")
 	fs.envVar("server", "WARREN_SERVER")
 	fs.envFuncs["server"] = serverFromListen
-	fs.StringVar(&f.token, "token", "", "API token")
+	fs.StringVar(&f.token, "token", "", "API token (without WARREN_TOKEN, the first of WARREN_API_TOKENS)")
 	fs.envVar("token", "WARREN_TOKEN")
 	fs.envFuncs["token"] = tokenFromServerTokens
 	fs.StringVar(&f.caCert, "ca-cert", "", "trust the certificate authorities in the PEM `FILE` for an https:// server, instead of the system's")
