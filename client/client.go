@@ -606,7 +606,7 @@ func (c *Client) wait(ctx context.Context, id string, opts *WaitOpts, answered t
 		case ctx.Err() != nil:
 			return Job{}, ctx.Err()
 		case c.giveUp > 0 && time.Since(answered) >= c.giveUp:
-			return Job{}, fmt.Errorf("%w: no answer for %s: %v", ErrUnreachable, time.Since(answered).Round(time.Second), err)
+			return Job{}, fmt.Errorf("%w (no answer for %s): %v", ErrUnreachable, time.Since(answered).Round(time.Second), err)
 		}
 		// Jitter keeps many waiters from polling in step.
 		d := interval/2 + rand.N(interval/2+1)

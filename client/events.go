@@ -61,7 +61,7 @@ func (c *Client) Watch(ctx context.Context, id string, onProgress func(Job)) (Jo
 			return f.job, f.err
 		}
 		if c.giveUp > 0 && !f.answered && time.Since(answered) >= c.giveUp {
-			return f.job, fmt.Errorf("%w: no answer for %s", ErrUnreachable, time.Since(answered).Round(time.Second))
+			return f.job, fmt.Errorf("%w (no answer for %s)", ErrUnreachable, time.Since(answered).Round(time.Second))
 		}
 		switch f.end {
 		case streamUnsupported:

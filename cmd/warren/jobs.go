@@ -330,7 +330,7 @@ func runWatch(ctx context.Context, args []string, env *environment) error {
 	job, err := c.Watch(ctx, id, update)
 	bar.finish()
 	if errors.Is(err, client.ErrUnreachable) {
-		return fmt.Errorf("gave up watching job %s: the server at %s has not answered for %s (%v)", id, redactURL(cf.server), watchGiveUp, err)
+		return fmt.Errorf("gave up watching job %s at %s: %v", id, redactURL(cf.server), err)
 	}
 	if err != nil {
 		return err
