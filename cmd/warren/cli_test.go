@@ -388,6 +388,10 @@ func TestJobCommands(t *testing.T) {
 	code, _, errOut = runCLI(t, vars, "cancel", third)
 	require.Equal(t, exitError, code)
 	require.Contains(t, errOut, "already cancelled")
+	code, out, errOut = runCLI(t, vars, "redrive", third, "--json")
+	require.Equal(t, exitError, code, "a cancelled job cannot be redriven")
+	require.Empty(t, out)
+	require.Contains(t, errOut, "cannot be redriven")
 
 	// watch: 0 for a completed job, 1 for a cancelled one, --json.
 	code, out, errOut = runCLI(t, vars, "watch", first, "--json")
@@ -398,6 +402,10 @@ func TestJobCommands(t *testing.T) {
 	code, _, errOut = runCLI(t, vars, "watch", third)
 	require.Equal(t, exitJobFailed, code)
 	require.Contains(t, errOut, "job "+third+" is cancelled")
+
+	code, out, errOut = runCLI(t, vars, "delete", third, "--json")
+	require.Equal(t, exitOK, code, errOut)
+	require.JSONEq(t, `{"id": "`+third+`", "deleted": true}`, out)
 }
 
 // A one-line JSON spec followed by blank lines is one JSON document, not

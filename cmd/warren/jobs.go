@@ -367,6 +367,8 @@ func runDelete(ctx context.Context, args []string, env *environment) error {
 	var cf clientFlags
 	fs := newFlagSet("delete", "Delete a closed job now, whatever its retention, with its tasks, results and idempotency key.\nAn open job is refused: cancel it first.", env)
 	cf.register(fs)
+	asJSON := fs.Bool("json", false, `print {"id": ID, "deleted": true}`)
+	fs.localFlags("json")
 	id, err := parseWithID(fs, args, env)
 	if err != nil {
 		return err
@@ -377,6 +379,9 @@ func runDelete(ctx context.Context, args []string, env *environment) error {
 	}
 	if err := c.Delete(ctx, id); err != nil {
 		return err
+	}
+	if *asJSON {
+		return printJSON(env.stdout, map[string]any{"id": id, "deleted": true})
 	}
 	fmt.Fprintf(env.stdout, "job %s deleted\n", id)
 	return nil
