@@ -172,6 +172,19 @@ concurrency 3
 		require.ErrorAs(t, err, &ue, "a usage error: exit status 2")
 	}
 
+	// A name no command has is a mistake.
+	typo := filepath.Join(t.TempDir(), "typo.conf")
+	require.NoError(t, os.WriteFile(typo, []byte("prefix p\nrelay-bach 10\n"), 0o600))
+	_, err = serverConfig(t, nil, "--config", typo)
+	require.ErrorContains(t, err, `config file `+typo+` (--config): no command has a setting "relay-bach"`)
+	// One file serves every command: a worker's setting is not the
+	// server's, and the server skips it.
+	shared := filepath.Join(t.TempDir(), "shared.conf")
+	require.NoError(t, os.WriteFile(shared, []byte("prefix p\nconcurrency 3\n"), 0o600))
+	cfg, err = serverConfig(t, nil, "--config", shared)
+	require.NoError(t, err)
+	require.Equal(t, "p", cfg.Prefix)
+
 	// A flag read from the command line only is refused in the file.
 	local := filepath.Join(t.TempDir(), "local.conf")
 	require.NoError(t, os.WriteFile(local, []byte("json true\n"), 0o600))

@@ -214,6 +214,10 @@ func (fs *flagSet) applyEnv() error {
 	return err
 }
 
+// knownSettings returns the flag names of every command, set by init: a
+// name in a config file that no command has is a mistake worth naming.
+var knownSettings func() map[string]bool
+
 // envSource names the variable flag name would be set from, or "".
 func (fs *flagSet) envSource(name string) string {
 	for _, v := range fs.vars(name) {
@@ -240,6 +244,9 @@ func (fs *flagSet) applyConfig() error {
 	defer func() { fs.setting = "" }()
 	parser := func(r io.Reader, set func(name, value string) error) error {
 		return ff.PlainParser(r, func(name, value string) error {
+			if fs.Lookup(name) == nil && knownSettings != nil && !knownSettings()[name] {
+				return usageErrorf("config file %s (%s): no command has a setting %q", path, where, name)
+			}
 			if fs.local[name] || name == "config" {
 				return usageErrorf("config file %s (%s): %s cannot be set in a config file, only on the command line", path, where, name)
 			}

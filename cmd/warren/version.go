@@ -120,6 +120,18 @@ func commandFlags() map[string][]string {
 	return out
 }
 
+func init() {
+	knownSettings = func() map[string]bool {
+		known := map[string]bool{}
+		for _, flags := range commandFlags() {
+			for _, f := range flags {
+				known[strings.TrimPrefix(f, "--")] = true
+			}
+		}
+		return known
+	}
+}
+
 func commandNames() []string {
 	names := make([]string, 0, len(commands)+1)
 	for _, c := range commands {
