@@ -10,6 +10,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +19,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +36,9 @@ type Client struct {
 	base  string
 	http  *http.Client
 	token string
+	// giveUp bounds how long Wait and Watch go on without an answer from
+	// the server; 0: forever.
+	giveUp time.Duration
 }
 
 // Option configures a Client.
@@ -44,8 +50,46 @@ func WithToken(token string) Option { return func(c *Client) { c.token = token }
 // WithHTTPClient uses hc instead of a client with a 30 s timeout.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
 
+// WithRootCAs trusts the certificate authorities in pool, instead of the
+// system's, for an https:// server: a server whose certificate a private
+// CA signed. It replaces the transport of the client's HTTP client, so
+// give it after WithHTTPClient, if both.
+func WithRootCAs(pool *x509.CertPool) Option {
+	return func(c *Client) {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+		hc := *c.http
+		hc.Transport = t
+		c.http = &hc
+	}
+}
+
+// WithGiveUpAfter makes Wait and Watch give up, with an error that
+// wraps ErrUnreachable, once the server has not answered for d (each
+// request then waits at most d as well). 0, the default, waits for the
+// server forever.
+func WithGiveUpAfter(d time.Duration) Option { return func(c *Client) { c.giveUp = d } }
+
+// ErrUnreachable is wrapped by the error of Wait and Watch when the
+// server has not answered for the time given to WithGiveUpAfter.
+var ErrUnreachable = errors.New("the warren server is not answering")
+
+// LoadCAFile reads the PEM certificates of the authorities to trust in
+// path, for WithRootCAs.
+func LoadCAFile(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
 // New returns a client of the server at baseURL (e.g.
-// "http://127.0.0.1:8080").
+// "http://127.0.0.1:8080", or https://).
 func New(baseURL string, opts ...Option) *Client {
 	c := &Client{base: strings.TrimRight(baseURL, "/"), http: &http.Client{Timeout: 30 * time.Second}}
 	for _, o := range opts {
@@ -276,7 +320,9 @@ type TaskList struct {
 // ListOpts filters and pages the list calls; zero values mean "any" and
 // the server's default page size.
 type ListOpts struct {
-	State  string
+	State string
+	// Type filters jobs by their type (List only).
+	Type   string
 	Limit  int
 	Cursor string
 }
@@ -288,6 +334,9 @@ func (o *ListOpts) query() string {
 	q := url.Values{}
 	if o.State != "" {
 		q.Set("state", o.State)
+	}
+	if o.Type != "" {
+		q.Set("type", o.Type)
 	}
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))
@@ -523,6 +572,11 @@ type WaitOpts struct {
 // returns its last status. Transient failures to reach the server are
 // retried; API errors (such as 404) end the wait.
 func (c *Client) Wait(ctx context.Context, id string, opts *WaitOpts) (Job, error) {
+	return c.wait(ctx, id, opts, time.Now())
+}
+
+// wait is Wait for a server that last answered at answered.
+func (c *Client) wait(ctx context.Context, id string, opts *WaitOpts, answered time.Time) (Job, error) {
 	lo, hi := 50*time.Millisecond, 2*time.Second
 	var progress func(Job)
 	if opts != nil {
@@ -536,8 +590,11 @@ func (c *Client) Wait(ctx context.Context, id string, opts *WaitOpts) (Job, erro
 	}
 	interval := lo
 	for {
-		job, err := c.Get(ctx, id)
+		job, err := c.getBounded(ctx, id)
 		var apiErr *Error
+		if err == nil || errors.As(err, &apiErr) {
+			answered = time.Now()
+		}
 		switch {
 		case err == nil:
 			if progress != nil {
@@ -550,6 +607,8 @@ func (c *Client) Wait(ctx context.Context, id string, opts *WaitOpts) (Job, erro
 			return Job{}, err
 		case ctx.Err() != nil:
 			return Job{}, ctx.Err()
+		case c.giveUp > 0 && time.Since(answered) >= c.giveUp:
+			return Job{}, fmt.Errorf("%w (no answer for %s): %v", ErrUnreachable, time.Since(answered).Round(time.Second), err)
 		}
 		// Jitter keeps many waiters from polling in step.
 		d := interval/2 + rand.N(interval/2+1)
@@ -560,6 +619,25 @@ func (c *Client) Wait(ctx context.Context, id string, opts *WaitOpts) (Job, erro
 		}
 		interval = min(interval*3/2, hi)
 	}
+}
+
+// redacted is base without a password.
+func redacted(base string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// getBounded is Get, bounded by the give-up time when there is one.
+func (c *Client) getBounded(ctx context.Context, id string) (Job, error) {
+	if c.giveUp <= 0 {
+		return c.Get(ctx, id)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.giveUp)
+	defer cancel()
+	return c.Get(ctx, id)
 }
 
 func (c *Client) do(ctx context.Context, method, path, contentType, idemKey string, body io.Reader, out any) error {
@@ -582,7 +660,7 @@ func (c *Client) do(ctx context.Context, method, path, contentType, idemKey stri
 	spans.Inject(trace.SpanContextFromContext(ctx), propagation.HeaderCarrier(req.Header))
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("cannot reach the warren server at %s: %w", c.base, err)
+		return fmt.Errorf("cannot reach the warren server at %s: %w", redacted(c.base), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {

@@ -37,14 +37,21 @@ const (
 // server has no event stream (an older one), or a proxy holds the events
 // back, Watch polls the job as Wait does instead, calling onProgress with
 // every status read. API errors end it: an unknown job is an Error that
-// IsNotFound reports, and so is a job deleted while watched.
+// IsNotFound reports, and so is a job deleted while watched. With
+// WithGiveUpAfter, a server that has not answered for that long ends it
+// with an error that wraps ErrUnreachable, whether it was following the
+// stream or polling.
 func (c *Client) Watch(ctx context.Context, id string, onProgress func(Job)) (Job, error) {
 	if onProgress == nil {
 		onProgress = func(Job) {}
 	}
 	cuts := 0
+	answered := time.Now() // when the server last answered, for WithGiveUpAfter
 	for {
 		f := c.follow(ctx, id, onProgress)
+		if f.answered {
+			answered = time.Now()
+		}
 		switch f.end {
 		case streamClosed:
 			return f.job, nil
@@ -52,8 +59,13 @@ func (c *Client) Watch(ctx context.Context, id string, onProgress func(Job)) (Jo
 			return f.job, &Error{Status: http.StatusNotFound, Code: "not_found", Message: fmt.Sprintf("job %q was deleted", id)}
 		case streamFailed:
 			return f.job, f.err
+		}
+		if c.giveUp > 0 && !f.answered && time.Since(answered) >= c.giveUp {
+			return f.job, fmt.Errorf("%w (no answer for %s)", ErrUnreachable, time.Since(answered).Round(time.Second))
+		}
+		switch f.end {
 		case streamUnsupported:
-			return c.Wait(ctx, id, &WaitOpts{OnProgress: onProgress})
+			return c.wait(ctx, id, &WaitOpts{OnProgress: onProgress}, answered)
 		}
 		// Cut: open it again, unless the last attempt showed nothing
 		// either, and then poll.
@@ -61,7 +73,7 @@ func (c *Client) Watch(ctx context.Context, id string, onProgress func(Job)) (Jo
 			cuts = 0
 		}
 		if cuts++; cuts > 1 {
-			return c.Wait(ctx, id, &WaitOpts{OnProgress: onProgress})
+			return c.wait(ctx, id, &WaitOpts{OnProgress: onProgress}, answered)
 		}
 		select {
 		case <-ctx.Done():
@@ -88,6 +100,9 @@ type followed struct {
 	job    Job   // the last job read
 	events int   // progress and closed events read
 	err    error // with streamFailed
+	// answered: the server answered the request, and the stream ended
+	// after that answer.
+	answered bool
 }
 
 // follow reads one event stream of job id until it ends.
@@ -111,8 +126,10 @@ func (c *Client) follow(ctx context.Context, id string, onProgress func(Job)) fo
 	}
 	defer resp.Body.Close()
 	if f, ok := c.refused(ctx, id, resp); ok {
+		f.answered = true
 		return f
 	}
+	f.answered = true
 	sse := &sseReader{r: bufio.NewReader(resp.Body), onLine: func() {
 		if f.events > 0 {
 			watchdog.Reset(watchIdle)

@@ -120,6 +120,12 @@ type Config struct {
 	// authentication, so the server refuses to listen on anything but a
 	// loopback address.
 	Tokens []Token
+	// TLSCertFile and TLSKeyFile, both set, make the API serve HTTPS
+	// (TLS 1.2 at least) with the PEM certificate (chain) and private key
+	// in these files, read once at Start. Both empty serve plain HTTP;
+	// one without the other is an error. Without Tokens the loopback rule
+	// holds with TLS too.
+	TLSCertFile, TLSKeyFile string
 	// MaxBodyBytes is the largest request body accepted; 0 means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
@@ -354,6 +360,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("server: Config.DeliveryLimit must be >= 0, got %d", c.DeliveryLimit)
 	case c.QuorumReplicas < 0:
 		return fmt.Errorf("server: Config.QuorumReplicas must be >= 0, got %d", c.QuorumReplicas)
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return fmt.Errorf("server: Config.TLSCertFile and Config.TLSKeyFile go together: set both for HTTPS, or neither")
 	case c.RelayBatchSize < 1:
 		return fmt.Errorf("server: Config.RelayBatchSize must be >= 1, got %d", c.RelayBatchSize)
 	case c.MaxMessageBytes <= protocol.EnvelopeBytes:

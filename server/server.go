@@ -16,6 +16,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -218,6 +219,14 @@ func (s *Server) start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	var tlsConfig *tls.Config
+	if s.cfg.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("TLS certificate %s and key %s: %v", s.cfg.TLSCertFile, s.cfg.TLSKeyFile, err)
+		}
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
 	if s.listener, err = net.Listen("tcp", s.cfg.Listen); err != nil {
 		return fmt.Errorf("cannot listen on %s: %v", s.cfg.Listen, err)
 	}
@@ -229,6 +238,7 @@ func (s *Server) start(ctx context.Context) (err error) {
 	// Event streams last as long as their jobs: Shutdown ends them rather
 	// than waiting for them until ShutdownTimeout.
 	s.http.RegisterOnShutdown(s.events.Close)
+	s.http.TLSConfig = tlsConfig
 
 	runCtx, stop := context.WithCancel(context.Background())
 	s.stop, s.done = stop, make(chan struct{})
@@ -343,7 +353,11 @@ func (s *Server) run(ctx context.Context) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		if err := s.http.Serve(s.listener); !errors.Is(err, http.ErrServerClosed) {
+		serve := s.http.Serve
+		if s.http.TLSConfig != nil {
+			serve = func(l net.Listener) error { return s.http.ServeTLS(l, "", "") }
+		}
+		if err := serve(s.listener); !errors.Is(err, http.ErrServerClosed) {
 			fail(fmt.Errorf("http: %w", err))
 		}
 	}()
@@ -406,11 +420,15 @@ func (s *Server) closeResources() {
 	}
 }
 
-// URL is the API's base URL, such as "http://127.0.0.1:8080", once
-// started; with Config.Listen port 0 it has the port chosen.
+// URL is the API's base URL, such as "http://127.0.0.1:8080" (https://
+// with TLS), once started; with Config.Listen port 0 it has the port
+// chosen.
 func (s *Server) URL() string {
 	if s.listener == nil {
 		return ""
+	}
+	if s.cfg.TLSCertFile != "" {
+		return "https://" + s.listener.Addr().String()
 	}
 	return "http://" + s.listener.Addr().String()
 }

@@ -38,7 +38,8 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 		"W workers, aggregator, job closed), in --rounds interleaved rounds, and print the median throughputs, their\n"+
 		"ratio, submit time, time to first result, p50/p99 task latency (queued -> recorded), CPU per task, one-task\n"+
 		"job latency and the process's peak RSS. Everything uses fresh exchange and queue names, deleted afterwards.", env)
-	fs.StringVar(&f.amqpURL, "amqp-url", orDefault(env.getenv("WARREN_AMQP_URL"), broker.DefaultURL), amqpURLUsage)
+	fs.StringVar(&f.amqpURL, "amqp-url", broker.DefaultURL, amqpURLUsage)
+	fs.secretFlags("amqp-url")
 	fs.StringVar(&f.database, "database", "", "job store URL (default: a temporary SQLite file, removed afterwards)")
 	fs.IntVar(&f.tasks, "tasks", 20000, "tasks per run")
 	fs.IntVar(&f.workers, "workers", 4, "workers (consumers in the ceiling run)")
@@ -52,29 +53,32 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 	fs.BoolVar(&f.json, "json", false, "print one JSON object and nothing else on stdout")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the rounds (ceiling and warren runs) to this file")
 	fs.StringVar(&f.memProfile, "memprofile", "", "write a Go allocation profile (allocs) to this file at the end")
+	// One run's choices: command line only (WARREN_DATABASE_URL must not
+	// point a demo or a benchmark at a real store).
+	fs.localFlags("database", "tasks", "workers", "batch-size", "task-duration", "concurrency", "prefetch", "relay-batch", "aggregator-batch", "rounds", "json", "cpuprofile", "memprofile")
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
-	if err := checkAMQPURL(f.amqpURL); err != nil {
+	if err := checkAMQPURL(fs, f.amqpURL); err != nil {
 		return err
 	}
 	switch {
 	case f.tasks < 1:
-		return fmt.Errorf("--tasks must be >= 1, got %d", f.tasks)
+		return usageErrorf("--tasks must be >= 1, got %d", f.tasks)
 	case f.workers < 1:
-		return fmt.Errorf("--workers must be >= 1, got %d", f.workers)
+		return usageErrorf("--workers must be >= 1, got %d", f.workers)
 	case f.concurrency < 1:
-		return fmt.Errorf("--concurrency must be >= 1, got %d", f.concurrency)
+		return usageErrorf("--concurrency must be >= 1, got %d", f.concurrency)
 	case f.prefetch < 0 || (f.prefetch > 0 && f.prefetch < f.concurrency):
-		return fmt.Errorf("--prefetch must be at least --concurrency (%d), got %d", f.concurrency, f.prefetch)
+		return usageErrorf("--prefetch must be at least --concurrency (%d), got %d", f.concurrency, f.prefetch)
 	case f.relayBatch < 1 || f.aggBatch < 1:
-		return fmt.Errorf("--relay-batch and --aggregator-batch must be >= 1")
+		return usageErrorf("--relay-batch and --aggregator-batch must be >= 1")
 	case f.rounds < 1:
-		return fmt.Errorf("--rounds must be >= 1, got %d", f.rounds)
+		return usageErrorf("--rounds must be >= 1, got %d", f.rounds)
 	case f.batchSize < 0 || f.batchSize > warren.MaxBatchSize:
-		return fmt.Errorf("--batch-size must be between 0 (automatic) and %d, got %d", warren.MaxBatchSize, f.batchSize)
+		return usageErrorf("--batch-size must be between 0 (automatic) and %d, got %d", warren.MaxBatchSize, f.batchSize)
 	case f.taskDuration < 0:
-		return fmt.Errorf("--task-duration must be >= 0, got %s", f.taskDuration)
+		return usageErrorf("--task-duration must be >= 0, got %s", f.taskDuration)
 	}
 	rep, err := bench.Run(ctx, bench.Config{
 		AMQPURL: f.amqpURL, DatabaseURL: f.database, Tasks: f.tasks, Workers: f.workers, BatchSize: f.batchSize, TaskDuration: f.taskDuration,

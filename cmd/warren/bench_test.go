@@ -72,7 +72,7 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 	} {
 		code, out, errOut := runCLI(t, map[string]string{"WARREN_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/"},
 			append([]string{"bench"}, tc.args...)...)
-		require.Equal(t, 1, code, "%v", tc.args)
+		require.Equal(t, exitUsage, code, "%v", tc.args)
 		require.Empty(t, out, "%v", tc.args)
 		require.Equal(t, 1, strings.Count(errOut, "\n"), "one line: %q", errOut)
 		require.Contains(t, errOut, tc.want, "%v", tc.args)

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"time"
 
@@ -19,50 +18,75 @@ type common struct {
 	databaseURL string
 	prefix      string
 	retryTiers  string
-	// envErr is the first environment variable whose value does not
-	// parse; the command reports it.
-	envErr error
+	// fs is the flag set the settings are registered in: it says where
+	// each value came from.
+	fs *flagSet
 }
 
-func (c *common) register(fs *flag.FlagSet, env *environment) {
-	fs.StringVar(&c.amqpURL, "amqp-url", orDefault(env.getenv("WARREN_AMQP_URL"), broker.DefaultURL), amqpURLUsage)
-	fs.StringVar(&c.databaseURL, "database", orDefault(env.getenv("WARREN_DATABASE_URL"), open.DefaultURL), "job store: sqlite://PATH or postgres://... (env WARREN_DATABASE_URL)")
-	fs.StringVar(&c.prefix, "prefix", env.getenv("WARREN_PREFIX"), "prefix of every exchange and queue name (env WARREN_PREFIX)")
-	fs.StringVar(&c.retryTiers, "retry-tiers", env.getenv("WARREN_RETRY_TIERS"),
-		"retry delay tiers, comma-separated durations (env WARREN_RETRY_TIERS; default 1s,5s,30s,2m,10m); servers and workers must agree")
+func (c *common) register(fs *flagSet, env *environment) {
+	c.fs = fs
+	fs.StringVar(&c.amqpURL, "amqp-url", broker.DefaultURL, amqpURLUsage)
+	fs.StringVar(&c.databaseURL, "database", open.DefaultURL, "job store: sqlite://PATH or postgres://...")
+	fs.envVar("database", "WARREN_DATABASE_URL")
+	fs.secretFlags("amqp-url", "database")
+	fs.StringVar(&c.prefix, "prefix", "", "prefix of every exchange and queue name")
+	fs.StringVar(&c.retryTiers, "retry-tiers", "",
+		"retry delay tiers, comma-separated increasing durations (default 1s,5s,30s,2m,10m); servers and workers must agree")
 }
 
 // amqpURLUsage is the help of every command's --amqp-url.
-const amqpURLUsage = "RabbitMQ URL, or the URLs of the nodes of one cluster separated by commas (env WARREN_AMQP_URL)"
+const amqpURLUsage = "RabbitMQ URL (amqp:// or amqps://), or the URLs of the nodes of one cluster separated by commas"
 
-// checkAMQPURL checks every URL of --amqp-url; its error names the flag,
-// and the URL by position, without its password.
-func checkAMQPURL(raw string) error {
+// checkAMQPURL checks every URL of --amqp-url; its error names the flag
+// or variable the URL came from, and the URL by position, without its
+// password.
+func checkAMQPURL(fs *flagSet, raw string) error {
 	if _, err := broker.ParseNodes(raw); err != nil {
-		return fmt.Errorf("--amqp-url (env WARREN_AMQP_URL): %v", err)
+		return usageErrorf("%s: %v", fs.from("amqp-url"), err)
 	}
 	return nil
 }
 
+// checkDatabaseURL checks --database's scheme; its error names the flag
+// or variable the URL came from, and shows the scheme only.
+func checkDatabaseURL(fs *flagSet, raw string) error {
+	if strings.HasPrefix(raw, "sqlite://") || strings.HasPrefix(raw, "postgres://") || strings.HasPrefix(raw, "postgresql://") {
+		return nil
+	}
+	scheme, _, ok := strings.Cut(raw, "://")
+	if !ok || strings.ContainsAny(scheme, "@:/") {
+		return usageErrorf("%s: not a URL (want sqlite://PATH or postgres://...)", fs.from("database"))
+	}
+	return usageErrorf("%s: unsupported scheme %q (want sqlite://PATH or postgres://...)", fs.from("database"), scheme)
+}
+
 // quorumReplicasUsage is the help of --quorum-replicas.
 const quorumReplicasUsage = "replicas of each quorum queue when it is created (x-quorum-initial-group-size); 0 leaves it to RabbitMQ " +
-	"(quorum_cluster_size, 3 by default); servers and workers must agree (env WARREN_QUORUM_REPLICAS)"
+	"(quorum_cluster_size, 3 by default); servers and workers must agree"
 
-// tiers parses --retry-tiers; nil means the defaults.
+// tiers parses --retry-tiers; nil means the defaults. The tiers must
+// strictly increase.
 func (c *common) tiers() ([]time.Duration, error) {
 	if strings.TrimSpace(c.retryTiers) == "" {
 		return nil, nil
 	}
+	from := c.fs.from("retry-tiers")
 	var out []time.Duration
 	for _, part := range strings.Split(c.retryTiers, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(part))
 		if err != nil {
-			return nil, fmt.Errorf("--retry-tiers: %q is not a duration (like 500ms, 5s, 2m)", strings.TrimSpace(part))
+			return nil, usageErrorf("%s: %q is not a duration (like 500ms, 5s, 2m)", from, strings.TrimSpace(part))
 		}
 		out = append(out, d)
 	}
 	if err := broker.CheckRetryTiers(out); err != nil {
-		return nil, fmt.Errorf("--retry-tiers: %v", err)
+		return nil, usageErrorf("%s: %v", from, err)
+	}
+	for i := 1; i < len(out); i++ {
+		if out[i] <= out[i-1] {
+			return nil, usageErrorf("%s: tier %d (%s) is not longer than tier %d (%s); tiers must increase, such as 1s,5s,30s,2m,10m",
+				from, i+1, out[i], i, out[i-1])
+		}
 	}
 	return out, nil
 }
@@ -74,43 +98,43 @@ func orDefault(v, def string) string {
 	return v
 }
 
-// parse parses args into fs, which prints its own usage on errors; a
-// stray positional argument is an error too.
-func parse(fs *flag.FlagSet, args []string, env *environment) error {
-	fs.SetOutput(env.stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+// parse parses args into fs (see flagSet.parseAll); a positional
+// argument is an error.
+func parse(fs *flagSet, args []string, env *environment) error {
+	positional, err := fs.parseAll(args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(env.stderr, "warren %s: unexpected argument %q\n", fs.Name(), strings.Join(fs.Args(), " "))
+	if len(positional) > 0 {
+		fmt.Fprintf(env.stderr, "warren %s: unexpected argument %q (see \"warren %s --help\")\n", fs.Name(), strings.Join(positional, " "), fs.Name())
 		return errUsage
 	}
 	return applyLogFlags(fs, env)
 }
 
-// newFlagSet returns a command's flag set with the flags every command
-// has: --log-format and --log-level.
-func newFlagSet(name, summary string, env *environment) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: warren %s [flags]\n\n%s\n\nFlags:\n", name, summary)
-		fs.PrintDefaults()
+// parseWithID parses flags that may come before or after one positional
+// job id, and returns the id.
+func parseWithID(fs *flagSet, args []string, env *environment) (string, error) {
+	fs.positional = "ID"
+	positional, err := fs.parseAll(args)
+	if err != nil {
+		return "", err
 	}
-	fs.String("log-format", orDefault(env.getenv("WARREN_LOG_FORMAT"), "text"), "log lines as text (key=value) or json (env WARREN_LOG_FORMAT)")
-	fs.String("log-level", orDefault(env.getenv("WARREN_LOG_LEVEL"), "info"), "the least level logged: debug, info, warn or error (env WARREN_LOG_LEVEL)")
-	return fs
+	if len(positional) != 1 {
+		fmt.Fprintf(env.stderr, "warren %s: want exactly one job id, got %d arguments (usage: warren %s ID [flags])\n", fs.Name(), len(positional), fs.Name())
+		return "", errUsage
+	}
+	return positional[0], applyLogFlags(fs, env)
 }
 
 // applyLogFlags sets env.logger from fs's --log-format and --log-level,
-// once fs is parsed; a bad value is a usage error that names the flag.
-func applyLogFlags(fs *flag.FlagSet, env *environment) error {
+// once fs is parsed; a bad value is a usage error that names the flag or
+// variable it came from.
+func applyLogFlags(fs *flagSet, env *environment) error {
 	level := fs.Lookup("log-level").Value.String()
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		fmt.Fprintf(env.stderr, "warren %s: --log-level must be debug, info, warn or error, got %q\n", fs.Name(), level)
+		fmt.Fprintf(env.stderr, "warren %s: %s must be debug, info, warn or error, got %q\n", fs.Name(), fs.from("log-level"), level)
 		return errUsage
 	}
 	logger, err := newLogger(fs, env, lv)
@@ -122,7 +146,7 @@ func applyLogFlags(fs *flag.FlagSet, env *environment) error {
 }
 
 // newLogger returns a logger to env.stderr in fs's --log-format at level.
-func newLogger(fs *flag.FlagSet, env *environment, level slog.Level) (*slog.Logger, error) {
+func newLogger(fs *flagSet, env *environment, level slog.Level) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch format := fs.Lookup("log-format").Value.String(); format {
 	case "text":
@@ -130,7 +154,7 @@ func newLogger(fs *flag.FlagSet, env *environment, level slog.Level) (*slog.Logg
 	case "json":
 		return slog.New(slog.NewJSONHandler(env.stderr, opts)), nil
 	default:
-		fmt.Fprintf(env.stderr, "warren %s: --log-format must be text or json, got %q\n", fs.Name(), format)
+		fmt.Fprintf(env.stderr, "warren %s: %s must be text or json, got %q\n", fs.Name(), fs.from("log-format"), format)
 		return nil, errUsage
 	}
 }
@@ -138,10 +162,8 @@ func newLogger(fs *flag.FlagSet, env *environment, level slog.Level) (*slog.Logg
 // quietLogger is the logger of commands whose own output is the point
 // (bench, demo): env.logger when --log-level or WARREN_LOG_LEVEL chose a
 // level, else warnings and errors only, in --log-format. fs is parsed.
-func quietLogger(fs *flag.FlagSet, env *environment) *slog.Logger {
-	chosen := env.getenv("WARREN_LOG_LEVEL") != ""
-	fs.Visit(func(f *flag.Flag) { chosen = chosen || f.Name == "log-level" })
-	if chosen {
+func quietLogger(fs *flagSet, env *environment) *slog.Logger {
+	if _, chosen := fs.source["log-level"]; chosen {
 		return env.logger
 	}
 	if logger, err := newLogger(fs, env, slog.LevelWarn); err == nil {
@@ -150,10 +172,31 @@ func quietLogger(fs *flag.FlagSet, env *environment) *slog.Logger {
 	return env.logger
 }
 
-// redactDB hides a password in a database URL for logs.
+// redactDB hides a password in a database URL, in its user information
+// or a password parameter, for logs and messages.
 func redactDB(raw string) string {
 	if strings.HasPrefix(raw, "sqlite://") {
 		return raw
 	}
-	return broker.Redact(raw)
+	return redactURL(raw)
+}
+
+// redactURL returns raw without its password, in its user information or
+// in a password (or sslpassword) query parameter; a URL that does not
+// parse is not shown at all.
+func redactURL(raw string) string {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || u.Scheme == "" || u.Opaque != "" {
+		return "(unparsable URL)"
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			if strings.Contains(strings.ToLower(k), "password") || strings.EqualFold(k, "token") {
+				q.Set(k, "xxxxx")
+			}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }

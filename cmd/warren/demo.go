@@ -28,7 +28,8 @@ type demoFlags struct {
 func runDemo(ctx context.Context, args []string, env *environment) error {
 	var f demoFlags
 	fs := newFlagSet("demo", "Count the words of a corpus with a real warren job, all in one process: an embedded SQLite store\n(a temporary file), the API, relay and aggregator, and N wordcount workers, against the local RabbitMQ.", env)
-	fs.StringVar(&f.amqpURL, "amqp-url", orDefault(env.getenv("WARREN_AMQP_URL"), broker.DefaultURL), amqpURLUsage)
+	fs.StringVar(&f.amqpURL, "amqp-url", broker.DefaultURL, amqpURLUsage)
+	fs.secretFlags("amqp-url")
 	fs.StringVar(&f.database, "database", "", "job store URL (default: a temporary SQLite file, removed afterwards)")
 	fs.StringVar(&f.prefix, "prefix", "", "exchange and queue name prefix (default: a fresh one, deleted afterwards, so a running server is never disturbed)")
 	fs.StringVar(&f.input, "input", "", "directory of text files to count, read recursively (default: the embedded corpus)")
@@ -36,20 +37,23 @@ func runDemo(ctx context.Context, args []string, env *environment) error {
 	fs.IntVar(&f.chunkLines, "chunk-lines", 5, "lines per task")
 	fs.Float64Var(&f.failRate, "fail-rate", 0, "share of tasks (0-1) that fail once and are retried")
 	fs.BoolVar(&f.json, "json", false, `print one JSON object {"job": ..., "result": ...} and nothing else on stdout`)
+	// One run's choices: command line only (WARREN_DATABASE_URL must not
+	// point a demo or a benchmark at a real store).
+	fs.localFlags("database", "prefix", "input", "workers", "chunk-lines", "fail-rate", "json")
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
 	env.setLogger(quietLogger(fs, env))
-	if err := checkAMQPURL(f.amqpURL); err != nil {
+	if err := checkAMQPURL(fs, f.amqpURL); err != nil {
 		return err
 	}
 	switch {
 	case f.workers < 1:
-		return fmt.Errorf("--workers must be >= 1, got %d", f.workers)
+		return usageErrorf("--workers must be >= 1, got %d", f.workers)
 	case f.chunkLines < 1:
-		return fmt.Errorf("--chunk-lines must be >= 1, got %d", f.chunkLines)
+		return usageErrorf("--chunk-lines must be >= 1, got %d", f.chunkLines)
 	case !(f.failRate >= 0 && f.failRate <= 1):
-		return fmt.Errorf("--fail-rate must be between 0 and 1, got %v", f.failRate)
+		return usageErrorf("--fail-rate must be between 0 and 1, got %v", f.failRate)
 	}
 	files, err := demo.ReadCorpus(f.input)
 	if err != nil {

@@ -13,50 +13,85 @@ import (
 
 func runRedrive(ctx context.Context, args []string, env *environment) error {
 	var cf clientFlags
-	fs := newFlagSet("redrive", "Requeue the failed tasks of a failed (or completed-with-failures) job and reopen it: warren redrive ID.", env)
-	cf.register(fs, env)
+	fs := newFlagSet("redrive", "Requeue the failed tasks of a failed (or completed-with-failures) job and reopen it.", env)
+	cf.register(fs)
+	asJSON := fs.Bool("json", false, "print the reopened job as JSON")
+	fs.localFlags("json")
 	id, err := parseWithID(fs, args, env)
 	if err != nil {
 		return err
 	}
-	job, err := cf.client().Redrive(ctx, id)
+	c, err := cf.client()
 	if err != nil {
 		return err
+	}
+	job, err := c.Redrive(ctx, id)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(env.stdout, job)
 	}
 	fmt.Fprintf(env.stdout, "job %s is %s again: %d of %d tasks to run\n", job.ID, job.State, job.PendingTasks, job.ExpectedTasks)
 	return nil
 }
 
+// dlqSummaries are the summaries of the dlq subcommands.
+var dlqSummaries = map[string]string{
+	"list":   "Show each dead letter: job, task, routing key, reason, attempts, time, error.",
+	"replay": "Republish dead letters (retries reset); each is removed only after its republish is confirmed.",
+	"purge":  "Delete dead letters: those of one job (--job ID), or all of them (--all).",
+}
+
 func runDLQ(ctx context.Context, args []string, env *environment) error {
-	if len(args) == 0 || (args[0] != "list" && args[0] != "replay" && args[0] != "purge") {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			fmt.Fprintln(env.stderr, dlqUsage)
-			return flag.ErrHelp
-		}
-		fmt.Fprintln(env.stderr, dlqUsage)
+	if len(args) == 0 {
+		fmt.Fprintln(env.stderr, "warren dlq: missing subcommand: list, replay or purge (see \"warren dlq --help\")")
+		return errUsage
+	}
+	sub := args[0]
+	switch sub {
+	case "-h", "--help", "-help", "help":
+		fmt.Fprintln(env.stdout, dlqUsage)
+		return flag.ErrHelp
+	case "list", "replay", "purge":
+	default:
+		fmt.Fprintf(env.stderr, "warren dlq: unknown subcommand %q: want list, replay or purge (see \"warren dlq --help\")\n", sub)
 		return errUsage
 	}
 	var cf clientFlags
-	sub := args[0]
-	fs := newFlagSet("dlq "+sub, dlqUsage, env)
-	cf.register(fs, env)
+	fs := newFlagSet("dlq "+sub, dlqSummaries[sub]+"\nDead letters are read from the dead-letter queue (tasks.dlq) through the server.", env)
+	cf.register(fs)
 	job := fs.String("job", "", "only the dead letters of this job")
+	fs.localFlags("job")
 	var limit *int
-	var asJSON *bool
+	var asJSON, all *bool
 	switch sub {
 	case "list":
 		limit = fs.Int("limit", 0, "at most this many (0: all)")
 		asJSON = fs.Bool("json", false, "print a JSON array")
+		fs.localFlags("limit", "json")
 	case "replay":
 		limit = fs.Int("limit", 0, "replay at most this many (0: all)")
+		asJSON = fs.Bool("json", false, `print {"replayed": N, "skipped": N}`)
+		fs.localFlags("limit", "json")
+	case "purge":
+		all = fs.Bool("all", false, "purge the dead letters of every job")
+		asJSON = fs.Bool("json", false, `print {"purged": N}`)
+		fs.localFlags("all", "json")
 	}
 	if err := parse(fs, args[1:], env); err != nil {
 		return err
 	}
 	if limit != nil && *limit < 0 {
-		return fmt.Errorf("--limit must be >= 0, got %d", *limit)
+		return usageErrorf("--limit must be >= 0, got %d", *limit)
 	}
-	c := cf.client()
+	if all != nil && *all == (*job != "") {
+		return usageErrorf("dlq purge needs --job ID or --all (and not both)")
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
 	switch sub {
 	case "list":
 		msgs, err := c.DeadLetters(ctx, *job, *limit)
@@ -93,12 +128,18 @@ func runDLQ(ctx context.Context, args []string, env *environment) error {
 		if err != nil {
 			return err
 		}
+		if *asJSON {
+			return printJSON(env.stdout, map[string]int{"replayed": replayed, "skipped": skipped})
+		}
 		fmt.Fprintf(env.stdout, "replayed %d, skipped %d (their tasks are no longer failed; they stay in the queue)\n", replayed, skipped)
 		return nil
 	case "purge":
 		n, err := c.PurgeDeadLetters(ctx, *job)
 		if err != nil {
 			return err
+		}
+		if *asJSON {
+			return printJSON(env.stdout, map[string]int{"purged": n})
 		}
 		fmt.Fprintf(env.stdout, "purged %d\n", n)
 		return nil
@@ -111,7 +152,6 @@ const dlqUsage = `Usage: warren dlq list|replay|purge [flags]
 Inspect and act on the dead-letter queue (tasks.dlq), through the server:
   list    show each dead letter: job, task, routing key, reason, attempts, time, error
   replay  republish dead letters (retries reset); each is removed only after its republish is confirmed
-  purge   delete dead letters
+  purge   delete dead letters: --job ID, or --all
 
-Flags: --job ID (all: only that job's), --limit N (list, replay), --json (list),
---server URL (default from env WARREN_LISTEN), --token (env WARREN_TOKEN).`
+Run "warren dlq SUBCOMMAND --help" for its flags (--server, env WARREN_SERVER; --token, env WARREN_TOKEN; ...).`

@@ -6,9 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -22,87 +23,126 @@ import (
 type clientFlags struct {
 	server string
 	token  string
+	caCert string
+	fs     *flagSet
 }
 
-func (f *clientFlags) register(fs *flag.FlagSet, env *environment) {
-	fs.StringVar(&f.server, "server", "http://"+orDefault(env.getenv("WARREN_LISTEN"), server.DefaultListen),
-		"warren server URL (default from env WARREN_LISTEN)")
-	fs.StringVar(&f.token, "token", defaultToken(env), "API token (env WARREN_TOKEN, else the first of WARREN_API_TOKENS)")
+// defaultServer is the server client commands talk to by default.
+const defaultServer = "http://" + server.DefaultListen
+
+// watchGiveUp is how long watch waits for a server that does not answer.
+const watchGiveUp = 10 * time.Second
+
+func (f *clientFlags) register(fs *flagSet) {
+	f.fs = fs
+	fs.StringVar(&f.server, "server", defaultServer, "the warren server's base `URL`, http:// or https:// (without WARREN_SERVER, WARREN_LISTEN: http:// and that address)")
+	fs.envVar("server", "WARREN_SERVER")
+	fs.envFuncs["server"] = serverFromListen
+	fs.StringVar(&f.token, "token", "", "API token (without WARREN_TOKEN, the first of WARREN_API_TOKENS)")
+	fs.envVar("token", "WARREN_TOKEN")
+	fs.envFuncs["token"] = tokenFromServerTokens
+	fs.StringVar(&f.caCert, "ca-cert", "", "trust the certificate authorities in the PEM `FILE` for an https:// server, instead of the system's")
+	fs.secretFlags("token")
 }
 
-func defaultToken(env *environment) string {
-	if t := env.getenv("WARREN_TOKEN"); t != "" {
-		return t
+// serverFromListen is the server client commands use when WARREN_SERVER
+// is not set but WARREN_LISTEN is (a shell set up for `warren server`,
+// before WARREN_SERVER existed): http:// and that address, its wildcard
+// host (0.0.0.0, ::, none) read as loopback.
+func serverFromListen(getenv func(string) string) (string, string) {
+	listen := getenv("WARREN_LISTEN")
+	if listen == "" {
+		return "", ""
 	}
-	if tokens, err := server.ParseTokens(env.getenv("WARREN_API_TOKENS")); err == nil && len(tokens) > 0 {
-		return tokens[0].Value
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", ""
 	}
-	return ""
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port), "WARREN_LISTEN"
 }
 
-func (f *clientFlags) client() *client.Client {
-	server := f.server
-	if !strings.Contains(server, "://") {
-		server = "http://" + server
+// tokenFromServerTokens is the first of WARREN_API_TOKENS, when
+// WARREN_TOKEN is not set: a shell set up for the server is one for its
+// client too.
+func tokenFromServerTokens(getenv func(string) string) (string, string) {
+	if tokens, err := server.ParseTokens(getenv("WARREN_API_TOKENS")); err == nil && len(tokens) > 0 {
+		return tokens[0].Value, "WARREN_API_TOKENS"
 	}
-	return client.New(server, client.WithToken(f.token))
+	return "", ""
 }
 
-// parseWithID parses flags that may come before or after one positional
-// job id, and returns the id.
-func parseWithID(fs *flag.FlagSet, args []string, env *environment) (string, error) {
-	fs.SetOutput(env.stderr)
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return "", err
-			}
-			return "", errUsage
+// client returns a client of --server; its errors name the flag or
+// variable they come from, and never show a password.
+func (f *clientFlags) client(opts ...client.Option) (*client.Client, error) {
+	base := f.server
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usageErrorf("%s: %s is not an http:// or https:// URL", f.fs.from("server"), redactURL(base))
+	}
+	opts = append([]client.Option{client.WithToken(f.token)}, opts...)
+	if f.caCert != "" {
+		pool, err := client.LoadCAFile(f.caCert)
+		if err != nil {
+			return nil, usageErrorf("%s: %v", f.fs.from("ca-cert"), err)
 		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
+		opts = append(opts, client.WithRootCAs(pool))
 	}
-	if len(positional) != 1 {
-		fmt.Fprintf(env.stderr, "warren %s: want exactly one job id, got %d arguments\n", fs.Name(), len(positional))
-		return "", errUsage
+	return client.New(base, opts...), nil
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	out, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
 	}
-	return positional[0], applyLogFlags(fs, env)
+	_, err = fmt.Fprintln(w, string(out))
+	return err
+}
+
+// printRawJSON writes a JSON document indented.
+func printRawJSON(w io.Writer, raw []byte) error {
+	var out bytes.Buffer
+	if err := json.Indent(&out, raw, "", "  "); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, out.String())
+	return err
 }
 
 func runSubmit(ctx context.Context, args []string, env *environment) error {
 	var cf clientFlags
-	fs := newFlagSet("submit", "Submit a job spec from FILE (or - for standard input, the default): JSON {\"type\", \"tasks\": [...], ...}\nor NDJSON (the spec without tasks on the first line, then one task payload per line). Prints the job id.", env)
-	cf.register(fs, env)
+	fs := newFlagSet("submit", "Submit a job spec from FILE, or from standard input with - (the default): JSON {\"type\", \"tasks\": [...], ...}\n"+
+		"or NDJSON (the spec without tasks on the first line, then one task payload per line). Prints the job id.", env)
+	fs.positional = "[FILE|-]"
+	cf.register(fs)
 	typ := fs.String("type", "", "set the job's type (handler name)")
 	reduce := fs.String("reduce", "", "set the job's reducer (collect, sum, concat, merge, none)")
 	key := fs.String("idempotency-key", "", "resubmitting with the same key returns the same job")
-	fs.SetOutput(env.stderr)
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return errUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
+	asJSON := fs.Bool("json", false, "print the created job, as GET /v1/jobs/{id} returns it, instead of its id")
+	fs.localFlags("type", "reduce", "idempotency-key", "json")
+	positional, err := fs.parseAll(args)
+	if err != nil {
+		return err
 	}
 	if len(positional) > 1 {
-		fmt.Fprintln(env.stderr, "warren submit: at most one FILE")
+		fmt.Fprintln(env.stderr, "warren submit: at most one FILE (usage: warren submit [FILE|-] [flags])")
 		return errUsage
 	}
 	if err := applyLogFlags(fs, env); err != nil {
 		return err
 	}
-	var in io.Reader = os.Stdin
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	var in io.Reader = env.stdin
 	if len(positional) == 1 && positional[0] != "-" {
 		f, err := os.Open(positional[0])
 		if err != nil {
@@ -111,17 +151,25 @@ func runSubmit(ctx context.Context, args []string, env *environment) error {
 		defer f.Close()
 		in = f
 	}
-	sub, err := submitSpec(ctx, cf.client(), bufio.NewReaderSize(in, 1<<20), *typ, *reduce, *key)
+	sub, err := submitSpec(ctx, c, bufio.NewReaderSize(in, 1<<20), *typ, *reduce, *key)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(env.stdout, sub.ID)
-	return nil
+	if !*asJSON {
+		fmt.Fprintln(env.stdout, sub.ID)
+		return nil
+	}
+	raw, err := c.GetRaw(ctx, sub.ID)
+	if err != nil {
+		return err
+	}
+	return printRawJSON(env.stdout, raw)
 }
 
 // submitSpec reads a JSON or NDJSON job spec from r and submits it. A
-// first line that is a whole JSON object followed by more lines is NDJSON
-// and is streamed; anything else is one JSON document.
+// first line that is a whole JSON object followed by more non-blank
+// lines is NDJSON and is streamed; anything else (a one-line spec
+// followed by blank lines too) is one JSON document.
 func submitSpec(ctx context.Context, c *client.Client, r *bufio.Reader, typ, reduce, key string) (client.Submitted, error) {
 	first, err := r.ReadBytes('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -132,8 +180,7 @@ func submitSpec(ctx context.Context, c *client.Client, r *bufio.Reader, typ, red
 		return client.Submitted{}, errors.New("the job spec is empty")
 	}
 	var head map[string]json.RawMessage
-	_, peekErr := r.Peek(1)
-	if json.Unmarshal(trimmed, &head) == nil && peekErr == nil {
+	if json.Unmarshal(trimmed, &head) == nil && moreThanBlank(r) {
 		if _, ok := head["tasks"]; ok {
 			return client.Submitted{}, errors.New(`NDJSON: the first line is the spec without "tasks"; the tasks follow, one per line`)
 		}
@@ -156,6 +203,24 @@ func submitSpec(ctx context.Context, c *client.Client, r *bufio.Reader, typ, red
 		return client.Submitted{}, err
 	}
 	return c.Submit(ctx, spec)
+}
+
+// moreThanBlank reports whether r holds more than white space, without
+// consuming it: it peeks as far as the white space goes (up to the
+// reader's buffer).
+func moreThanBlank(r *bufio.Reader) bool {
+	for n := 1; n <= r.Size(); n++ {
+		b, err := r.Peek(n)
+		if len(b) < n || err != nil {
+			return false
+		}
+		switch b[n-1] {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return true
+	}
+	return true
 }
 
 // specFrom builds a client.JobSpec from a decoded spec, with the command
@@ -183,25 +248,24 @@ func specFrom(doc map[string]json.RawMessage, typ, reduce, key string) (client.J
 
 func runStatus(ctx context.Context, args []string, env *environment) error {
 	var cf clientFlags
-	fs := newFlagSet("status", "Show a job's status: warren status ID [--json].", env)
-	cf.register(fs, env)
+	fs := newFlagSet("status", "Show a job's status.", env)
+	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print the job object as the API returns it")
+	fs.localFlags("json")
 	id, err := parseWithID(fs, args, env)
 	if err != nil {
 		return err
 	}
-	c := cf.client()
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
 	if *asJSON {
 		raw, err := c.GetRaw(ctx, id)
 		if err != nil {
 			return err
 		}
-		var out bytes.Buffer
-		if err := json.Indent(&out, raw, "", "  "); err != nil {
-			return err
-		}
-		fmt.Fprintln(env.stdout, out.String())
-		return nil
+		return printRawJSON(env.stdout, raw)
 	}
 	job, err := c.Get(ctx, id)
 	if err != nil {
@@ -245,24 +309,54 @@ func printStatus(w io.Writer, j client.Job) {
 
 func runWatch(ctx context.Context, args []string, env *environment) error {
 	var cf clientFlags
-	fs := newFlagSet("watch", "Show a job's progress until it closes: warren watch ID. Exits 0 only if the job completed.\nFollows the job's event stream, or polls a server without one.", env)
-	cf.register(fs, env)
+	fs := newFlagSet("watch", "Show a job's progress until it closes. Exits 0 if the job completed, 1 if it failed or was cancelled,\n"+
+		"3 if the server did not answer for 10 s. Follows the job's event stream, or polls a server without one.", env)
+	cf.register(fs)
+	asJSON := fs.Bool("json", false, "print no progress, then the closed job as JSON")
+	fs.localFlags("json")
 	id, err := parseWithID(fs, args, env)
 	if err != nil {
 		return err
 	}
-	bar := newProgress(env.stdout)
-	job, err := cf.client().Watch(ctx, id, bar.update)
-	bar.finish()
+	c, err := cf.client(client.WithGiveUpAfter(watchGiveUp))
 	if err != nil {
 		return err
 	}
-	printStatus(env.stdout, job)
-	if job.State != "completed" {
-		return fmt.Errorf("job %s is %s", job.ID, job.State)
+	update := func(client.Job) {}
+	bar := newProgress(env.stdout)
+	if !*asJSON {
+		update = bar.update
 	}
-	return nil
+	job, err := c.Watch(ctx, id, update)
+	bar.finish()
+	if errors.Is(err, client.ErrUnreachable) {
+		return fmt.Errorf("gave up watching job %s at %s: %v", id, redactURL(cf.server), err)
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := printJSON(env.stdout, job); err != nil {
+			return err
+		}
+	} else {
+		printStatus(env.stdout, job)
+	}
+	return jobOutcome(job)
 }
+
+// jobOutcome is nil for a completed job, else a jobFailed (exit status 1).
+func jobOutcome(job client.Job) error {
+	if job.State == client.JobCompleted {
+		return nil
+	}
+	return &jobFailed{fmt.Sprintf("job %s is %s", job.ID, job.State)}
+}
+
+// jobFailed says a job failed or was cancelled: exit status 1.
+type jobFailed struct{ msg string }
+
+func (e *jobFailed) Error() string { return e.msg }
 
 // seconds is a number of seconds as a duration.
 func seconds(s float64) time.Duration {
@@ -271,14 +365,23 @@ func seconds(s float64) time.Duration {
 
 func runDelete(ctx context.Context, args []string, env *environment) error {
 	var cf clientFlags
-	fs := newFlagSet("delete", "Delete a closed job now, whatever its retention, with its tasks, results and idempotency key: warren delete ID.\nAn open job is refused: cancel it first.", env)
-	cf.register(fs, env)
+	fs := newFlagSet("delete", "Delete a closed job now, whatever its retention, with its tasks, results and idempotency key.\nAn open job is refused: cancel it first.", env)
+	cf.register(fs)
+	asJSON := fs.Bool("json", false, `print {"id": ID, "deleted": true}`)
+	fs.localFlags("json")
 	id, err := parseWithID(fs, args, env)
 	if err != nil {
 		return err
 	}
-	if err := cf.client().Delete(ctx, id); err != nil {
+	c, err := cf.client()
+	if err != nil {
 		return err
+	}
+	if err := c.Delete(ctx, id); err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(env.stdout, map[string]any{"id": id, "deleted": true})
 	}
 	fmt.Fprintf(env.stdout, "job %s deleted\n", id)
 	return nil

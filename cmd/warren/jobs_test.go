@@ -81,7 +81,7 @@ func TestSubmitBadSpecsChangeNothing(t *testing.T) {
 		`{"type": "echo", "tasks": [1], "unknown": true}`,
 	} {
 		code, out, errOut := runCLI(t, nil, "submit", "--server", url, writeFile(t, spec))
-		require.Equal(t, 1, code, "spec %q", spec)
+		require.Equal(t, 3, code, "spec %q", spec)
 		require.Empty(t, out, "spec %q", spec)
 		require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line for %q: %q", spec, errOut)
 	}
@@ -113,7 +113,7 @@ func TestStatusAndWatch(t *testing.T) {
 	require.Contains(t, errOut, "is cancelled")
 
 	code, _, errOut = runCLI(t, nil, "status", "no-such-job", "--server", url)
-	require.Equal(t, 1, code)
+	require.Equal(t, 3, code)
 	require.Contains(t, errOut, "404")
 	code, _, _ = runCLI(t, nil, "status", "--server", url)
 	require.Equal(t, 2, code, "the id is required")
@@ -132,7 +132,7 @@ func TestDeleteCommand(t *testing.T) {
 	require.Contains(t, out, "retention 1h0m0s once it closes\n")
 
 	code, out, errOut = runCLI(t, nil, "delete", id, "--server", url)
-	require.Equal(t, 1, code)
+	require.Equal(t, 3, code)
 	require.Empty(t, out)
 	require.Contains(t, errOut, "cancel it first")
 
@@ -149,7 +149,7 @@ func TestDeleteCommand(t *testing.T) {
 	require.ErrorIs(t, err, warren.ErrNotFound)
 
 	code, _, errOut = runCLI(t, nil, "delete", id, "--server", url)
-	require.Equal(t, 1, code)
+	require.Equal(t, 3, code)
 	require.Contains(t, errOut, "404")
 	code, _, _ = runCLI(t, nil, "delete", "--server", url)
 	require.Equal(t, 2, code, "the id is required")

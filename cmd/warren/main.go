@@ -5,9 +5,13 @@
 //
 //	warren <command> [flags]
 //
-// Run "warren help" for the commands and "warren <command> --help" for
-// their flags. Every flag has an environment fallback (WARREN_AMQP_URL,
-// WARREN_DATABASE_URL, WARREN_PREFIX).
+// Run "warren help" for the commands and "warren help <command>" for
+// their flags. Every setting is a flag, an environment variable
+// (WARREN_AMQP_URL, WARREN_DATABASE_URL, WARREN_SERVER, ...) and a line
+// of an optional config file (--config, WARREN_CONFIG), in that order of
+// precedence. Exit statuses: 0 success (a watched job completed), 1 a
+// watched job failed or was cancelled, 2 a usage error, 3 any other
+// error (such as a server that cannot be reached).
 package main
 
 import (
@@ -20,8 +24,10 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // command is one subcommand.
@@ -35,18 +41,38 @@ var commands = []command{
 	{"worker", "run workers with the built-in handlers (echo, wordcount, sleep, flaky)", runWorker},
 	{"demo", "run a word-count job end to end in one process (embedded store, local RabbitMQ)", runDemo},
 	{"bench", "measure the broker's per-message ceiling and warren end to end in one process (local RabbitMQ)", runBench},
-	{"submit", "submit a JSON or NDJSON job spec; prints the job id", runSubmit},
+	{"submit", "submit a JSON or NDJSON job spec from a file or standard input; prints the job id", runSubmit},
+	{"list", "list jobs, newest first, by state and type", runList},
 	{"status", "show a job's status", runStatus},
-	{"watch", "show a job's progress until it closes", runWatch},
+	{"tasks", "list a job's tasks", runTasks},
+	{"watch", "show a job's progress until it closes; exit 0 if it completed, 1 if not", runWatch},
+	{"result", "print a completed job's result", runResult},
+	{"cancel", "cancel an open job", runCancel},
 	{"redrive", "requeue the failed tasks of a job and reopen it", runRedrive},
 	{"delete", "delete a closed job with its tasks, results and idempotency key", runDelete},
 	{"dlq", "list, replay or purge dead letters", runDLQ},
 	{"migrate", "apply the job store's schema migrations and exit", runMigrate},
+	{"version", "print the version, the commit and the Go version", runVersion},
 }
+
+func init() {
+	// completion reads the other commands' flags: added here, not in the
+	// literal, so that commands does not refer to itself.
+	commands = append(commands, command{"completion", "print a bash or zsh completion script", runCompletion})
+}
+
+// Exit statuses, documented in the README.
+const (
+	exitOK        = 0 // the command succeeded (a watched job completed)
+	exitJobFailed = 1 // a watched job failed or was cancelled
+	exitUsage     = 2 // a bad command line, variable or config file
+	exitError     = 3 // anything else: a server that cannot be reached, an API error, ...
+)
 
 // environment is what a command may touch, so tests can run commands in
 // process.
 type environment struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	// logger is the command's logger; the command's goroutine reads it,
@@ -84,61 +110,107 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	env := &environment{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
+	env := &environment{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
 		logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	ctx, cancel := context.WithCancel(context.Background())
-	sigs := make(chan os.Signal, 2)
+	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-sigs
-		env.log().Info("shutting down: finishing in-flight work; a second signal exits at once")
+		first := time.Now()
+		env.log().Info("shutting down: finishing in-flight work; another signal, a second or more later, exits at once")
 		cancel()
-		<-sigs
-		// Nothing is lost: whatever was not acknowledged goes back to its
-		// queue when the connections drop, and the store commits or not.
-		fmt.Fprintln(os.Stderr, "warren: second signal: exiting now; unacknowledged messages return to their queues")
-		os.Exit(130)
+		for range sigs {
+			if !isExitSignal(first, time.Now()) {
+				// Supervisors such as timeout signal the process and its
+				// group at once: that is one request to stop, not two.
+				continue
+			}
+			// Nothing is lost: whatever was not acknowledged goes back
+			// to its queue when the connections drop, and the store
+			// commits or not.
+			fmt.Fprintln(os.Stderr, "warren: second signal: exiting now; unacknowledged messages return to their queues")
+			os.Exit(130)
+		}
 	}()
 	code := run(ctx, os.Args[1:], env)
 	cancel()
 	os.Exit(code)
 }
 
+// signalGrace is how long after the first signal further signals are
+// taken for copies of it.
+const signalGrace = time.Second
+
+// isExitSignal reports whether a signal at now, after a first one at
+// first, asks to exit at once.
+func isExitSignal(first, now time.Time) bool { return now.Sub(first) >= signalGrace }
+
 // run executes one command line and returns the process exit code.
 func run(ctx context.Context, args []string, env *environment) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if env.stdin == nil {
+		env.stdin = strings.NewReader("")
+	}
+	if len(args) == 0 {
+		usage(env.stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "--help", "-help":
 		usage(env.stdout)
-		if len(args) == 0 {
-			return 2
+		return exitOK
+	case "--version", "-version":
+		args = append([]string{"version"}, args[1:]...)
+	case "help":
+		if len(args) == 1 {
+			usage(env.stdout)
+			return exitOK
 		}
-		return 0
+		if len(args) > 2 {
+			fmt.Fprintln(env.stderr, "warren help: want one command (usage: warren help COMMAND)")
+			return exitUsage
+		}
+		args = []string{args[1], "--help"}
 	}
 	for _, c := range commands {
 		if c.name != args[0] {
 			continue
 		}
-		err := c.run(ctx, args[1:], env)
-		switch {
-		case err == nil:
-			return 0
-		case errors.Is(err, flag.ErrHelp):
-			return 0
-		case errors.Is(err, errUsage):
-			return 2
-		default:
-			fmt.Fprintf(env.stderr, "warren %s: %v\n", c.name, err)
-			return 1
-		}
+		return exitCode(c.name, c.run(ctx, args[1:], env), env)
 	}
 	fmt.Fprintf(env.stderr, "warren: unknown command %q (run \"warren help\")\n", args[0])
-	return 2
+	return exitUsage
+}
+
+// exitCode reports err of command name, unless it was reported already,
+// and returns the exit status it means.
+func exitCode(name string, err error, env *environment) int {
+	var usage *usageError
+	var failed *jobFailed
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, errUsage):
+		return exitUsage
+	case errors.As(err, &usage):
+		fmt.Fprintf(env.stderr, "warren %s: %v\n", name, err)
+		return exitUsage
+	case errors.As(err, &failed):
+		fmt.Fprintf(env.stderr, "warren %s: %v\n", name, err)
+		return exitJobFailed
+	default:
+		fmt.Fprintf(env.stderr, "warren %s: %v\n", name, err)
+		return exitError
+	}
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "warren splits jobs into tasks, runs them on workers through RabbitMQ and closes each job exactly once.")
-	fmt.Fprintln(w, "\nUsage: warren <command> [flags]\n\nCommands:")
+	fmt.Fprintln(w, "\nUsage: warren <command> [arguments] [flags]\n\nCommands:")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun \"warren <command> --help\" for its flags.")
+	fmt.Fprintln(w, "\nRun \"warren help <command>\" (or \"warren <command> --help\") for its arguments and flags.")
+	fmt.Fprintln(w, "Exit status: 0 success (a watched job completed), 1 a watched job failed or was cancelled,")
+	fmt.Fprintln(w, "2 a usage error, 3 any other error (such as a server that cannot be reached).")
 }

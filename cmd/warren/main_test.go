@@ -40,14 +40,19 @@ func TestHelpListsCommands(t *testing.T) {
 func TestEveryCommandHasHelp(t *testing.T) {
 	t.Parallel()
 	for _, c := range commands {
-		code, _, errOut := runCLI(t, nil, c.name, "--help")
+		// Help is asked for: it goes to stdout, and the exit status is 0.
+		code, out, errOut := runCLI(t, nil, c.name, "--help")
 		require.Equal(t, 0, code, c.name)
-		require.Contains(t, errOut, "Usage: warren "+c.name, c.name)
+		require.Empty(t, errOut, c.name)
+		require.Contains(t, out, "Usage: warren "+c.name, c.name)
 		env := "WARREN_AMQP_URL"
-		if c.name == "submit" || c.name == "status" || c.name == "watch" || c.name == "redrive" || c.name == "delete" || c.name == "dlq" {
-			env = "WARREN_LISTEN"
+		switch c.name {
+		case "submit", "list", "status", "tasks", "watch", "result", "cancel", "redrive", "delete", "dlq":
+			env = "WARREN_SERVER"
+		case "version", "completion":
+			env = "WARREN_CONFIG"
 		}
-		require.Contains(t, errOut, env, c.name)
+		require.Contains(t, out, env, c.name)
 	}
 }
 
@@ -77,8 +82,9 @@ func TestBadFlagValuesAreOneLine(t *testing.T) {
 		{[]string{"server", "--quorum-replicas", "-1"}, "--quorum-replicas must be >= 0"},
 		{[]string{"worker", "--quorum-replicas", "-1"}, "--quorum-replicas must be >= 0"},
 	} {
+		// A bad value is a usage error (exit status 2; 1 before issue 15).
 		code, _, errOut := runCLI(t, nil, tc.args...)
-		require.Equal(t, 1, code, "%v", tc.args)
+		require.Equal(t, 2, code, "%v", tc.args)
 		require.Contains(t, errOut, tc.want, "%v", tc.args)
 		require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
 	}
@@ -91,13 +97,13 @@ func TestAMQPURLListIsCheckedUpFront(t *testing.T) {
 	vars := map[string]string{"WARREN_AMQP_URL": "amqp://guest:s3cret@127.0.0.1:5672/, amqp://guest:s3cret@127.0.0.1:bad/"}
 	for _, cmd := range []string{"server", "worker", "bench", "demo"} {
 		code, _, errOut := runCLI(t, vars, cmd)
-		require.Equal(t, 1, code, cmd)
-		require.Contains(t, errOut, "--amqp-url (env WARREN_AMQP_URL): URL 2 of 2, (unparsable URL), is not an AMQP URL", cmd)
+		require.Equal(t, 2, code, cmd)
+		require.Contains(t, errOut, "WARREN_AMQP_URL: URL 2 of 2, (unparsable URL), is not an AMQP URL", cmd)
 		require.NotContains(t, errOut, "s3cret", cmd)
 		require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
 	}
 	code, _, errOut := runCLI(t, map[string]string{"WARREN_AMQP_URL": "amqp://guest:s3cret@127.0.0.1:1/,amqp://guest:s3cret@127.0.0.1:2/"}, "worker")
-	require.Equal(t, 1, code)
+	require.Equal(t, 3, code)
 	require.Contains(t, errOut, "cannot connect to RabbitMQ at any of its 2 nodes: amqp://guest:xxxxx@127.0.0.1:")
 	require.NotContains(t, errOut, "s3cret")
 }
@@ -109,19 +115,19 @@ func TestUnreachableServicesAreOneClearLine(t *testing.T) {
 		"WARREN_AMQP_URL":     "amqp://guest:secret@127.0.0.1:1/",
 		"WARREN_DATABASE_URL": "sqlite://" + filepath.Join(dir, "w.db"),
 	}, "server")
-	require.Equal(t, 1, code)
+	require.Equal(t, 3, code)
 	require.Contains(t, errOut, "cannot connect to RabbitMQ")
 	require.NotContains(t, errOut, "secret")
 	require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
 
 	for _, cmd := range []string{"migrate", "server"} {
 		code, _, errOut = runCLI(t, nil, cmd, "--database", "postgres://postgres@127.0.0.1:1/test?connect_timeout=5")
-		require.Equal(t, 1, code, cmd)
+		require.Equal(t, 3, code, cmd)
 		require.Contains(t, errOut, "unreachable", cmd)
 		require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
 	}
 	code, _, errOut = runCLI(t, map[string]string{"WARREN_AMQP_URL": "amqp://127.0.0.1:1/"}, "worker")
-	require.Equal(t, 1, code)
+	require.Equal(t, 3, code)
 	require.Contains(t, errOut, "cannot connect to RabbitMQ")
 }
 
@@ -161,7 +167,7 @@ func TestEveryCommandTakesTheLogFlags(t *testing.T) {
 	}{
 		{[]string{"migrate", "--database", db, "--log-format", "xml"}, nil, `warren migrate: --log-format must be text or json, got "xml"`},
 		{[]string{"status", "ID", "--log-level", "loud"}, nil, `warren status: --log-level must be debug, info, warn or error, got "loud"`},
-		{[]string{"migrate", "--database", db}, map[string]string{"WARREN_LOG_FORMAT": "yaml"}, `warren migrate: --log-format must be text or json, got "yaml"`},
+		{[]string{"migrate", "--database", db}, map[string]string{"WARREN_LOG_FORMAT": "yaml"}, `warren migrate: WARREN_LOG_FORMAT must be text or json, got "yaml"`},
 	} {
 		errb.Reset()
 		env := &environment{stdout: &out, stderr: &errb, getenv: func(k string) string { return c.env[k] }, logger: slog.New(slog.DiscardHandler)}

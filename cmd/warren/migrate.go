@@ -13,6 +13,9 @@ func runMigrate(ctx context.Context, args []string, env *environment) error {
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
+	if err := checkDatabaseURL(fs, c.databaseURL); err != nil {
+		return err
+	}
 	s, err := open.Open(ctx, c.databaseURL)
 	if err != nil {
 		return err

@@ -21,7 +21,9 @@ func serverConfig(t *testing.T, vars map[string]string, args ...string) (server.
 	var f serverFlags
 	fs := newFlagSet("server", "", env)
 	f.register(fs, env)
-	require.NoError(t, parse(fs, args, env))
+	if err := parse(fs, args, env); err != nil {
+		return server.Config{}, err
+	}
 	return f.config(env)
 }
 
@@ -56,7 +58,7 @@ func TestServerUploadLimitFlags(t *testing.T) {
 		{map[string]string{"WARREN_MAX_TASK_BYTES": "1MiB"}, nil, `WARREN_MAX_TASK_BYTES: "1MiB" is not a whole number`},
 		{map[string]string{"WARREN_BODY_TIMEOUT": "30"}, nil, `WARREN_BODY_TIMEOUT: "30" is not a duration`},
 		{nil, []string{"--max-task-bytes", "0"}, "--max-task-bytes must be >= 1"},
-		{nil, []string{"--idle-timeout", "0s"}, "--body-timeout and --idle-timeout must be > 0"},
+		{nil, []string{"--idle-timeout", "0s"}, "--idle-timeout must be > 0"},
 	} {
 		_, err := serverConfig(t, tc.vars, tc.args...)
 		require.ErrorContains(t, err, tc.want)
@@ -70,8 +72,8 @@ func TestServerRefusesRetryTiersThatDoNotIncrease(t *testing.T) {
 		// Were the tiers accepted, the start would fail here instead.
 		"WARREN_AMQP_URL":     "amqp://guest:guest@127.0.0.1:1/",
 		"WARREN_DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "w.db")}, "server")
-	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "tiers must increase")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "WARREN_RETRY_TIERS: tier 2 (5s) is not longer than tier 1 (10s); tiers must increase")
 }
 
 // --retention (WARREN_RETENTION) is a duration, days, or forever, which

@@ -30,45 +30,44 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	concurrency := fs.Int("concurrency", 8, "handlers running at once")
 	name := fs.String("name", "", "the worker's name in results, dead letters and GET /v1/workers (default host:pid)")
 	types := fs.String("types", "", "comma-separated handlers to serve (default: all built-ins)")
-	queues := fs.String("queues", env.getenv("WARREN_QUEUES"), "comma-separated work queues to consume, the jobs' \"queue\" option (env WARREN_QUEUES; default: default)")
+	queues := fs.String("queues", "", "comma-separated work queues to consume, the jobs' \"queue\" option (default: default)")
 	shutdown := fs.Duration("shutdown-timeout", 0, "how long to let in-flight tasks finish on SIGTERM (default 30s)")
 	health := fs.String("health-listen", "", "serve /healthz and /readyz (connected to the broker) on this address, e.g. 127.0.0.1:9090")
-	metricsAddr := fs.String("metrics-listen", env.getenv("WARREN_METRICS_LISTEN"),
-		"serve Prometheus metrics at /metrics (and /healthz) on this address, e.g. 127.0.0.1:9091 (env WARREN_METRICS_LISTEN; default: off)")
-	maxMessage := fs.Int64("max-message-bytes", c.envInt64(env, "WARREN_MAX_MESSAGE_BYTES", protocol.DefaultMaxMessageBytes),
-		"largest task message taken and result message published; keep it equal to the server's (env WARREN_MAX_MESSAGE_BYTES)")
-	maxResult := fs.Int64("max-task-result-bytes", c.envInt64(env, "WARREN_MAX_TASK_RESULT_BYTES", protocol.DefaultMaxResultBytes),
-		"largest result of one task in bytes of JSON; a larger one fails the task (env WARREN_MAX_TASK_RESULT_BYTES)")
-	maxInflight := fs.Int64("max-inflight-bytes", c.envInt64(env, "WARREN_MAX_INFLIGHT_BYTES", 0),
-		"task message bytes held at once, which bounds the prefetch (env WARREN_MAX_INFLIGHT_BYTES; default 256 MiB, or --concurrency messages when more)")
-	replicas := fs.Int("quorum-replicas", int(c.envInt64(env, "WARREN_QUORUM_REPLICAS", 0)), quorumReplicasUsage)
+	metricsAddr := fs.String("metrics-listen", "",
+		"serve Prometheus metrics at /metrics (and /healthz) on this address, e.g. 127.0.0.1:9091 (default: off)")
+	maxMessage := fs.Int64("max-message-bytes", protocol.DefaultMaxMessageBytes,
+		"largest task message taken and result message published; keep it equal to the server's")
+	maxResult := fs.Int64("max-task-result-bytes", protocol.DefaultMaxResultBytes,
+		"largest result of one task in bytes of JSON; a larger one fails the task")
+	maxInflight := fs.Int64("max-inflight-bytes", 0,
+		"task message bytes held at once, which bounds the prefetch (default 256 MiB, or --concurrency messages when more)")
+	replicas := fs.Int("quorum-replicas", 0, quorumReplicasUsage)
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
+	from := fs.from
 	switch {
-	case c.envErr != nil:
-		return c.envErr
 	case *replicas < 0:
-		return fmt.Errorf("--quorum-replicas must be >= 0, got %d", *replicas)
+		return usageErrorf("%s must be >= 0, got %d", from("quorum-replicas"), *replicas)
 	case *concurrency < 1:
-		return fmt.Errorf("--concurrency must be >= 1, got %d", *concurrency)
+		return usageErrorf("%s must be >= 1, got %d", from("concurrency"), *concurrency)
 	case *maxMessage < 1 || *maxMessage > math.MaxInt32:
-		return fmt.Errorf("--max-message-bytes must be between 1 and %d, got %d", math.MaxInt32, *maxMessage)
+		return usageErrorf("%s must be between 1 and %d, got %d", from("max-message-bytes"), math.MaxInt32, *maxMessage)
 	case *maxResult < 1 || *maxResult > math.MaxInt32:
-		return fmt.Errorf("--max-task-result-bytes must be between 1 and %d, got %d", math.MaxInt32, *maxResult)
+		return usageErrorf("%s must be between 1 and %d, got %d", from("max-task-result-bytes"), math.MaxInt32, *maxResult)
 	case *maxInflight < 0:
-		return fmt.Errorf("--max-inflight-bytes must be >= 0, got %d", *maxInflight)
+		return usageErrorf("%s must be >= 0, got %d", from("max-inflight-bytes"), *maxInflight)
 	}
-	if err := checkAMQPURL(c.amqpURL); err != nil {
+	if err := checkAMQPURL(fs, c.amqpURL); err != nil {
 		return err
 	}
 	serve, err := selectBuiltins(*types)
 	if err != nil {
-		return err
+		return usageErrorf("%s: %v", from("types"), err)
 	}
 	consume, err := protocol.ParseQueues(*queues)
 	if err != nil {
-		return fmt.Errorf("--queues: %v", err)
+		return usageErrorf("%s: %v", from("queues"), err)
 	}
 	tiers, err := c.tiers()
 	if err != nil {
@@ -136,7 +135,7 @@ func selectBuiltins(list string) ([]string, error) {
 	for _, name := range strings.Split(list, ",") {
 		name = strings.TrimSpace(name)
 		if _, ok := handlers.Builtins[name]; !ok {
-			return nil, fmt.Errorf("--types: unknown handler %q (built-ins: echo, flaky, sleep, wordcount)", name)
+			return nil, fmt.Errorf("unknown handler %q (built-ins: echo, flaky, sleep, wordcount)", name)
 		}
 		if !seen[name] {
 			seen[name] = true
@@ -151,7 +150,7 @@ func selectBuiltins(list string) ([]string, error) {
 func serveHealth(addr string, ready *atomic.Bool, env *environment) (stop func(), err error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("--health-listen %s: %v", addr, err)
+		return nil, fmt.Errorf("--health-listen %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

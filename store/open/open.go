@@ -37,6 +37,11 @@ func Open(ctx context.Context, rawURL string) (store.Store, error) {
 		}
 		return s, nil
 	default:
-		return nil, fmt.Errorf("database URL %q: unsupported scheme (want sqlite://PATH or postgres://...)", rawURL)
+		// Only the scheme: the rest may hold a password.
+		scheme, _, _ := strings.Cut(rawURL, "://")
+		if len(scheme) > 20 || strings.ContainsAny(scheme, "@:/") {
+			scheme = "(none)"
+		}
+		return nil, fmt.Errorf("database URL: unsupported scheme %q (want sqlite://PATH or postgres://...)", scheme)
 	}
 }
