@@ -257,7 +257,7 @@ func (r *runner) submit() error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	out, err := runEnv(2*time.Minute, append(r.env, "WARREN_LISTEN="+strings.TrimPrefix(r.api(), "http://")), r.bin, "submit", path)
+	out, err := runEnv(2*time.Minute, append(r.env, "WARREN_SERVER="+r.api()), r.bin, "submit", path)
 	if err != nil {
 		return err
 	}
