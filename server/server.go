@@ -163,6 +163,16 @@ func (s *Server) start(ctx context.Context) (err error) {
 			s.closeResources()
 		}
 	}()
+	// The certificate first: a wrong file is refused before the store or
+	// the broker is touched (no topology declared, nothing migrated).
+	var tlsConfig *tls.Config
+	if s.cfg.TLSCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+		if err != nil {
+			return fmt.Errorf("TLS certificate %s and key %s: %v", s.cfg.TLSCertFile, s.cfg.TLSKeyFile, err)
+		}
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
 	if s.store = s.cfg.Store; s.store == nil {
 		if s.store, err = open.Open(ctx, s.cfg.DatabaseURL); err != nil {
 			return err
@@ -218,14 +228,6 @@ func (s *Server) start(ctx context.Context) (err error) {
 	})
 	if err != nil {
 		return err
-	}
-	var tlsConfig *tls.Config
-	if s.cfg.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
-		if err != nil {
-			return fmt.Errorf("TLS certificate %s and key %s: %v", s.cfg.TLSCertFile, s.cfg.TLSKeyFile, err)
-		}
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	}
 	if s.listener, err = net.Listen("tcp", s.cfg.Listen); err != nil {
 		return fmt.Errorf("cannot listen on %s: %v", s.cfg.Listen, err)

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -152,7 +153,8 @@ func TestServerTLSSettings(t *testing.T) {
 		{nil, []string{"--tls-cert", pki.certFile}, exitUsage, "--tls-cert is set but not --tls-key (WARREN_TLS_KEY): HTTPS needs both, or neither"},
 		{map[string]string{"WARREN_TLS_KEY": pki.keyFile}, nil, exitUsage, "WARREN_TLS_KEY is set but not --tls-cert"},
 		{map[string]string{"WARREN_LISTEN": "0.0.0.0:0"}, []string{"--tls-cert", pki.certFile, "--tls-key", pki.keyFile}, exitUsage, "refusing to listen"},
-		{map[string]string{"WARREN_AMQP_URL": amqptest.URL(), "WARREN_LISTEN": "127.0.0.1:0", "WARREN_DATABASE_URL": db},
+		{map[string]string{"WARREN_AMQP_URL": amqptest.URL(), "WARREN_LISTEN": "127.0.0.1:0", "WARREN_DATABASE_URL": db,
+			"WARREN_PREFIX": fmt.Sprintf("wt-%d-tls-", time.Now().UnixNano())}, // refused before the broker is touched, but never the default names
 			[]string{"--tls-cert", pki.caFile, "--tls-key", pki.caFile}, exitError, "TLS certificate " + pki.caFile},
 	} {
 		code, _, errOut := runCLI(t, tc.vars, append([]string{"server"}, tc.args...)...)
