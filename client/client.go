@@ -41,6 +41,9 @@ type Client struct {
 	giveUp time.Duration
 }
 
+// BaseURL is the server's base URL the client was made with.
+func (c *Client) BaseURL() string { return c.base }
+
 // Option configures a Client.
 type Option func(*Client)
 

@@ -12,16 +12,10 @@ import (
 )
 
 func runRedrive(ctx context.Context, args []string, env *environment) error {
-	var cf clientFlags
-	fs := newFlagSet("redrive", "Requeue the failed tasks of a failed (or completed-with-failures) job and reopen it.", env)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print the reopened job as JSON")
-	fs.localFlags("json")
-	id, err := parseWithID(fs, args, env)
-	if err != nil {
-		return err
-	}
-	c, err := cf.client()
+	var asJSON *bool
+	id, c, err := jobCommand("redrive", "Requeue the failed tasks of a failed (or completed-with-failures) job and reopen it.", args, env, func(fs *flagSet) {
+		asJSON = jsonFlag(fs, "print the reopened job as JSON")
+	})
 	if err != nil {
 		return err
 	}

@@ -96,6 +96,34 @@ func (f *clientFlags) client(opts ...client.Option) (*client.Client, error) {
 	return client.New(base, opts...), nil
 }
 
+// jobCommand parses the arguments of a client command about one job: the
+// client flags, the flags define adds (nil: none), and the job's id. It
+// returns the id and a client made with opts.
+func jobCommand(name, summary string, args []string, env *environment, define func(*flagSet), opts ...client.Option) (string, *client.Client, error) {
+	var cf clientFlags
+	fs := newFlagSet(name, summary, env)
+	cf.register(fs)
+	if define != nil {
+		define(fs)
+	}
+	id, err := parseWithID(fs, args, env)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := cf.client(opts...)
+	if err != nil {
+		return "", nil, err
+	}
+	return id, c, nil
+}
+
+// jsonFlag defines the command-line-only flag --json with usage.
+func jsonFlag(fs *flagSet, usage string) *bool {
+	asJSON := fs.Bool("json", false, usage)
+	fs.localFlags("json")
+	return asJSON
+}
+
 // printJSON writes v as indented JSON.
 func printJSON(w io.Writer, v any) error {
 	out, err := json.MarshalIndent(v, "", "  ")
@@ -247,16 +275,10 @@ func specFrom(doc map[string]json.RawMessage, typ, reduce, key string) (client.J
 }
 
 func runStatus(ctx context.Context, args []string, env *environment) error {
-	var cf clientFlags
-	fs := newFlagSet("status", "Show a job's status.", env)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print the job object as the API returns it")
-	fs.localFlags("json")
-	id, err := parseWithID(fs, args, env)
-	if err != nil {
-		return err
-	}
-	c, err := cf.client()
+	var asJSON *bool
+	id, c, err := jobCommand("status", "Show a job's status.", args, env, func(fs *flagSet) {
+		asJSON = jsonFlag(fs, "print the job object as the API returns it")
+	})
 	if err != nil {
 		return err
 	}
@@ -308,17 +330,11 @@ func printStatus(w io.Writer, j client.Job) {
 }
 
 func runWatch(ctx context.Context, args []string, env *environment) error {
-	var cf clientFlags
-	fs := newFlagSet("watch", "Show a job's progress until it closes. Exits 0 if the job completed, 1 if it failed or was cancelled,\n"+
-		"3 if the server did not answer for 10 s. Follows the job's event stream, or polls a server without one.", env)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print no progress, then the closed job as JSON")
-	fs.localFlags("json")
-	id, err := parseWithID(fs, args, env)
-	if err != nil {
-		return err
-	}
-	c, err := cf.client(client.WithGiveUpAfter(watchGiveUp))
+	var asJSON *bool
+	id, c, err := jobCommand("watch", "Show a job's progress until it closes. Exits 0 if the job completed, 1 if it failed or was cancelled,\n"+
+		"3 if the server did not answer for 10 s. Follows the job's event stream, or polls a server without one.", args, env, func(fs *flagSet) {
+		asJSON = jsonFlag(fs, "print no progress, then the closed job as JSON")
+	}, client.WithGiveUpAfter(watchGiveUp))
 	if err != nil {
 		return err
 	}
@@ -330,7 +346,7 @@ func runWatch(ctx context.Context, args []string, env *environment) error {
 	job, err := c.Watch(ctx, id, update)
 	bar.finish()
 	if errors.Is(err, client.ErrUnreachable) {
-		return fmt.Errorf("gave up watching job %s at %s: %v", id, redactURL(cf.server), err)
+		return fmt.Errorf("gave up watching job %s at %s: %v", id, redactURL(c.BaseURL()), err)
 	}
 	if err != nil {
 		return err
@@ -364,16 +380,10 @@ func seconds(s float64) time.Duration {
 }
 
 func runDelete(ctx context.Context, args []string, env *environment) error {
-	var cf clientFlags
-	fs := newFlagSet("delete", "Delete a closed job now, whatever its retention, with its tasks, results and idempotency key.\nAn open job is refused: cancel it first.", env)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, `print {"id": ID, "deleted": true}`)
-	fs.localFlags("json")
-	id, err := parseWithID(fs, args, env)
-	if err != nil {
-		return err
-	}
-	c, err := cf.client()
+	var asJSON *bool
+	id, c, err := jobCommand("delete", "Delete a closed job now, whatever its retention, with its tasks, results and idempotency key.\nAn open job is refused: cancel it first.", args, env, func(fs *flagSet) {
+		asJSON = jsonFlag(fs, `print {"id": ID, "deleted": true}`)
+	})
 	if err != nil {
 		return err
 	}

@@ -38,27 +38,14 @@ func runList(ctx context.Context, args []string, env *environment) error {
 		return err
 	}
 	var out client.JobList
-	next := *cursor
-	for {
-		want := listPage
-		if *limit > 0 {
-			want = min(listPage, *limit-len(out.Jobs))
-		}
-		page, err := c.List(ctx, &client.ListOpts{State: *state, Type: *typ, Limit: want, Cursor: next})
-		if err != nil {
-			return err
-		}
-		out.Jobs = append(out.Jobs, page.Jobs...)
-		out.NextCursor = page.NextCursor
-		if page.NextCursor == nil || (*limit > 0 && len(out.Jobs) >= *limit) {
-			break
-		}
-		next = *page.NextCursor
+	out.Jobs, out.NextCursor, err = allPages(*limit, *cursor, func(limit int, cursor string) ([]client.Job, *string, error) {
+		page, err := c.List(ctx, &client.ListOpts{State: *state, Type: *typ, Limit: limit, Cursor: cursor})
+		return page.Jobs, page.NextCursor, err
+	})
+	if err != nil {
+		return err
 	}
 	if *asJSON {
-		if out.Jobs == nil {
-			out.Jobs = []client.Job{}
-		}
 		return printJSON(env.stdout, out)
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
@@ -75,6 +62,28 @@ func runList(ctx context.Context, args []string, env *environment) error {
 	return nil
 }
 
+// allPages pages through a list from cursor, asking for at most listPage
+// items at a time, until it has limit items (0: all of them). It returns
+// them (never nil) and the cursor of the page after, nil at the end.
+func allPages[T any](limit int, cursor string, page func(limit int, cursor string) ([]T, *string, error)) ([]T, *string, error) {
+	items := []T{}
+	for {
+		want := listPage
+		if limit > 0 {
+			want = min(listPage, limit-len(items))
+		}
+		got, next, err := page(want, cursor)
+		if err != nil {
+			return nil, nil, err
+		}
+		items = append(items, got...)
+		if next == nil || (limit > 0 && len(items) >= limit) {
+			return items, next, nil
+		}
+		cursor = *next
+	}
+}
+
 // when formats an optional time for a table.
 func when(t *time.Time) string {
 	if t == nil {
@@ -84,14 +93,17 @@ func when(t *time.Time) string {
 }
 
 func runTasks(ctx context.Context, args []string, env *environment) error {
-	var cf clientFlags
-	fs := newFlagSet("tasks", "List a job's tasks in task id order: id, state, attempts, worker, finished, error.", env)
-	cf.register(fs)
-	state := fs.String("state", "", "only tasks in this state: pending, queued, completed, failed or cancelled")
-	limit := fs.Int("limit", 0, "at most this many tasks (0: all)")
-	asJSON := fs.Bool("json", false, `print {"tasks": [...], "next_cursor": ...}, results included`)
-	fs.localFlags("state", "limit", "json")
-	id, err := parseWithID(fs, args, env)
+	var (
+		state  *string
+		limit  *int
+		asJSON *bool
+	)
+	id, c, err := jobCommand("tasks", "List a job's tasks in task id order: id, state, attempts, worker, finished, error.", args, env, func(fs *flagSet) {
+		state = fs.String("state", "", "only tasks in this state: pending, queued, completed, failed or cancelled")
+		limit = fs.Int("limit", 0, "at most this many tasks (0: all)")
+		asJSON = jsonFlag(fs, `print {"tasks": [...], "next_cursor": ...}, results included`)
+		fs.localFlags("state", "limit")
+	})
 	if err != nil {
 		return err
 	}
@@ -101,32 +113,15 @@ func runTasks(ctx context.Context, args []string, env *environment) error {
 	if *state != "" && !client.TaskState(*state).Valid() {
 		return usageErrorf("--state: %q is not a task state (pending, queued, completed, failed, cancelled)", *state)
 	}
-	c, err := cf.client()
+	var out client.TaskList
+	out.Tasks, out.NextCursor, err = allPages(*limit, "", func(limit int, cursor string) ([]client.Task, *string, error) {
+		page, err := c.Tasks(ctx, id, &client.ListOpts{State: *state, Limit: limit, Cursor: cursor})
+		return page.Tasks, page.NextCursor, err
+	})
 	if err != nil {
 		return err
 	}
-	var out client.TaskList
-	next := ""
-	for {
-		want := listPage
-		if *limit > 0 {
-			want = min(listPage, *limit-len(out.Tasks))
-		}
-		page, err := c.Tasks(ctx, id, &client.ListOpts{State: *state, Limit: want, Cursor: next})
-		if err != nil {
-			return err
-		}
-		out.Tasks = append(out.Tasks, page.Tasks...)
-		out.NextCursor = page.NextCursor
-		if page.NextCursor == nil || (*limit > 0 && len(out.Tasks) >= *limit) {
-			break
-		}
-		next = *page.NextCursor
-	}
 	if *asJSON {
-		if out.Tasks == nil {
-			out.Tasks = []client.Task{}
-		}
 		return printJSON(env.stdout, out)
 	}
 	printTasks(env.stdout, out.Tasks)
@@ -147,18 +142,12 @@ func printTasks(w io.Writer, tasks []client.Task) {
 }
 
 func runResult(ctx context.Context, args []string, env *environment) error {
-	var cf clientFlags
-	fs := newFlagSet("result", "Print a completed job's reduced result, as JSON. A job that is not completed is an error (exit status 3).", env)
-	cf.register(fs)
-	// The result is JSON already: --json is accepted for scripts that
-	// give it to every command.
-	fs.Bool("json", true, "print the result as JSON (always)")
-	fs.localFlags("json")
-	id, err := parseWithID(fs, args, env)
-	if err != nil {
-		return err
-	}
-	c, err := cf.client()
+	id, c, err := jobCommand("result", "Print a completed job's reduced result, as JSON. A job that is not completed is an error (exit status 3).", args, env, func(fs *flagSet) {
+		// The result is JSON already: --json is accepted for scripts that
+		// give it to every command.
+		fs.Bool("json", true, "print the result as JSON (always)")
+		fs.localFlags("json")
+	})
 	if err != nil {
 		return err
 	}
@@ -170,16 +159,10 @@ func runResult(ctx context.Context, args []string, env *environment) error {
 }
 
 func runCancel(ctx context.Context, args []string, env *environment) error {
-	var cf clientFlags
-	fs := newFlagSet("cancel", "Cancel an open job: its tasks not yet run are dropped, running ones are told to stop.", env)
-	cf.register(fs)
-	asJSON := fs.Bool("json", false, "print the cancelled job as JSON")
-	fs.localFlags("json")
-	id, err := parseWithID(fs, args, env)
-	if err != nil {
-		return err
-	}
-	c, err := cf.client()
+	var asJSON *bool
+	id, c, err := jobCommand("cancel", "Cancel an open job: its tasks not yet run are dropped, running ones are told to stop.", args, env, func(fs *flagSet) {
+		asJSON = jsonFlag(fs, "print the cancelled job as JSON")
+	})
 	if err != nil {
 		return err
 	}
