@@ -85,14 +85,34 @@ func (s TimelineSpan) Buckets() []TimelineBucket {
 	return out
 }
 
-// Count adds n tasks that finished in state (completed, or else failed)
-// to bucket i of buckets (from span.Buckets), i clamped into the span: a
-// driver calls it with each row of its grouped count.
-func (s TimelineSpan) Count(buckets []TimelineBucket, i int64, state warren.TaskState, n int64) {
-	b := &buckets[min(max(i, 0), int64(s.N-1))]
-	if state == warren.TaskCompleted {
-		b.Completed += n
-	} else {
-		b.Failed += n
+// TimelineRows are the rows of a driver's grouped count of a job's
+// finished tasks, each (bucket index, task state, count): *sql.Rows and
+// pgx.Rows are.
+type TimelineRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// Fill returns span's buckets (Buckets) with the counts of rows added,
+// each row's bucket index clamped into the span, its tasks counted as
+// completed or else failed. The caller closes rows.
+func (s TimelineSpan) Fill(rows TimelineRows) ([]TimelineBucket, error) {
+	buckets := s.Buckets()
+	for rows.Next() {
+		var (
+			i, n  int64
+			state string
+		)
+		if err := rows.Scan(&i, &state, &n); err != nil {
+			return nil, err
+		}
+		b := &buckets[min(max(i, 0), int64(s.N-1))]
+		if warren.TaskState(state) == warren.TaskCompleted {
+			b.Completed += n
+		} else {
+			b.Failed += n
+		}
 	}
+	return buckets, rows.Err()
 }

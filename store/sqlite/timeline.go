@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
 )
 
 // TaskTimeline counts job jobID's completed and failed tasks by the bucket
 // of span their finished_at falls in, grouped in SQL; buckets out of the
-// span are clamped into it (store.TimelineSpan.Count).
+// span are clamped into it (store.TimelineSpan.Fill).
 func (s *Store) TaskTimeline(ctx context.Context, jobID string, span store.TimelineSpan) ([]store.TimelineBucket, error) {
 	if err := s.jobExists(ctx, jobID); err != nil {
 		return nil, fmt.Errorf("sqlite: task timeline of %s: %w", jobID, err)
@@ -24,19 +23,8 @@ func (s *Store) TaskTimeline(ctx context.Context, jobID string, span store.Timel
 		return nil, fmt.Errorf("sqlite: task timeline of %s: %w", jobID, err)
 	}
 	defer rows.Close()
-	buckets := span.Buckets()
-	for rows.Next() {
-		var (
-			i     int64
-			state string
-			n     int64
-		)
-		if err := rows.Scan(&i, &state, &n); err != nil {
-			return nil, fmt.Errorf("sqlite: task timeline of %s: %w", jobID, err)
-		}
-		span.Count(buckets, i, warren.TaskState(state), n)
-	}
-	if err := rows.Err(); err != nil {
+	buckets, err := span.Fill(rows)
+	if err != nil {
 		return nil, fmt.Errorf("sqlite: task timeline of %s: %w", jobID, err)
 	}
 	return buckets, nil
