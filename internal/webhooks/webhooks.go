@@ -30,6 +30,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -243,20 +244,44 @@ func (d *Deliverer) Wake() {
 // Run delivers until ctx is done, then returns nil once the attempts in
 // flight are recorded: an attempt cut short by the stop is recorded as
 // due at once, for the next server (or this one, restarted) to make
-// again. It looks for due deliveries at once, whenever woken, when a
-// retry it scheduled is due, and every PollInterval.
+// again. Up to Concurrency attempts run at once, each slot taking the
+// next due delivery as soon as it is free, so a slow receiver holds only
+// its own slots. It looks for due deliveries at once, whenever woken,
+// when a slot frees, when a retry it scheduled is due, and every
+// PollInterval.
 func (d *Deliverer) Run(ctx context.Context) error {
 	poll := time.NewTicker(d.cfg.PollInterval)
 	defer poll.Stop()
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
+	var (
+		wg       sync.WaitGroup
+		inFlight atomic.Int64
+		freed    = make(chan struct{}, 1)
+	)
+	defer wg.Wait()
 	for {
-		n, err := d.RunOnce(ctx)
-		if err != nil && ctx.Err() == nil {
-			d.log.Warn("webhooks: cannot claim deliveries; trying again at the next poll", "error", err)
-		}
-		if n == d.cfg.Concurrency && err == nil && ctx.Err() == nil {
-			continue // there may be more due
+		if free := d.cfg.Concurrency - int(inFlight.Load()); free > 0 && ctx.Err() == nil {
+			claimed, err := d.claim(ctx, free)
+			if err != nil && ctx.Err() == nil {
+				d.log.Warn("webhooks: cannot claim deliveries; trying again at the next poll", "error", err)
+			}
+			for _, c := range claimed {
+				inFlight.Add(1)
+				wg.Go(func() {
+					defer func() {
+						inFlight.Add(-1)
+						select {
+						case freed <- struct{}{}:
+						default:
+						}
+					}()
+					d.attempt(ctx, c)
+				})
+			}
+			if len(claimed) == free {
+				continue // every slot busy; there may be more due when one frees
+			}
 		}
 		retry.Reset(d.untilSoon())
 		select {
@@ -265,6 +290,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 		case <-poll.C:
 		case <-d.wake:
 		case <-retry.C:
+		case <-freed:
 		}
 	}
 }
@@ -295,7 +321,7 @@ func (d *Deliverer) scheduled(at time.Time) {
 // RunOnce claims up to Concurrency due deliveries, attempts them at once,
 // and returns how many it claimed once every attempt is recorded.
 func (d *Deliverer) RunOnce(ctx context.Context) (int, error) {
-	claimed, err := d.cfg.Store.ClaimDeliveries(ctx, store.DeliveryClaim{Now: d.cfg.Now(), Lease: d.lease, Limit: d.cfg.Concurrency})
+	claimed, err := d.claim(ctx, d.cfg.Concurrency)
 	if err != nil {
 		return 0, err
 	}
@@ -305,6 +331,11 @@ func (d *Deliverer) RunOnce(ctx context.Context) (int, error) {
 	}
 	wg.Wait()
 	return len(claimed), nil
+}
+
+// claim claims up to limit due deliveries, leased for an attempt.
+func (d *Deliverer) claim(ctx context.Context, limit int) ([]store.ClaimedDelivery, error) {
+	return d.cfg.Store.ClaimDeliveries(ctx, store.DeliveryClaim{Now: d.cfg.Now(), Lease: d.lease, Limit: limit})
 }
 
 // attempt POSTs c and records how it ended.

@@ -398,3 +398,48 @@ func TestNewNamesTheFieldThatIsWrong(t *testing.T) {
 	_, err = webhooks.New(webhooks.Config{Store: b.store, Timeout: -1})
 	require.ErrorContains(t, err, "Config.Timeout")
 }
+
+// A receiver that does not answer holds only its own slot: the other
+// deliveries go out meanwhile, one after another through the free slot.
+func TestASlowReceiverHoldsOnlyItsOwnSlot(t *testing.T) {
+	t.Parallel()
+	arrived, release := make(chan struct{}, 10), make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		arrived <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() { close(release) })
+	b := setup(t, slow.URL) // the first delivery due: to the slow receiver
+	fast := newReceiver(t, http.StatusOK)
+	for range 3 {
+		job, _, err := b.store.CreateJob(t.Context(), store.NewJob{Type: "t", Webhook: &store.Webhook{URL: fast.URL, Secret: secret}},
+			func(yield func(json.RawMessage, error) bool) { yield(json.RawMessage(`1`), nil) })
+		require.NoError(t, err)
+		job, err = b.store.CancelJob(t.Context(), job.ID)
+		require.NoError(t, err)
+		b.clock.Set(*job.FinishedAt)
+	}
+	d := b.deliverer(t, webhooks.Config{PollInterval: time.Hour, Concurrency: 2})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow receiver's delivery was not attempted")
+	}
+	for i := range 3 {
+		select {
+		case <-fast.arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("delivery %d of 3 to the fast receiver waited for the slow one", i+1)
+		}
+	}
+	cancel()
+	require.NoError(t, <-done)
+}
