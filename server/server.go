@@ -485,7 +485,8 @@ func (s *Server) newSweeper() (*retention.Sweeper, error) {
 // newDeliverer returns the webhook deliverer, counted in
 // warren_webhook_deliveries_total and _pending.
 func (s *Server) newDeliverer() (*webhooks.Deliverer, error) {
-	cfg := webhooks.Config{Store: s.store, AllowPrivate: s.cfg.WebhookAllowPrivate, Metrics: s.webhooks, Logger: s.log}
+	cfg := webhooks.Config{Store: s.store, AllowPrivate: s.cfg.WebhookAllowPrivate, Metrics: s.webhooks, Logger: s.log,
+		Schedule: webhooks.Schedule{Jitter: webhooks.DefaultJitter}}
 	if h := s.cfg.Hooks.OnWebhookAttempt; h != nil {
 		cfg.OnAttempt = func(a webhooks.Attempt) {
 			if a.Recorded {
