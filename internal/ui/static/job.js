@@ -174,8 +174,14 @@ export function jobPage(root, { params, navigate }) {
       h('h1', null, 'Job ', h('span', { class: 'mono' }, id)), h('p', { class: 'muted', id: 'job-gone' }, text)));
   }
 
+  // Deliveries are read once while the job is open (a redriven job's
+  // earlier ones), then once it closed until none is pending.
+  let deliveriesRead = false;
+
   async function loadSlow() {
-    await Promise.all([loadTimeline(), failed.reload(), tasks.reload(), loadDeliveries()]);
+    const deliveries = !deliveriesRead || (job && !isOpen(job.state)) ? loadDeliveries() : null;
+    deliveriesRead = true;
+    await Promise.all([loadTimeline(), failed.reload(), tasks.reload(), deliveries]);
     failedPanel.hidden = !(job && job.failed_tasks > 0) && failed.empty();
   }
 
@@ -206,6 +212,9 @@ export function jobPage(root, { params, navigate }) {
     t.tBodies[0].append(...(rows.length ? rows : [emptyRow(9, 'No delivery yet: the webhook is called when the job closes.')]));
     deliveriesPanel.replaceChildren(h('h2', null, 'Webhook deliveries'), h('div', { class: 'scroll' }, t));
     deliveriesPanel.hidden = !(rows.length || (job && job.webhook));
+    if (job && !isOpen(job.state) && out.deliveries.some((d) => d.state === 'pending')) {
+      setTimeout(() => { if (!abort.signal.aborted) loadDeliveries(); }, slowEvery);
+    }
   }
 
   async function loadResult() {
