@@ -212,20 +212,3 @@ func (d *jobDurations) observe(job warren.Job, state warren.JobState, closedAt t
 	d.hist.WithLabelValues(typ, string(state)).Observe(max(0, closedAt.Sub(job.CreatedAt).Seconds()))
 }
 
-// observeCancelled observes the duration of a job the API cancelled, in the
-// background: the request's goroutine must not wait for the store.
-func (s *Server) observeCancelled(id string) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), queuesTimeout)
-		defer cancel()
-		job, err := s.store.GetJob(ctx, id)
-		if err != nil || job.State != warren.JobCancelled {
-			return // deleted meanwhile, or the store is down: one observation less
-		}
-		closedAt := time.Now()
-		if job.FinishedAt != nil {
-			closedAt = *job.FinishedAt
-		}
-		s.jobDurations.observe(job, warren.JobCancelled, closedAt)
-	}()
-}

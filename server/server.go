@@ -214,9 +214,9 @@ func (s *Server) start(ctx context.Context) (err error) {
 		Ready:               s.brokerReady,
 		OnSubmit:            func(string) { s.WakeRelay() },
 		OnRedrive:           func(string) { s.WakeRelay() },
-		OnCancel: func(id string) {
-			s.jobCancelled(id)
-			s.observeCancelled(id)
+		OnCancel: func(job warren.Job) {
+			s.jobCancelled(job.ID)
+			s.jobDurations.observe(job, warren.JobCancelled, *job.FinishedAt)
 		},
 		Workers:  s.workers.List,
 		Queues:   s.readQueues,

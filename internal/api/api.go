@@ -103,11 +103,11 @@ type Config struct {
 	// committed. The server uses it to wake the relay. It runs on the
 	// request's goroutine, so it must not block.
 	OnSubmit func(jobID string)
-	// OnCancel, when set, is called with the id of every job a request
-	// cancelled, after the store committed it. The server uses it to tell
-	// the workers. It runs on the request's goroutine, so it must not
-	// block.
-	OnCancel func(jobID string)
+	// OnCancel, when set, is called with every job a request cancelled,
+	// as the store returned it after it committed the cancel. The server
+	// uses it to tell the workers. It runs on the request's goroutine, so
+	// it must not block.
+	OnCancel func(job warren.Job)
 	// OnRedrive, when set, is called with the id of every job a request
 	// redrove, after the store committed it. The server uses it to wake
 	// the relay. It runs on the request's goroutine, so it must not block.

@@ -312,7 +312,14 @@ func (s *server) useEvents() error {
 	if err := s.events.bind(s.cfg.Store, s.renderJob, s.log); err != nil {
 		return err
 	}
-	for _, hook := range []*func(string){&s.cfg.OnCancel, &s.cfg.OnRedrive, &s.cfg.OnDelete} {
+	onCancel := s.cfg.OnCancel
+	s.cfg.OnCancel = func(job warren.Job) {
+		s.events.Notify(job.ID)
+		if onCancel != nil {
+			onCancel(job)
+		}
+	}
+	for _, hook := range []*func(string){&s.cfg.OnRedrive, &s.cfg.OnDelete} {
 		next := *hook
 		*hook = func(id string) {
 			s.events.Notify(id)

@@ -380,7 +380,7 @@ func (s *server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.InfoContext(r.Context(), "api: job cancelled", "job_id", id)
 	if s.cfg.OnCancel != nil {
-		s.cfg.OnCancel(id)
+		s.cfg.OnCancel(job)
 	}
 	out, err := s.jobDetail(r, job)
 	if err != nil {

@@ -19,10 +19,10 @@ type hookCalls struct {
 }
 
 func (h *hookCalls) install(_ *testing.T, cfg *api.Config) {
-	cfg.OnCancel = func(id string) {
+	cfg.OnCancel = func(job warren.Job) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		h.cancelled = append(h.cancelled, id)
+		h.cancelled = append(h.cancelled, job.ID)
 	}
 	cfg.OnRedrive = func(id string) {
 		h.mu.Lock()
