@@ -211,4 +211,3 @@ func (d *jobDurations) observe(job warren.Job, state warren.JobState, closedAt t
 	d.mu.Unlock()
 	d.hist.WithLabelValues(typ, string(state)).Observe(max(0, closedAt.Sub(job.CreatedAt).Seconds()))
 }
-
