@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 	"sync/atomic"
@@ -56,7 +57,7 @@ func newAcker(ch amqp.Acknowledger, lost *atomic.Bool) *acker {
 		lost: lost,
 		reqs: make(chan *settleReq),
 		quit: make(chan struct{}),
-		book: ackBook{settled: make(map[uint64]struct{})},
+		book: ackBook{},
 	}
 	go a.run()
 	return a
@@ -161,10 +162,23 @@ type ackOp struct {
 
 // ackBook knows which delivery tags of one channel are settled, and
 // plans the acks of newly done ones so that a multiple-ack never covers a
-// delivery that is not settled. Tags start at 1 on a new channel.
+// delivery that is not settled. Tags start at 1 on a new channel. The
+// tags settled above the floor are kept as ranges: while one long task
+// holds the floor, the many tags settled after it are one range, not
+// one entry each.
 type ackBook struct {
-	floor   uint64              // every tag up to floor is settled
-	settled map[uint64]struct{} // the settled tags above floor
+	floor   uint64     // every tag up to floor is settled
+	settled []tagRange // the settled tags above floor: sorted, apart, not touching
+}
+
+// tagRange is the delivery tags lo..hi.
+type tagRange struct{ lo, hi uint64 }
+
+// find returns the index of the first range of b.settled that starts at
+// tag or after it.
+func (b *ackBook) find(tag uint64) int {
+	i, _ := slices.BinarySearchFunc(b.settled, tag, func(r tagRange, t uint64) int { return cmp.Compare(r.lo, t) })
+	return i
 }
 
 // isSettled reports whether tag is settled.
@@ -172,8 +186,36 @@ func (b *ackBook) isSettled(tag uint64) bool {
 	if tag <= b.floor {
 		return true
 	}
-	_, ok := b.settled[tag]
-	return ok
+	i := b.find(tag)
+	return (i < len(b.settled) && b.settled[i].lo == tag) || (i > 0 && b.settled[i-1].hi >= tag)
+}
+
+// add records tag, above the floor and not settled, as settled.
+func (b *ackBook) add(tag uint64) {
+	i := b.find(tag)
+	joinsPrev := i > 0 && b.settled[i-1].hi+1 == tag
+	joinsNext := i < len(b.settled) && b.settled[i].lo == tag+1
+	switch {
+	case joinsPrev && joinsNext:
+		b.settled[i-1].hi = b.settled[i].hi
+		b.settled = slices.Delete(b.settled, i, i+1)
+	case joinsPrev:
+		b.settled[i-1].hi = tag
+	case joinsNext:
+		b.settled[i].lo = tag
+	default:
+		b.settled = slices.Insert(b.settled, i, tagRange{tag, tag})
+	}
+}
+
+// raise moves the floor over the settled range that follows it, if any.
+func (b *ackBook) raise() bool {
+	if len(b.settled) == 0 || b.settled[0].lo != b.floor+1 {
+		return false
+	}
+	b.floor = b.settled[0].hi
+	b.settled = slices.Delete(b.settled, 0, 1)
+	return true
 }
 
 // nacked records tag as settled by a nack sent just now.
@@ -181,14 +223,8 @@ func (b *ackBook) nacked(tag uint64) {
 	if b.isSettled(tag) {
 		return
 	}
-	b.settled[tag] = struct{}{}
-	for {
-		if _, ok := b.settled[b.floor+1]; !ok {
-			return
-		}
-		delete(b.settled, b.floor+1)
-		b.floor++
-	}
+	b.add(tag)
+	b.raise()
 }
 
 // plan records tags as settled and appends to ops the acks that settle
@@ -202,29 +238,24 @@ func (b *ackBook) plan(tags []uint64, ops []ackOp) []ackOp {
 	slices.Sort(tags)
 	tags = slices.Compact(tags)
 	i := 0
-	for i < len(tags) && tags[i] <= b.floor {
-		i++
-	}
 	var (
 		last uint64 // the highest of tags in the run from the floor
 		n    int    // how many of tags are in that run
 	)
-run:
-	for next := b.floor + 1; ; next++ {
-		_, was := b.settled[next]
-		now := i < len(tags) && tags[i] == next
-		if now {
+	for {
+		for i < len(tags) && tags[i] <= b.floor {
+			i++ // settled already: never acked twice
+		}
+		if b.raise() {
+			continue
+		}
+		if i < len(tags) && tags[i] == b.floor+1 {
+			b.floor++
+			last, n = b.floor, n+1
 			i++
+			continue
 		}
-		switch {
-		case was:
-			delete(b.settled, next)
-		case now:
-			last, n = next, n+1
-		default:
-			b.floor = next - 1
-			break run
-		}
+		break
 	}
 	if n > 0 {
 		ops = append(ops, ackOp{tag: last, multiple: n > 1})
@@ -233,7 +264,7 @@ run:
 		if b.isSettled(tags[i]) {
 			continue
 		}
-		b.settled[tags[i]] = struct{}{}
+		b.add(tags[i])
 		ops = append(ops, ackOp{tag: tags[i]})
 	}
 	return ops

@@ -61,7 +61,7 @@ func TestAckBookNeverCoversAnUnsettledTag(t *testing.T) {
 		// them: it must not take a tag it has not seen for settled.
 		delivered := 0
 		order := rng.Perm(n)
-		book := ackBook{settled: map[uint64]struct{}{}}
+		book := ackBook{}
 		for len(order) > 0 {
 			delivered = min(n, delivered+rng.IntN(20)+1)
 			for tag := range delivered {
@@ -111,7 +111,7 @@ func TestAckBookNeverCoversAnUnsettledTag(t *testing.T) {
 
 func TestAckBookPlans(t *testing.T) {
 	t.Parallel()
-	book := ackBook{settled: map[uint64]struct{}{}}
+	book := ackBook{}
 	// In order: one multiple-ack.
 	require.Equal(t, []ackOp{{tag: 4, multiple: true}}, book.plan([]uint64{3, 1, 4, 2}, nil))
 	// 5 still runs: 6..8 are acked one by one, not held back behind it.
@@ -122,7 +122,7 @@ func TestAckBookPlans(t *testing.T) {
 	require.Equal(t, []ackOp{{tag: 10, multiple: true}}, book.plan([]uint64{10, 5}, nil))
 	require.Equal(t, uint64(10), book.floor)
 	// 5 alone after 6..8: a single ack.
-	book = ackBook{floor: 4, settled: map[uint64]struct{}{6: {}, 7: {}}}
+	book = ackBook{floor: 4, settled: []tagRange{{6, 7}}}
 	require.Equal(t, []ackOp{{tag: 5}}, book.plan([]uint64{5}, nil))
 	require.Equal(t, uint64(7), book.floor)
 	// A tag acked twice is acked once: the broker would close the channel.
@@ -191,4 +191,19 @@ func TestAckerSettlesDeliveriesOnRabbitMQ(t *testing.T) {
 	require.NoError(t, ch.Close())
 	require.Zero(t, amqptest.QueueDepth(t, conn, names.TasksQueue), "%d acked, %d nacked", acked.Load(), nacked.Load())
 	require.Positive(t, nacked.Load())
+}
+
+// While one long task holds the floor, the tags settled after it, however
+// many, are one range: the book does not grow with them.
+func TestAckBookStaysSmallBehindALongTask(t *testing.T) {
+	t.Parallel()
+	var book ackBook
+	const n = 100_000
+	for tag := uint64(2); tag <= n; tag++ {
+		require.Equal(t, []ackOp{{tag: tag}}, book.plan([]uint64{tag}, nil))
+	}
+	require.Equal(t, []tagRange{{2, n}}, book.settled)
+	require.Equal(t, []ackOp{{tag: 1}}, book.plan([]uint64{1}, nil), "the long task: acked alone, its followers are")
+	require.Empty(t, book.settled)
+	require.Equal(t, uint64(n), book.floor)
 }
