@@ -106,6 +106,20 @@ class ProcessTest(WarrenTestCase):
         self.assertEqual("completed", self.server.wait_closed(job_id)["state"])
         self.assertEqual([1, 2, 3], self.server.result(job_id))
 
+    def test_a_channel_the_broker_closes_is_a_lost_connection(self):
+        # pika raises nothing when the broker closes a channel (a consumer
+        # timeout, say): the worker must notice, or it takes no more tasks
+        # while its heartbeats say it is alive. Closing the channel from
+        # the client looks the same to the worker's loop.
+        w = self.start_worker({"echo": lambda p, t: p}, name="py-channel-%d" % os.getpid())
+        w.wait_for(lambda evs: any(e.kind == "connected" for e in evs), what="the first connection")
+        s = w.worker._session
+        s.conn.add_callback_threadsafe(s.ch.close)
+        w.wait_for(lambda evs: any(e.kind == "reconnected" for e in evs), what="a reconnect")
+        job_id = self.server.submit({"type": "echo", "reduce": "collect", "tasks": [1, 2, 3]})
+        self.assertEqual("completed", self.server.wait_closed(job_id)["state"])
+        self.assertEqual([1, 2, 3], self.server.result(job_id))
+
     def test_an_unconfirmed_result_sends_the_task_back(self):
         # Unbind results.q: a result is then returned unroutable, not
         # confirmed, and the worker must not ack its task.

@@ -132,8 +132,8 @@ class _Session:
         w = self.w
         try:
             while not w._stopping(stop_at):
-                if self.lost is None and self.pub.lost is not None:
-                    self.lost = self.pub.lost
+                if self.lost is None:
+                    self.lost = self.pub.lost or self._closed_channel()
                 if self.lost is not None:
                     break
                 self.conn.process_data_events(time_limit=POLL)
@@ -149,6 +149,15 @@ class _Session:
         self.close(goodbye=True)
         return None
 
+    def _closed_channel(self):
+        """An error when the broker closed the consuming or the control
+        channel (a consumer timeout, say), else None: pika 1.2 and 1.3
+        raise nothing for it, so the loops ask."""
+        for ch in (self.ch, self.control_ch):
+            if ch is not None and ch.is_closed:
+                return ConnectionError("the broker closed a channel of the worker")
+        return None
+
     def _drain(self):
         w = self.w
         self.draining = True
@@ -159,8 +168,9 @@ class _Session:
         w._emit(Event("draining"))
         deadline = time.monotonic() + w.shutdown_timeout
         while self.busy > 0 and time.monotonic() < deadline and not w._hurry.is_set():
-            if self.pub.lost is not None:
-                raise self.pub.lost
+            lost = self.pub.lost or self._closed_channel()
+            if lost is not None:
+                raise lost
             self.conn.process_data_events(time_limit=min(POLL, max(0.0, deadline - time.monotonic())))
         if self.inflight:
             w.log.warning("warren worker: %d task message(s) still running after the shutdown timeout; they go back to "
@@ -257,6 +267,14 @@ class _Session:
     # -- running handlers (on a handler thread) -----------------------------
 
     def _run(self, d, fn):
+        try:
+            self._run_tasks(d, fn)
+        except Exception as e:  # a bug around the handler: the task goes back to the queue, never left unsettled
+            _task_log(d.tasks[0], "warren worker: unexpected error around a handler; the task goes back to the queue: %s",
+                      e, level=logging.ERROR, logger=self.w.log)
+            self._threadsafe(self._requeue, d, "requeued", e)
+
+    def _run_tasks(self, d, fn):
         w, m = self.w, d.msg
         outs, results, evs = [], [], []
         for (task_id, payload), t in zip(m.tasks, d.tasks):

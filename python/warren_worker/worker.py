@@ -400,6 +400,7 @@ class Worker:
                 self._emit(Event("reconnected"))
             first = False
             connected_at = time.monotonic()
+            self._session = s  # the session serving now (tests)
             lost = s.serve(stop_at)
             if lost is None:
                 self.log.info("warren worker: stopped")
