@@ -79,19 +79,40 @@ func DecodeHeartbeat(body []byte) (Heartbeat, error) {
 	return h, nil
 }
 
-// maxHeartbeatText bounds the id and name of a heartbeat.
-const maxHeartbeatText = 256
+// maxHeartbeatText bounds the id, name, version and each queue and type
+// of a heartbeat; maxHeartbeatList bounds its queues and its types: a
+// server keeps the heartbeats of thousands of workers.
+const (
+	maxHeartbeatText = 256
+	maxHeartbeatList = 1024
+)
+
+// checkList checks the entries of a heartbeat's list what.
+func checkList(what string, list []string) error {
+	if len(list) > maxHeartbeatList {
+		return fmt.Errorf("%w: heartbeat has more than %d %s", ErrMalformed, maxHeartbeatList, what)
+	}
+	for _, s := range list {
+		if len(s) > maxHeartbeatText {
+			return fmt.Errorf("%w: heartbeat has one of its %s longer than %d bytes", ErrMalformed, what, maxHeartbeatText)
+		}
+	}
+	return nil
+}
 
 func (h Heartbeat) check() error {
 	switch {
 	case h.ID == "" || len(h.ID) > maxHeartbeatText:
 		return fmt.Errorf("%w: heartbeat needs an id of 1 to %d bytes", ErrMalformed, maxHeartbeatText)
-	case len(h.Name) > maxHeartbeatText:
-		return fmt.Errorf("%w: heartbeat name longer than %d bytes", ErrMalformed, maxHeartbeatText)
+	case len(h.Name) > maxHeartbeatText || len(h.Version) > maxHeartbeatText:
+		return fmt.Errorf("%w: heartbeat name or version longer than %d bytes", ErrMalformed, maxHeartbeatText)
 	case h.State != HeartbeatRunning && h.State != HeartbeatStopping:
 		return fmt.Errorf("%w: heartbeat state must be %q or %q, got %q", ErrMalformed, HeartbeatRunning, HeartbeatStopping, h.State)
 	case h.Concurrency < 0 || h.InFlight < 0 || h.IntervalMS < 0:
 		return fmt.Errorf("%w: heartbeat counts must be >= 0", ErrMalformed)
 	}
-	return nil
+	if err := checkList("queues", h.Queues); err != nil {
+		return err
+	}
+	return checkList("types", h.Types)
 }

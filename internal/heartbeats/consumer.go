@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -28,6 +29,17 @@ type Consumer struct {
 	reg        *Registry
 	log        *slog.Logger
 	onApplied  func(protocol.Heartbeat)
+	// warned is when the consumer last logged a dropped heartbeat: at
+	// most one such line a minute, whatever a sender does.
+	warned time.Time
+}
+
+// warn logs a dropped heartbeat, at most once a minute.
+func (c *Consumer) warn(msg string, args ...any) {
+	if now := time.Now(); now.Sub(c.warned) >= time.Minute {
+		c.warned = now
+		c.log.Warn(msg, args...)
+	}
 }
 
 // Config configures a Consumer.
@@ -94,11 +106,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			h, err := protocol.DecodeHeartbeat(d.Body)
 			if err != nil {
-				c.log.Debug("heartbeats: dropping a malformed heartbeat", "error", err)
+				c.warn("heartbeats: dropping a malformed heartbeat (one line a minute at most)", "error", err)
 				continue
 			}
 			if !c.reg.Apply(h) {
-				c.log.Warn("heartbeats: too many workers; ignoring a new one", "worker_id", h.ID, "name", h.Name)
+				c.warn("heartbeats: too many workers; ignoring new ones (one line a minute at most)", "worker_id", h.ID, "name", h.Name)
 				continue
 			}
 			if c.onApplied != nil {
