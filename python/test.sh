@@ -15,7 +15,7 @@ if ! "$PYTHON" -c 'import pika' 2>/dev/null; then
 	fi
 	SUDO=
 	if [ "$(id -u)" -ne 0 ]; then
-		SUDO=sudo
+		SUDO="sudo -n" # never a password prompt in the middle of make test
 	fi
 	if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq python3-pika; }; then
 		echo "python/test.sh: apt-get could not install python3-pika; install it and run again" >&2
