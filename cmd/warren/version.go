@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // buildVersion is what `warren version` reports, from the binary's build
@@ -121,7 +122,9 @@ func commandFlags() map[string][]string {
 }
 
 func init() {
-	knownSettings = func() map[string]bool {
+	// Once: it runs every command's --help, and a config file asks for
+	// each name its command does not have.
+	knownSettings = sync.OnceValue(func() map[string]bool {
 		known := map[string]bool{}
 		for _, flags := range commandFlags() {
 			for _, f := range flags {
@@ -129,7 +132,7 @@ func init() {
 			}
 		}
 		return known
-	}
+	})
 }
 
 func commandNames() []string {
