@@ -115,5 +115,10 @@ func TestQueueMessagesCountsMessagesNotTasks(t *testing.T) {
 		tasks = append(tasks, store.OutboxTask{JobID: "b", TaskID: int64(i + 1), BatchSize: 1, Queue: "gpu"})
 	}
 	tasks = append(tasks, store.OutboxTask{JobID: "c", TaskID: 1, BatchSize: 64})
-	require.Equal(t, map[string]int{"default": 3 + 1, "gpu": 3}, queueMessages(tasks))
+	require.Equal(t, map[string]int{"default": 3 + 1, "gpu": 3}, queueMessages(group(tasks, DefaultMaxMessageBytes)))
+
+	// Every cut group makes counts: a retried task does not share its
+	// batch-mates' message.
+	retried := []store.OutboxTask{{JobID: "d", TaskID: 1, BatchSize: 4}, {JobID: "d", TaskID: 2, BatchSize: 4, Attempts: 1}}
+	require.Equal(t, map[string]int{"default": 2}, queueMessages(group(retried, DefaultMaxMessageBytes)))
 }

@@ -104,9 +104,10 @@ type pending struct {
 // closes that channel over a message it refuses (its max_message_size is
 // below MaxMessageBytes), every message unconfirmed on it fails alike, so
 // each is published again alone to tell the refused one from the others.
-func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask) *round {
+//
+// groups are tasks as group cut them into messages.
+func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask, groups [][]store.OutboxTask) *round {
 	rd := &round{confirmed: make([]store.TaskRef, 0, len(tasks))}
-	groups := group(tasks, r.cfg.MaxMessageBytes)
 	if last := groups[len(groups)-1]; len(tasks) == r.cfg.BatchSize && len(groups) > 1 && len(last) < last[0].BatchSize {
 		// The claim cut the last batch short and more tasks are
 		// waiting: leave it pending, to go out whole with the next claim.

@@ -346,7 +346,8 @@ func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []stri
 	)
 	n, err := r.cfg.Store.RelayRound(ctx, round, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
 		claimed = len(tasks)
-		counts := queueMessages(tasks)
+		groups := group(tasks, r.cfg.MaxMessageBytes)
+		counts := queueMessages(groups)
 		r.addInflight(counts, 1)
 		defer r.addInflight(counts, -1)
 		for q := range counts {
@@ -354,7 +355,7 @@ func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []stri
 				return nil, err
 			}
 		}
-		rd := r.publish(ctx, tasks)
+		rd := r.publish(ctx, tasks, groups)
 		failed, sizes = rd.failed, rd.sizes
 		return rd.result(r.cfg.Logger, len(tasks))
 	})
@@ -388,18 +389,11 @@ func (r *Relay) stillFull(queues []string) bool {
 	return true
 }
 
-// queueMessages counts, by work queue, the messages tasks make: runs of
-// one job's tasks of at most its batch size, as group makes them (its
-// cuts to fit the message size aside).
-func queueMessages(tasks []store.OutboxTask) map[string]int {
+// queueMessages counts, by work queue, the messages of groups (group's).
+func queueMessages(groups [][]store.OutboxTask) map[string]int {
 	counts := map[string]int{}
-	run := 0
-	for i, t := range tasks {
-		if i == 0 || t.JobID != tasks[i-1].JobID || run >= max(t.BatchSize, 1) {
-			counts[protocol.QueueOrDefault(t.Queue)]++
-			run = 0
-		}
-		run++
+	for _, g := range groups {
+		counts[protocol.QueueOrDefault(g[0].Queue)]++
 	}
 	return counts
 }
