@@ -272,7 +272,8 @@ start_postgres() {
 # (it may hold password=).
 shown_url() {
 	local u=${DATABASE_URL%%\?*}
-	if [[ $u =~ ^([a-z]+://[^:/@]+:)[^@]*@(.*)$ ]]; then
+	# The password runs to the last @: an unencoded @ in it stays hidden.
+	if [[ $u =~ ^([a-z]+://[^:/@]+:).*@([^@]*)$ ]]; then
 		u=${BASH_REMATCH[1]}xxxxx@${BASH_REMATCH[2]}
 	fi
 	echo "$u"

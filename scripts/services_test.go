@@ -240,3 +240,27 @@ func TestServicesUsage(t *testing.T) {
 		require.Contains(t, stderr, "usage: scripts/services.sh ensure")
 	}
 }
+
+// The database URL the script prints never shows the password, even one
+// with an unencoded @ in it.
+func TestServicesHidesTheDatabasePassword(t *testing.T) {
+	t.Parallel()
+	script, err := os.ReadFile("services.sh")
+	require.NoError(t, err)
+	start := strings.Index(string(script), "shown_url() {")
+	require.GreaterOrEqual(t, start, 0, "services.sh has no shown_url")
+	end := strings.Index(string(script)[start:], "\n}\n")
+	require.Positive(t, end)
+	fn := string(script)[start : start+end+3]
+	for url, want := range map[string]string{
+		"postgres://u:secret@db:5432/test?sslmode=disable": "postgres://u:xxxxx@db:5432/test",
+		"postgres://u:sec@ret@db/test":                     "postgres://u:xxxxx@db/test",
+		"postgres://db/test":                               "postgres://db/test",
+	} {
+		cmd := exec.Command("bash", "-c", fn+"shown_url")
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Equal(t, want, strings.TrimSpace(string(out)), url)
+	}
+}
