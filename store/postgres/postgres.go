@@ -30,6 +30,7 @@ import (
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/internal/engine"
 )
 
 // defaultConnectTimeout bounds a connection attempt when the URL sets no
@@ -40,6 +41,9 @@ const defaultConnectTimeout = 10 * time.Second
 // Store is the PostgreSQL job store. It is safe for concurrent use, by
 // several goroutines and by several processes sharing one database.
 type Store struct {
+	// Engine makes every decision of the store (store/internal/engine);
+	// the methods below read, and the driver gives it the primitives.
+	*engine.Engine
 	pool *pgxpool.Pool
 	now  func() time.Time
 	// turn is the next relay round's turn (store.Shares).
@@ -72,6 +76,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, &unreachableError{addr: fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port), err: err}
 	}
 	s := &Store{pool: pool, now: time.Now}
+	s.Engine = engine.New(engineDriver{s}, engine.Options{Clock: func() time.Time { return s.now() }})
 	if err := s.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err

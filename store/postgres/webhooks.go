@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -35,26 +34,6 @@ const claimDeliveriesSQL = `
 	FROM due, jobs j
 	WHERE d.id = due.id AND j.id = d.job_id
 	RETURNING ` + deliveryColumns + `, d.body, j.webhook_url, j.webhook_secret`
-
-// insertDelivery writes the job.closed delivery of job j, which tx has
-// just closed, when j has a webhook: pending, due at once, with its body
-// (store.ClosedPayload) built from the closed job.
-func insertDelivery(ctx context.Context, tx pgx.Tx, j warren.Job) error {
-	if j.WebhookURL == "" {
-		return nil
-	}
-	at := j.CreatedAt
-	if j.FinishedAt != nil {
-		at = *j.FinishedAt
-	}
-	id := store.NewDeliveryID()
-	_, err := tx.Exec(ctx, `INSERT INTO webhook_deliveries (id, job_id, event, body, created_at, next_attempt_at)
-		VALUES ($1, $2, $3, $4, $5, $5)`, id, j.ID, store.EventJobClosed, store.ClosedPayload(id, j), at)
-	if err != nil {
-		return fmt.Errorf("write the webhook delivery: %w", err)
-	}
-	return nil
-}
 
 // scanDelivery reads a row of deliveryColumns, then into extra the
 // columns that follow them.

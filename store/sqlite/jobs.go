@@ -300,41 +300,6 @@ func (s *Store) ListJobs(ctx context.Context, opts store.ListJobsOpts) ([]warren
 	return jobs[:limit], strconv.FormatInt(seqs[limit-1], 10), nil
 }
 
-// CancelJob moves an open job and its pending and queued tasks to
-// cancelled, stamping finished_at, in one transaction, and returns the
-// cancelled job. A closed job wraps warren.ErrConflict, an unknown one
-// warren.ErrNotFound.
-func (s *Store) CancelJob(ctx context.Context, id string) (warren.Job, error) {
-	var job warren.Job
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		j, err := getJob(ctx, tx, "id = ?", id)
-		if err != nil {
-			return err
-		}
-		if j.State.Terminal() {
-			return fmt.Errorf("job is %s: %w", j.State, warren.ErrConflict)
-		}
-		at := now()
-		j, _, err = scanJob(tx.QueryRowContext(ctx, `UPDATE jobs SET state = ?, finished_at = ?, error = ?, version = version + 1
-			WHERE id = ? RETURNING `+jobColumns, string(warren.JobCancelled), at.UnixMicro(), store.CancelledError, id))
-		if err != nil {
-			return err
-		}
-		if err := cancelUnfinished(ctx, tx, id, at); err != nil {
-			return err
-		}
-		if err := insertDelivery(ctx, tx, j); err != nil {
-			return err
-		}
-		job = j
-		return nil
-	})
-	if err != nil {
-		return warren.Job{}, fmt.Errorf("sqlite: cancel job %s: %w", id, err)
-	}
-	return job, nil
-}
-
 // jobExists returns nil when job id exists and warren.ErrNotFound when not.
 func (s *Store) jobExists(ctx context.Context, id string) error {
 	var exists bool

@@ -22,6 +22,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/warrenhq/warren/internal/backoff"
+	"github.com/warrenhq/warren/store/internal/engine"
 	"github.com/warrenhq/warren/store"
 )
 
@@ -37,6 +38,9 @@ const readers = 4
 // same file wait on each other's locks (see busyTimeout) and are not a
 // supported deployment.
 type Store struct {
+	// Engine makes every decision of the store (store/internal/engine);
+	// the methods below read, and the driver gives it the primitives.
+	*engine.Engine
 	w *sql.DB // one connection: every write transaction
 	r *sql.DB // a pool for reads
 	// relay serialises RelayRound: a task is offered to one publisher at a
@@ -83,6 +87,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	r.SetMaxOpenConns(readers)
 	r.SetMaxIdleConns(readers)
 	s := &Store{w: w, r: r, relay: make(chan struct{}, 1)}
+	s.Engine = engine.New(engineDriver{s}, engine.Options{})
 	if err := s.Migrate(ctx); err != nil {
 		s.Close()
 		return nil, err

@@ -8,32 +8,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
 )
 
 // deliveryColumns is the column list scanDelivery reads, in its order.
 const deliveryColumns = `id, job_id, event, state, attempts, last_status, last_error, created_at, next_attempt_at, delivered_at`
-
-// insertDelivery writes the job.closed delivery of job j, which tx has
-// just closed, when j has a webhook: pending, due at once, with its body
-// (store.ClosedPayload) built from the closed job.
-func insertDelivery(ctx context.Context, tx *sql.Tx, j warren.Job) error {
-	if j.WebhookURL == "" {
-		return nil
-	}
-	at := now()
-	if j.FinishedAt != nil {
-		at = *j.FinishedAt
-	}
-	id := store.NewDeliveryID()
-	_, err := tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (id, job_id, event, body, created_at, next_attempt_at)
-		VALUES (?, ?, ?, ?, ?, ?)`, id, j.ID, store.EventJobClosed, store.ClosedPayload(id, j), at.UnixMicro(), at.UnixMicro())
-	if err != nil {
-		return fmt.Errorf("write the webhook delivery: %w", err)
-	}
-	return nil
-}
 
 // scanDelivery reads a row of deliveryColumns, then into extra the
 // columns that follow them.

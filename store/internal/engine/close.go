@@ -1,0 +1,158 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// CloseTx holds the primitives that close a job (CancelJob, FinishJob).
+type CloseTx interface {
+	// GetJob reads one job row. An unknown job wraps warren.ErrNotFound.
+	GetJob(ctx context.Context, id string) (warren.Job, error)
+	// CancelTasks moves the pending and queued tasks of job jobID to
+	// cancelled, finished at at. A driver that locks rows locks them in
+	// task id order, before any job row (the lock order of the package
+	// doc of store/postgres).
+	CancelTasks(ctx context.Context, jobID string, at time.Time) error
+	// CloseJob applies c to its job row if the job is open (pending or
+	// running) and, unless c.Version is AnyVersion, still at c.Version:
+	// state, finished_at, error and result_location set, the version
+	// bumped. It returns the row as written and true, or false when the
+	// guard kept it as it was (or the job does not exist).
+	CloseJob(ctx context.Context, c JobClose) (warren.Job, bool, error)
+	// PutResult stores a job's reduced result, replacing any earlier one.
+	PutResult(ctx context.Context, jobID string, data []byte) error
+	// InsertDelivery writes a pending webhook delivery, due at d.At.
+	InsertDelivery(ctx context.Context, d NewDelivery) error
+}
+
+// AnyVersion is a JobClose.Version that matches every version.
+const AnyVersion int64 = -1
+
+// JobClose is the guarded transition of one job row to a closed state.
+type JobClose struct {
+	ID         string
+	State      warren.JobState
+	FinishedAt time.Time
+	Error      string
+	// ResultLocation is the job's new result location ("" for none).
+	ResultLocation string
+	// Version is the version the job must still be at, or AnyVersion.
+	Version int64
+}
+
+// NewDelivery is a webhook delivery to write, pending and due at At.
+type NewDelivery struct {
+	ID, JobID, Event string
+	Body             []byte
+	At               time.Time
+}
+
+// CancelJob moves an open job to cancelled, with the error
+// store.CancelledError, and its unfinished tasks to cancelled, in one
+// transaction, which also makes the job's webhook delivery. A closed job
+// wraps warren.ErrConflict, an unknown one warren.ErrNotFound.
+func (e *Engine) CancelJob(ctx context.Context, id string) (warren.Job, error) {
+	var job warren.Job
+	err := e.inTx(ctx, func(tx Tx) error {
+		at := e.now()
+		if err := tx.CancelTasks(ctx, id, at); err != nil {
+			return err
+		}
+		j, ok, err := tx.CloseJob(ctx, JobClose{ID: id, State: warren.JobCancelled, FinishedAt: at,
+			Error: store.CancelledError, Version: AnyVersion})
+		if err != nil {
+			return err
+		}
+		if !ok {
+			j, err := tx.GetJob(ctx, id)
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: the job is %s", warren.ErrConflict, j.State)
+		}
+		job = j
+		return deliverClosed(ctx, tx, j)
+	})
+	if err != nil {
+		return warren.Job{}, e.errorf(err, "cancel job %q", id)
+	}
+	return job, nil
+}
+
+// FinishJob closes an open job, still at version, as completed or
+// failed, in one transaction: its unfinished tasks cancelled (first, as
+// the lock order wants), the guarded transition of the job row (finished
+// now, with errMsg as store.StoredText makes it, the version bumped),
+// result, when not nil, stored with its location recorded
+// (store.ResultLocation), and the job's webhook delivery made. It returns
+// false, changing nothing, when the job is already closed or no longer at
+// version: the transaction is rolled back, so a task a reopen made queued
+// again stays queued. An unknown job wraps warren.ErrNotFound; any other
+// state than completed or failed is an error (store.ValidateFinishState)
+// that changes nothing.
+func (e *Engine) FinishJob(ctx context.Context, jobID string, version int64, state warren.JobState, result []byte, errMsg string) (bool, error) {
+	if err := store.ValidateFinishState(state); err != nil {
+		return false, e.errorf(err, "finish job %q", jobID)
+	}
+	errMsg = store.StoredText(errMsg)
+	errMoved := errors.New("moved")
+	err := e.inTx(ctx, func(tx Tx) error {
+		at := e.now()
+		if err := tx.CancelTasks(ctx, jobID, at); err != nil {
+			return err
+		}
+		location := ""
+		if result != nil {
+			location = store.ResultLocation(jobID)
+		}
+		j, ok, err := tx.CloseJob(ctx, JobClose{ID: jobID, State: state, FinishedAt: at, Error: errMsg,
+			ResultLocation: location, Version: version})
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if _, err := tx.GetJob(ctx, jobID); err != nil {
+				return err
+			}
+			return errMoved
+		}
+		if result != nil {
+			if err := tx.PutResult(ctx, jobID, result); err != nil {
+				return err
+			}
+		}
+		return deliverClosed(ctx, tx, j)
+	})
+	if errors.Is(err, errMoved) {
+		return false, nil
+	}
+	if err != nil {
+		return false, e.errorf(err, "finish job %q", jobID)
+	}
+	return true, nil
+}
+
+// deliverClosed makes the webhook delivery of closed job j, due when it
+// closed, if it has a webhook.
+func deliverClosed(ctx context.Context, tx Tx, j warren.Job) error {
+	if j.WebhookURL == "" {
+		return nil
+	}
+	at := j.CreatedAt
+	if j.FinishedAt != nil {
+		at = *j.FinishedAt
+	}
+	id := store.NewDeliveryID()
+	err := tx.InsertDelivery(ctx, NewDelivery{ID: id, JobID: j.ID, Event: store.EventJobClosed,
+		Body: store.ClosedPayload(id, j), At: at})
+	if err != nil {
+		return fmt.Errorf("write the webhook delivery: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,110 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store/internal/engine"
+)
+
+// engineDriver is the store's engine.Driver: transactions on the pool.
+type engineDriver struct{ s *Store }
+
+var _ engine.Driver = engineDriver{}
+
+// Name implements engine.Driver.
+func (engineDriver) Name() string { return "postgres" }
+
+// Begin starts a transaction (READ COMMITTED, as the pool's default).
+func (d engineDriver) Begin(ctx context.Context) (engine.Tx, error) {
+	t, err := d.s.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &tx{tx: t}, nil
+}
+
+// tx is a transaction with the engine's primitives.
+type tx struct{ tx pgx.Tx }
+
+var _ engine.Tx = (*tx)(nil)
+
+// Commit implements engine.Tx.
+func (t *tx) Commit(ctx context.Context) error { return t.tx.Commit(ctx) }
+
+// Rollback implements engine.Tx.
+func (t *tx) Rollback(ctx context.Context) error {
+	err := t.tx.Rollback(ctx)
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("%w: %w", engine.ErrTxDone, err)
+	}
+	return err
+}
+
+// GetJob implements engine.CloseTx.
+func (t *tx) GetJob(ctx context.Context, id string) (warren.Job, error) {
+	j, err := scanJob(t.tx.QueryRow(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return warren.Job{}, fmt.Errorf("job %q: %w", id, warren.ErrNotFound)
+	}
+	return j, err
+}
+
+// CancelTasks implements engine.CloseTx: the tasks are locked in task id
+// order, before anything touches the job row (the lock order of the
+// package doc).
+func (t *tx) CancelTasks(ctx context.Context, jobID string, at time.Time) error {
+	_, err := t.tx.Exec(ctx, `
+		UPDATE tasks SET state = 'cancelled', finished_at = $2
+		WHERE job_id = $1 AND state IN ('pending', 'queued') AND task_id IN (
+			SELECT task_id FROM tasks
+			WHERE job_id = $1 AND state IN ('pending', 'queued')
+			ORDER BY task_id
+			FOR UPDATE)`, jobID, at)
+	if err != nil {
+		return fmt.Errorf("cancel tasks of job %q: %w", jobID, err)
+	}
+	return nil
+}
+
+// CloseJob implements engine.CloseTx. A reopen that holds the job row
+// makes the update wait for it and re-read the row, so the guard sees
+// the reopen.
+func (t *tx) CloseJob(ctx context.Context, c engine.JobClose) (warren.Job, bool, error) {
+	j, err := scanJob(t.tx.QueryRow(ctx, `
+		UPDATE jobs SET state = $2, finished_at = $3, error = $4, result_location = $5, version = version + 1
+		WHERE id = $1 AND ($6 < 0 OR version = $6) AND state IN ('pending', 'running')
+		RETURNING `+jobColumns,
+		c.ID, string(c.State), c.FinishedAt, c.Error, c.ResultLocation, c.Version))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return warren.Job{}, false, nil
+	}
+	if err != nil {
+		return warren.Job{}, false, err
+	}
+	return j, true, nil
+}
+
+// PutResult implements engine.CloseTx. A redriven job closes again: its
+// new result replaces the old one.
+func (t *tx) PutResult(ctx context.Context, jobID string, data []byte) error {
+	_, err := t.tx.Exec(ctx, `
+		INSERT INTO job_results (job_id, data) VALUES ($1, $2)
+		ON CONFLICT (job_id) DO UPDATE SET data = EXCLUDED.data`, jobID, data)
+	if err != nil {
+		return fmt.Errorf("store result: %w", err)
+	}
+	return nil
+}
+
+// InsertDelivery implements engine.CloseTx.
+func (t *tx) InsertDelivery(ctx context.Context, d engine.NewDelivery) error {
+	_, err := t.tx.Exec(ctx, `INSERT INTO webhook_deliveries (id, job_id, event, body, created_at, next_attempt_at)
+		VALUES ($1, $2, $3, $4, $5, $5)`, d.ID, d.JobID, d.Event, d.Body, d.At)
+	return err
+}

@@ -1,0 +1,92 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store/internal/engine"
+)
+
+// engineDriver is the store's engine.Driver: write transactions on the single
+// writer connection.
+type engineDriver struct{ s *Store }
+
+var _ engine.Driver = engineDriver{}
+
+// Name implements engine.Driver.
+func (engineDriver) Name() string { return "sqlite" }
+
+// Begin starts a write transaction (BEGIN IMMEDIATE on the writer
+// connection, so writes are serialised in-process).
+func (d engineDriver) Begin(ctx context.Context) (engine.Tx, error) {
+	t, err := d.s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &tx{tx: t}, nil
+}
+
+// tx is a write transaction with the engine's primitives.
+type tx struct{ tx *sql.Tx }
+
+var _ engine.Tx = (*tx)(nil)
+
+// Commit implements engine.Tx.
+func (t *tx) Commit(context.Context) error { return t.tx.Commit() }
+
+// Rollback implements engine.Tx.
+func (t *tx) Rollback(context.Context) error {
+	err := t.tx.Rollback()
+	if errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("%w: %w", engine.ErrTxDone, err)
+	}
+	return err
+}
+
+// GetJob implements engine.CloseTx.
+func (t *tx) GetJob(ctx context.Context, id string) (warren.Job, error) {
+	j, err := getJob(ctx, t.tx, "id = ?", id)
+	if errors.Is(err, warren.ErrNotFound) {
+		return warren.Job{}, fmt.Errorf("job %q: %w", id, warren.ErrNotFound)
+	}
+	return j, err
+}
+
+// CancelTasks implements engine.CloseTx.
+func (t *tx) CancelTasks(ctx context.Context, jobID string, at time.Time) error {
+	return cancelUnfinished(ctx, t.tx, jobID, at)
+}
+
+// CloseJob implements engine.CloseTx.
+func (t *tx) CloseJob(ctx context.Context, c engine.JobClose) (warren.Job, bool, error) {
+	j, _, err := scanJob(t.tx.QueryRowContext(ctx, `UPDATE jobs SET state = ?, finished_at = ?, error = ?, result_location = ?,
+			version = version + 1
+		WHERE id = ? AND (? < 0 OR version = ?) AND state IN ('pending', 'running')
+		RETURNING `+jobColumns,
+		string(c.State), c.FinishedAt.UnixMicro(), c.Error, c.ResultLocation, c.ID, c.Version, c.Version))
+	if errors.Is(err, sql.ErrNoRows) {
+		return warren.Job{}, false, nil
+	}
+	if err != nil {
+		return warren.Job{}, false, err
+	}
+	return j, true, nil
+}
+
+// PutResult implements engine.CloseTx.
+func (t *tx) PutResult(ctx context.Context, jobID string, data []byte) error {
+	_, err := t.tx.ExecContext(ctx, `INSERT INTO job_results (job_id, data) VALUES (?, ?)
+		ON CONFLICT (job_id) DO UPDATE SET data = excluded.data`, jobID, data)
+	return err
+}
+
+// InsertDelivery implements engine.CloseTx.
+func (t *tx) InsertDelivery(ctx context.Context, d engine.NewDelivery) error {
+	_, err := t.tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (id, job_id, event, body, created_at, next_attempt_at)
+		VALUES (?, ?, ?, ?, ?, ?)`, d.ID, d.JobID, d.Event, d.Body, d.At.UnixMicro(), d.At.UnixMicro())
+	return err
+}
