@@ -22,8 +22,8 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/warrenhq/warren/internal/backoff"
-	"github.com/warrenhq/warren/store/internal/engine"
 	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/internal/engine"
 )
 
 // busyTimeout is how long a connection waits for another process's lock
