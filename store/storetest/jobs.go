@@ -261,6 +261,54 @@ func testCreateJob(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, []string{first.ID}, jobIDs(jobs), "nothing was written")
 	})
 
+	t.Run("TakenIDIsConflict", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		first := createJob(t, s, store.NewJob{ID: "taken-id"}, 2)
+		_, created, err := s.CreateJob(t.Context(), store.NewJob{ID: "taken-id", Type: "other"}, payloads(3))
+		require.ErrorIs(t, err, warren.ErrConflict)
+		require.False(t, created)
+		requireSameJob(t, first, getJob(t, s, "taken-id"))
+		require.Equal(t, []int64{1, 2}, taskIDs(allTasks(t, s, "taken-id", "")), "the first job's tasks only")
+	})
+
+	// A submission whose idempotency key names a job is a replay of it,
+	// whatever id it asks for: a client retrying with an explicit id gets
+	// its job back, not a conflict.
+	t.Run("IdempotencyKeyComesBeforeTheID", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		first := createJob(t, s, store.NewJob{ID: "keyed", IdempotencyKey: "key-id"}, 2)
+		for _, id := range []string{"keyed", "another-id"} {
+			again, created, err := s.CreateJob(t.Context(), store.NewJob{ID: id, Type: "test", IdempotencyKey: "key-id"}, payloads(1))
+			require.NoError(t, err, "id %q", id)
+			require.False(t, created)
+			requireSameJob(t, first, again)
+		}
+		_, err := s.GetJob(t.Context(), "another-id")
+		require.ErrorIs(t, err, warren.ErrNotFound)
+		require.Len(t, allTasks(t, s, "keyed", ""), 2)
+	})
+
+	// A missing payload is JSON null, the same in every store, so that a
+	// worker always decodes one.
+	t.Run("EmptyPayloadIsJSONNull", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		tasks := func(yield func(json.RawMessage, error) bool) {
+			_ = yield(nil, nil) && yield(json.RawMessage{}, nil) && yield(payload(3), nil)
+		}
+		job, created, err := s.CreateJob(t.Context(), store.NewJob{Type: "test"}, tasks)
+		require.NoError(t, err)
+		require.True(t, created)
+		require.Equal(t, int64(3), job.ExpectedTasks)
+		offered := relayAll(t, s)
+		require.Len(t, offered, 3)
+		for i, want := range []string{"null", "null", string(payload(3))} {
+			require.Equal(t, want, string(offered[i].Payload), "task %d", i+1)
+		}
+	})
+
 	t.Run("HundredThousandTasks", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)

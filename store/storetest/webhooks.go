@@ -194,6 +194,32 @@ func testWebhooks(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Zero(t, pending(t, s))
 	})
 
+	// The claim takes the deliveries due the longest first, by when they
+	// are due, not by when they were made.
+	t.Run("AClaimTakesTheLongestDueFirst", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		var made []string
+		for range 3 {
+			made = append(made, deliveries(t, s, closeJob(t, s, store.NewJob{Webhook: hook}, 1).ID)[0].ID)
+		}
+		now := time.Now()
+		require.Len(t, claim(t, s, now, time.Minute, 10), 3)
+		// The last made is due first, the first made last.
+		for i, id := range made {
+			require.True(t, record(t, s, store.DeliveryAttempt{ID: id, Attempt: 1, State: store.DeliveryPending,
+				At: now, NextAttemptAt: now.Add(-time.Duration(i) * time.Hour)}))
+		}
+		first := claim(t, s, now, time.Minute, 2)
+		require.ElementsMatch(t, []string{made[1], made[2]}, claimedIDs(first), "the two due the longest")
+		require.Equal(t, []string{made[0]}, claimedIDs(claim(t, s, now, time.Minute, 2)))
+		for _, c := range first {
+			require.Equal(t, 2, c.Attempts)
+			require.Equal(t, hook.URL, c.URL)
+			require.Equal(t, hook.Secret, c.Secret)
+		}
+	})
+
 	t.Run("AFailedDeliveryStaysFailed", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
@@ -281,6 +307,15 @@ func claim(t *testing.T, s store.Store, now time.Time, lease time.Duration, limi
 	c, err := s.ClaimDeliveries(t.Context(), store.DeliveryClaim{Now: now, Lease: lease, Limit: limit})
 	require.NoError(t, err)
 	return c
+}
+
+// claimedIDs lists the ids of claimed deliveries.
+func claimedIDs(claimed []store.ClaimedDelivery) []string {
+	ids := make([]string, len(claimed))
+	for i, c := range claimed {
+		ids[i] = c.ID
+	}
+	return ids
 }
 
 // record records attempt a and returns whether it applied.

@@ -1,4 +1,361 @@
 package engine
 
-// CreateTx holds the primitives that create a job (CreateJob) and settle webhook deliveries (ClaimDeliveries, RecordDeliveryAttempt).
-type CreateTx interface{}
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// CreateTx holds the primitives that create a job (CreateJob).
+type CreateTx interface {
+	// InsertJob writes a new job's row, j, with no task expected yet,
+	// and returns true; it writes nothing and returns false when another
+	// job holds j's idempotency key, even one whose transaction has not
+	// committed yet (the insert waits for it to end, so that two creates
+	// of one key never both write). A job that holds j's id is an error
+	// wrapping ErrIDTaken. The key is looked at first: a job that holds
+	// both is false, not an error.
+	InsertJob(ctx context.Context, j NewJobRow) (bool, error)
+	// JobByKey reads the job that holds an idempotency key, with the
+	// digest of the request that created it; false when none does.
+	JobByKey(ctx context.Context, key string) (KeyedJob, bool, error)
+	// DeletedTasksLeft reports whether a deleted job of that id still
+	// has task rows to purge (store.Store.PurgeDeletedTasks).
+	DeletedTasksLeft(ctx context.Context, jobID string) (bool, error)
+	// InsertTasks writes a pending task row of job jobID for each
+	// payload tasks yields, with task ids 1..n in that order, and
+	// returns n. It holds only a batch of payloads at a time, never all
+	// of them. The first error tasks yields is returned as it is. A task
+	// row of that job id that exists already (a deleted job's) is an
+	// error wrapping ErrTasksLeft.
+	InsertTasks(ctx context.Context, jobID string, tasks iter.Seq2[json.RawMessage, error]) (int64, error)
+	// SetExpectedTasks records that job jobID has n tasks and returns
+	// its row as written.
+	SetExpectedTasks(ctx context.Context, jobID string, n int64) (warren.Job, error)
+}
+
+// ErrIDTaken is what InsertJob returns (wrapped) when a job holds the
+// new job's id.
+var ErrIDTaken = errors.New("a job holds that id")
+
+// ErrTasksLeft is what InsertTasks returns (wrapped) when task rows of
+// the new job's id exist: a deleted job's, not purged yet.
+var ErrTasksLeft = errors.New("task rows of that job id exist")
+
+// NewJobRow is a new job's row, as InsertJob writes it.
+type NewJobRow struct {
+	// Job holds the row's columns: its id, type, policy, metadata (nil
+	// for none), idempotency key ("" for none), creation time, webhook
+	// URL and trace context; pending, no task expected yet, nothing
+	// counted.
+	Job warren.Job
+	// WebhookSecret signs the job's webhook deliveries ("" without a
+	// webhook).
+	WebhookSecret string
+	// RequestHash is the submission's digest (store.NewJob.RequestHash).
+	RequestHash string
+}
+
+// KeyedJob is the job that holds an idempotency key.
+type KeyedJob struct {
+	Job warren.Job
+	// RequestHash is the digest of the request that created it.
+	RequestHash string
+}
+
+// Stager is a Driver that reads a new job's tasks to their end before
+// its write transaction begins. SQLite has one writer: a slow upload
+// read inside the write transaction would stall every other writer of
+// the process. CreateJob looks for a replay first (a replay reads no
+// task), outside any write transaction, then stages.
+type Stager interface {
+	// ReadJobByKey is CreateTx.JobByKey outside any write transaction.
+	ReadJobByKey(ctx context.Context, key string) (KeyedJob, bool, error)
+	// StageTasks reads tasks to their end into storage of its own (disk
+	// past a bound, not memory) and returns them, to be read once in the
+	// transaction, and a func that releases them. The first error tasks
+	// yields is returned as it is.
+	StageTasks(tasks iter.Seq2[json.RawMessage, error]) (iter.Seq2[json.RawMessage, error], func(), error)
+}
+
+// DeliveryExecutor holds the primitives that settle webhook deliveries
+// (ClaimDeliveries, RecordDeliveryAttempt). Each is atomic by itself, so
+// a Driver runs it outside any explicit transaction (River's Executor
+// beside its ExecutorTx): a poll of the deliverer is one statement on
+// PostgreSQL. Every Driver implements it.
+type DeliveryExecutor interface {
+	// ClaimDeliveries claims up to c.Limit deliveries that are pending and
+	// due at c.Due (next attempt not after it), the longest due first,
+	// each to this claim alone even when several claim at once: their
+	// attempts go up by one and they are due again at c.Until. It
+	// returns them with their bodies and their jobs' webhooks, in no
+	// particular order.
+	ClaimDeliveries(ctx context.Context, c DeliveryClaim) ([]store.ClaimedDelivery, error)
+	// RecordDelivery writes r into its delivery while that delivery is
+	// pending and its attempts are still r.Attempt, and reports whether
+	// it did (false for an unknown delivery too).
+	RecordDelivery(ctx context.Context, r DeliveryRecord) (bool, error)
+}
+
+// DeliveryClaim is what ClaimDeliveries claims.
+type DeliveryClaim struct {
+	// Due is the time the claimed deliveries are due at.
+	Due time.Time
+	// Until is when they are due again, should their attempts never be
+	// recorded.
+	Until time.Time
+	// Limit is the most deliveries claimed.
+	Limit int
+}
+
+// DeliveryRecord is the end of an attempt, as RecordDelivery writes it.
+type DeliveryRecord struct {
+	ID string
+	// Attempt is the delivery's attempts the record needs to find.
+	Attempt int
+	State   store.DeliveryState
+	Status  int
+	Error   string
+	// NextAttemptAt and DeliveredAt are the new values of the columns
+	// (nil: NULL).
+	NextAttemptAt, DeliveredAt *time.Time
+}
+
+// CreateJob writes a job and its tasks in one transaction, as
+// store.Store.CreateJob promises: an invalid spec (store.ValidateNewJob)
+// is refused before anything is read or written; an idempotency key that
+// names a job is a replay of it (store.Replay), whatever id spec asks
+// for, and reads no task (on a Stager, it is looked up before the tasks
+// are staged too); an explicit id that a job, or a deleted job whose
+// tasks are not purged yet, holds is warren.ErrConflict; an empty id is a
+// new ULID. The job is created now, by the engine's clock; an empty
+// payload is stored as JSON null. An error of the tasks iterator is
+// returned as it is, with nothing written.
+func (e *Engine) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
+	if err := store.ValidateNewJob(spec); err != nil {
+		return warren.Job{}, false, e.errorf(err, "create job")
+	}
+	src := &taskSource{tasks: tasks}
+	payloads := src.all()
+	if st, ok := e.drv.(Stager); ok {
+		if spec.IdempotencyKey != "" {
+			first, found, err := st.ReadJobByKey(ctx, spec.IdempotencyKey)
+			if err != nil {
+				return warren.Job{}, false, e.errorf(err, "create job")
+			}
+			if found {
+				job, err := store.Replay(first.Job, first.RequestHash, spec)
+				if err != nil {
+					return warren.Job{}, false, e.errorf(err, "create job")
+				}
+				return job, false, nil
+			}
+		}
+		staged, release, err := st.StageTasks(payloads)
+		if src.err != nil {
+			return warren.Job{}, false, src.err
+		}
+		if err != nil {
+			return warren.Job{}, false, e.errorf(err, "create job")
+		}
+		defer release()
+		payloads = staged
+	}
+	row := newJobRow(spec, e.now())
+	id := row.Job.ID
+	var (
+		job     warren.Job
+		created bool
+	)
+	err := e.inTx(ctx, func(tx Tx) error {
+		inserted, err := tx.InsertJob(ctx, row)
+		if errors.Is(err, ErrIDTaken) {
+			return fmt.Errorf("job %s already exists: %w", id, warren.ErrConflict)
+		}
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			job, err = replay(ctx, tx, spec)
+			return err
+		}
+		if spec.ID != "" {
+			// A generated id is never a deleted job's.
+			left, err := tx.DeletedTasksLeft(ctx, id)
+			if err != nil {
+				return err
+			}
+			if left {
+				return deletedConflict(id)
+			}
+		}
+		n, err := tx.InsertTasks(ctx, id, payloads)
+		if errors.Is(err, ErrTasksLeft) {
+			// The job of that id was deleted as this one was created.
+			return deletedConflict(id)
+		}
+		if err != nil {
+			return err
+		}
+		job, err = tx.SetExpectedTasks(ctx, id, n)
+		created = err == nil
+		return err
+	})
+	if src.err != nil {
+		return warren.Job{}, false, src.err
+	}
+	if err != nil {
+		return warren.Job{}, false, e.errorf(err, "create job")
+	}
+	return job, created, nil
+}
+
+// newJobRow is the row of a job spec makes, created at.
+func newJobRow(spec store.NewJob, at time.Time) NewJobRow {
+	j := warren.Job{
+		ID:             spec.ID,
+		Type:           spec.Type,
+		State:          warren.JobPending,
+		Policy:         spec.Policy,
+		IdempotencyKey: spec.IdempotencyKey,
+		CreatedAt:      at,
+		TraceParent:    spec.TraceParent,
+		TraceState:     spec.TraceState,
+	}
+	if j.ID == "" {
+		j.ID = ulid.Make().String()
+	}
+	if len(spec.Metadata) > 0 {
+		j.Metadata = spec.Metadata
+	}
+	row := NewJobRow{Job: j, RequestHash: spec.RequestHash}
+	if w := spec.Webhook; w != nil {
+		row.Job.WebhookURL, row.WebhookSecret = w.URL, w.Secret
+	}
+	return row
+}
+
+// replay answers a submission whose idempotency key a job took first,
+// when InsertJob found it taken.
+func replay(ctx context.Context, tx Tx, spec store.NewJob) (warren.Job, error) {
+	first, found, err := tx.JobByKey(ctx, spec.IdempotencyKey)
+	if err != nil {
+		return warren.Job{}, err
+	}
+	if !found {
+		// Deleted between the insert that found the key taken and now.
+		return warren.Job{}, fmt.Errorf("the job of idempotency key %q was deleted as this one was created: %w",
+			spec.IdempotencyKey, warren.ErrConflict)
+	}
+	return store.Replay(first.Job, first.RequestHash, spec)
+}
+
+// deletedConflict is CreateJob's error for the id of a deleted job whose
+// tasks are not purged yet.
+func deletedConflict(id string) error {
+	return fmt.Errorf("job %s was deleted and its tasks are not purged yet: %w", id, warren.ErrConflict)
+}
+
+// jsonNull is the payload of a task submitted without one.
+var jsonNull = json.RawMessage("null")
+
+// taskSource passes the caller's tasks on to a driver, an empty payload
+// as JSON null, and keeps the first error they yield, which CreateJob
+// returns as it is, however the driver reports it.
+type taskSource struct {
+	tasks iter.Seq2[json.RawMessage, error]
+	err   error
+}
+
+// all yields the payloads of s.tasks up to its first error, which it
+// yields and keeps.
+func (s *taskSource) all() iter.Seq2[json.RawMessage, error] {
+	return func(yield func(json.RawMessage, error) bool) {
+		for payload, err := range s.tasks {
+			if err != nil {
+				s.err = err
+				yield(nil, err)
+				return
+			}
+			if len(payload) == 0 {
+				payload = jsonNull
+			}
+			if !yield(payload, nil) {
+				return
+			}
+		}
+	}
+}
+
+// ClaimDeliveries claims the webhook deliveries due at claim.Now, as
+// store.Store.ClaimDeliveries promises: leased until claim.Now plus
+// claim.Lease, at most claim.Limit of them (store.PageSize), returned in
+// id order.
+func (e *Engine) ClaimDeliveries(ctx context.Context, claim store.DeliveryClaim) ([]store.ClaimedDelivery, error) {
+	x, err := e.deliveries()
+	if err != nil {
+		return nil, e.errorf(err, "claim webhook deliveries")
+	}
+	due := claim.Now.UTC().Truncate(time.Microsecond)
+	claimed, err := x.ClaimDeliveries(ctx, DeliveryClaim{Due: due, Until: due.Add(claim.Lease), Limit: store.PageSize(claim.Limit)})
+	if err != nil {
+		return nil, e.errorf(err, "claim webhook deliveries")
+	}
+	slices.SortFunc(claimed, func(a, b store.ClaimedDelivery) int { return cmp.Compare(a.ID, b.ID) })
+	return claimed, nil
+}
+
+// RecordDeliveryAttempt records how attempt a ended, as
+// store.Store.RecordDeliveryAttempt promises: a is validated
+// (store.DeliveryAttempt.Validate) before anything is written; a
+// delivered attempt keeps a.At as its delivery time, a pending one is
+// due again at a.NextAttemptAt, a failed one is due never; its error is
+// stored as store.StoredText makes it; and it applies only while the
+// delivery is pending and still at a.Attempt attempts.
+func (e *Engine) RecordDeliveryAttempt(ctx context.Context, a store.DeliveryAttempt) (bool, error) {
+	if err := a.Validate(); err != nil {
+		return false, e.errorf(err, "record webhook attempt")
+	}
+	x, err := e.deliveries()
+	if err != nil {
+		return false, e.errorf(err, "record webhook attempt of %s", a.ID)
+	}
+	r := DeliveryRecord{ID: a.ID, Attempt: a.Attempt, State: a.State, Status: a.Status, Error: store.StoredText(a.Error)}
+	switch a.State {
+	case store.DeliveryPending:
+		r.NextAttemptAt = storedTime(a.NextAttemptAt)
+	case store.DeliveryDelivered:
+		r.DeliveredAt = storedTime(a.At)
+	}
+	ok, err := x.RecordDelivery(ctx, r)
+	if err != nil {
+		return false, e.errorf(err, "record webhook attempt of %s", a.ID)
+	}
+	return ok, nil
+}
+
+// deliveries returns the driver's DeliveryExecutor.
+func (e *Engine) deliveries() (DeliveryExecutor, error) {
+	x, ok := e.drv.(DeliveryExecutor)
+	if !ok {
+		return nil, errors.New("the driver settles no webhook delivery")
+	}
+	return x, nil
+}
+
+// storedTime is t at the precision the drivers store (microseconds,
+// UTC), so that a time written and read back compares equal.
+func storedTime(t time.Time) *time.Time {
+	u := t.UTC().Truncate(time.Microsecond)
+	return &u
+}
