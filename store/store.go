@@ -30,8 +30,8 @@ type Store interface {
 
 	// CreateJob writes the job row and one task row per payload in ONE
 	// transaction, consuming tasks as a stream (task ids are positions,
-	// 1..N). If tasks yields an error, nothing is written and that error is
-	// returned. When spec.IdempotencyKey names an existing job, that job is
+	// 1..N); an empty payload is stored as JSON null. If tasks yields an
+	// error, nothing is written and that error is returned. When spec.IdempotencyKey names an existing job, that job is
 	// returned with created == false and nothing is written (tasks is not
 	// consumed), unless the job was created by another request (Replay:
 	// ErrKeyReused). A spec with an invalid policy (ValidateNewJob) is an

@@ -68,6 +68,7 @@ type NewJobRow struct {
 
 // KeyedJob is the job that holds an idempotency key.
 type KeyedJob struct {
+	// Job is the job's row.
 	Job warren.Job
 	// RequestHash is the digest of the request that created it.
 	RequestHash string
@@ -120,12 +121,15 @@ type DeliveryClaim struct {
 
 // DeliveryRecord is the end of an attempt, as RecordDelivery writes it.
 type DeliveryRecord struct {
+	// ID is the delivery's.
 	ID string
-	// Attempt is the delivery's attempts the record needs to find.
+	// Attempt is the attempts the delivery must still be at.
 	Attempt int
-	State   store.DeliveryState
-	Status  int
-	Error   string
+	// State, Status and Error are the delivery's new state, last status
+	// and last error.
+	State  store.DeliveryState
+	Status int
+	Error  string
 	// NextAttemptAt and DeliveredAt are the new values of the columns
 	// (nil: NULL).
 	NextAttemptAt, DeliveredAt *time.Time
