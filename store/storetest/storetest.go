@@ -10,6 +10,12 @@
 //			return s
 //		})
 //	}
+//
+// The suite includes a model-based test (subtest Model) that checks
+// exactly-once accounting after random interleavings of outcomes, relay
+// rounds, redrives, replays, cancels, reconciler passes and closes. A
+// failing case prints its seed; run the suite again with ModelSeedEnv
+// set to that seed to replay that case alone.
 package storetest
 
 import (
@@ -57,6 +63,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Generations", testGenerations},
 		{"Retention", testRetention},
 		{"Webhooks", testWebhooks},
+		{"Model", testModel},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
