@@ -14,10 +14,12 @@ type Round struct {
 	Messages int
 	Tasks    int
 	// Bytes, when above 0, bounds the payload bytes the round holds: the
-	// driver claims a job's share in task id order, and the jobs in the
-	// order Shares serves them, only while the payloads claimed so far
-	// are under Bytes (so at least one task, however large). The tasks
-	// left out stay pending for a later round.
+	// round claims a job's share in task id order, and the jobs in the
+	// order Shares serves them (Served), only while the payloads claimed
+	// so far are under Bytes (so at least one task, however large). The
+	// tasks left out stay pending for a later round; as the turn moves,
+	// each job is served first in turn, so a job whose share alone is
+	// over Bytes does not hold the others back.
 	Bytes int64
 	// Room, when set, returns the messages the round may send to work
 	// queue q, in place of Messages: the relay's free window in that
@@ -74,9 +76,20 @@ type PendingJob struct {
 // round packs its tasks by (Round.Batch, 1 without it), and cuts its
 // Pending to the most Round.Batch lets it take.
 func Shares(r Round, jobs []PendingJob, turn int) []int {
-	shares := make([]int, len(jobs))
+	shares, _ := Served(r, jobs, turn)
+	return shares
+}
+
+// Served is Shares, also returning the order it served the jobs in:
+// order holds the indexes into jobs of the jobs given a share, first
+// served first (the queues, and each queue's jobs, in turn from turn on).
+// A relay round claims the jobs in that order, so that the first served
+// are the first to spend the round's Bytes, and successive rounds let
+// each job go first in turn.
+func Served(r Round, jobs []PendingJob, turn int) (shares, order []int) {
+	shares = make([]int, len(jobs))
 	if len(jobs) == 0 || r.Tasks <= 0 {
-		return shares
+		return shares, nil
 	}
 
 	tasks := r.Tasks
@@ -87,7 +100,7 @@ func Shares(r Round, jobs []PendingJob, turn int) []int {
 		}
 		r.resolveBatches(jobs, all, r.Messages > 0)
 		shareQueue(shares, jobs, all, r.Messages, &tasks, turn)
-		return shares
+		return shares, servedOrder(shares, nil, all, turn)
 	}
 	var queues []string
 	byQueue := map[string][]int{}
@@ -102,8 +115,20 @@ func Shares(r Round, jobs []PendingJob, turn int) []int {
 		room := r.Room(q)
 		r.resolveBatches(jobs, byQueue[q], room > 0 && tasks > 0)
 		shareQueue(shares, jobs, byQueue[q], room, &tasks, turn)
+		order = servedOrder(shares, order, byQueue[q], turn)
 	}
-	return shares
+	return shares, order
+}
+
+// servedOrder appends to order the jobs idx (indexes into jobs, one work
+// queue's) that have a share, in the order shareQueue serves them.
+func servedOrder(shares, order, idx []int, turn int) []int {
+	for k := range idx {
+		if i := idx[rotate(turn, k, len(idx))]; shares[i] > 0 {
+			order = append(order, i)
+		}
+	}
+	return order
 }
 
 // resolveBatches sets the batch size of the jobs idx (indexes into jobs)

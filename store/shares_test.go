@@ -159,3 +159,31 @@ func TestSharesAsksNothingForAQueueWithoutRoom(t *testing.T) {
 	require.Equal(t, []string{"roomy"}, asked)
 	require.Equal(t, 1, jobs[0].BatchSize, "a size all the same, one task per message")
 }
+
+// Served gives the order the jobs were served in: the queues, and each
+// queue's jobs, from the turn on, only the jobs given a share.
+func TestServedOrdersTheJobsInTurn(t *testing.T) {
+	t.Parallel()
+	jobs := func() []store.PendingJob {
+		return []store.PendingJob{job("a", 10, 1, 9), job("b", 10, 1, 9), job("c", 10, 1, 0), job("d", 10, 1, 9)}
+	}
+	round := store.Round{Messages: 100, Tasks: 100}
+	for turn, want := range [][]int{{0, 1, 3}, {1, 3, 0}, {3, 0, 1}, {3, 0, 1}, {0, 1, 3}} {
+		shares, order := store.Served(round, jobs(), turn)
+		require.Equal(t, []int{9, 9, 0, 9}, shares)
+		require.Equal(t, want, order, "turn %d", turn)
+	}
+
+	queued := []store.PendingJob{
+		{ID: "a", Priority: 10, BatchSize: 1, Pending: 9, Queue: "default"},
+		{ID: "gpu", Priority: 10, BatchSize: 1, Pending: 9, Queue: "gpu"},
+		{ID: "b", Priority: 10, BatchSize: 1, Pending: 9, Queue: "default"},
+	}
+	room := store.Round{Tasks: 100, Room: func(string) int { return 10 }}
+	_, order := store.Served(room, queued, 0)
+	require.Equal(t, []int{0, 2, 1}, order, "turn 0: the default queue's jobs, then gpu's")
+	_, order = store.Served(room, queued, 1)
+	require.Equal(t, []int{1, 2, 0}, order, "turn 1: gpu first, then the default queue's from its second job")
+	_, order = store.Served(store.Round{Tasks: 0, Messages: 10}, queued, 0)
+	require.Empty(t, order, "nothing served")
+}

@@ -81,8 +81,10 @@ type Store interface {
 	// RelayRound claims unpublished (pending) tasks of open jobs, as much
 	// as round allows, shared between the jobs by Shares (in proportion
 	// to their priorities, a job's tasks in task id order, the jobs in
-	// turn), and calls publish with them, grouped by job, each task with
-	// the batch size Shares set for its job.
+	// turn), and calls publish with them, grouped by job, the jobs in the
+	// order Shares served them (Served), each task with
+	// the batch size Shares set for its job and whether the round cut
+	// its share (OutboxTask.More).
 	// publish returns the tasks whose publishing the broker confirmed;
 	// exactly those are marked queued (with their queued_at), and a job
 	// whose tasks are all out moves from pending to running. Tasks publish
@@ -352,6 +354,12 @@ type OutboxTask struct {
 	// TraceParent and TraceState are the job's trace context
 	// (NewJob.TraceParent, NewJob.TraceState), "" when it has none.
 	TraceParent, TraceState string
+	// More reports that the round cut the job's share: the job had
+	// pending tasks beyond those the round offered of it. A short last
+	// batch of such a job may wait for a later round, to go out whole
+	// with the tasks after it; a job with More false was offered every
+	// task it had pending.
+	More bool
 }
 
 // Ref returns the task's reference.

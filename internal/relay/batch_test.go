@@ -105,3 +105,56 @@ func TestRelayAsksTheSizerForJobsWithoutABatchSize(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{big.ID + " pending=100 atLeast=true consumers=3"}, sz.asked)
 }
+
+// A round shared between an old job with a backlog and a small new one
+// gives the small job all its tasks: its last batch is short because the
+// job has no more, not because the round cut it, so it goes out now
+// instead of waiting for the old job's backlog to drain.
+func TestRelayPublishesASmallJobsShortBatchBehindABacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	old := b.createJobWith(t, warren.Policy{BatchSize: 10}, 400)
+	small := b.createJobWith(t, warren.Policy{BatchSize: 16}, 10)
+	r, err := relay.New(relay.Config{Store: b.store, Publisher: b.pub, Names: b.names, BatchSize: 200})
+	require.NoError(t, err)
+
+	n, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	pending, _, err := b.store.ListTasks(ctx, small.ID, store.ListTasksOpts{State: warren.TaskPending})
+	require.NoError(t, err)
+	require.Zero(t, len(pending), "the small job's 10 tasks went out in the first round")
+	require.Equal(t, 200, n, "190 tasks of the old job in 19 messages, the small job's 10 in one")
+	got, err := b.store.GetJob(ctx, small.ID)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobRunning, got.State)
+	backlog, err := b.store.Backlog(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 400-190, backlog, "the old job's rest waits")
+	got, err = b.store.GetJob(ctx, old.ID)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobPending, got.State)
+}
+
+// A job whose share of a round ends in a short batch while it has more
+// tasks pending keeps that batch's tasks for a later round, where they go
+// out in a whole batch.
+func TestRelayHoldsAShortLastBatchOfAJobWithMore(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	job := b.createJobWith(t, warren.Policy{BatchSize: 16}, 400)
+	r, err := relay.New(relay.Config{Store: b.store, Publisher: b.pub, Names: b.names, BatchSize: 200})
+	require.NoError(t, err)
+
+	n, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 192, n, "12 whole batches of 16; the 8 tasks left of the round's 200 wait")
+	require.Equal(t, 12, amqptest.QueueDepth(t, b.conn, b.names.TasksQueue))
+	backlog, err := b.store.Backlog(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 400-192, backlog)
+	pending, _, err := b.store.ListTasks(ctx, job.ID, store.ListTasksOpts{State: warren.TaskPending, Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, int64(193), pending[0].TaskID, "the tasks held are the first of the job's rest")
+}

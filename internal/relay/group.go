@@ -30,7 +30,7 @@ const (
 func group(tasks []store.OutboxTask, maxBytes int) [][]store.OutboxTask {
 	groups := make([][]store.OutboxTask, 0, len(tasks))
 	for i := 0; i < len(tasks); {
-		size := min(max(tasks[i].BatchSize, 1), protocol.MaxBatchSize)
+		size := batchSize(tasks[i])
 		bytes := messageOverhead + len(tasks[i].JobID) + taskOverhead + len(tasks[i].Payload)
 		j := i + 1
 		for j < len(tasks) && j-i < size && tasks[j].JobID == tasks[i].JobID &&
@@ -47,6 +47,31 @@ func group(tasks []store.OutboxTask, maxBytes int) [][]store.OutboxTask {
 		i = j
 	}
 	return groups
+}
+
+// hold drops from groups (group's) the last group of each job whose
+// share the round cut (store.OutboxTask.More) when it is shorter than the
+// job's batch size: its tasks stay pending, to go out in a whole batch
+// with the tasks after them in a later round. A job's only group in the
+// round is never held, so that every job offered tasks gets some out;
+// and the last group of a job offered every task it had is its
+// remainder, which no later round would make whole.
+func hold(groups [][]store.OutboxTask) [][]store.OutboxTask {
+	kept := make([][]store.OutboxTask, 0, len(groups))
+	for i, g := range groups {
+		first := i == 0 || groups[i-1][0].JobID != g[0].JobID
+		last := i == len(groups)-1 || groups[i+1][0].JobID != g[0].JobID
+		if last && !first && g[0].More && len(g) < batchSize(g[0]) {
+			continue
+		}
+		kept = append(kept, g)
+	}
+	return kept
+}
+
+// batchSize is how many tasks of t's job one message may carry.
+func batchSize(t store.OutboxTask) int {
+	return min(max(t.BatchSize, 1), protocol.MaxBatchSize)
 }
 
 // message is one task message and the tasks it carries.

@@ -122,3 +122,24 @@ func TestQueueMessagesCountsMessagesNotTasks(t *testing.T) {
 	retried := []store.OutboxTask{{JobID: "d", TaskID: 1, BatchSize: 4}, {JobID: "d", TaskID: 2, BatchSize: 4, Attempts: 1}}
 	require.Equal(t, map[string]int{"default": 2}, queueMessages(group(retried, DefaultMaxMessageBytes)))
 }
+
+// hold keeps back the short last group of a job whose share the round
+// cut, unless it is the job's only group; a job offered every task it had
+// sends its short remainder.
+func TestHoldKeepsBackOnlyTheShortLastBatchOfACutShare(t *testing.T) {
+	t.Parallel()
+	cut := func(job string, id int64, batch int) store.OutboxTask {
+		t := outboxTask(job, id, 0, batch)
+		t.More = true
+		return t
+	}
+	tasks := []store.OutboxTask{
+		cut("a", 1, 2), cut("a", 2, 2), cut("a", 3, 2), // cut short: a:3 waits
+		outboxTask("b", 1, 0, 2), outboxTask("b", 2, 0, 2), outboxTask("b", 3, 0, 2), // b's remainder goes
+		cut("c", 1, 2),                 // c's only group goes
+		cut("d", 1, 1), cut("d", 2, 1), // whole batches go
+	}
+	require.Equal(t, [][]string{
+		{"a:1", "a:2"}, {"b:1", "b:2"}, {"b:3"}, {"c:1"}, {"d:1"}, {"d:2"},
+	}, groupIDs(hold(group(tasks, DefaultMaxMessageBytes))))
+}

@@ -105,14 +105,10 @@ type pending struct {
 // below MaxMessageBytes), every message unconfirmed on it fails alike, so
 // each is published again alone to tell the refused one from the others.
 //
-// groups are tasks as group cut them into messages.
-func (r *Relay) publish(ctx context.Context, tasks []store.OutboxTask, groups [][]store.OutboxTask) *round {
-	rd := &round{confirmed: make([]store.TaskRef, 0, len(tasks))}
-	if last := groups[len(groups)-1]; len(tasks) == r.cfg.BatchSize && len(groups) > 1 && len(last) < last[0].BatchSize {
-		// The claim cut the last batch short and more tasks are
-		// waiting: leave it pending, to go out whole with the next claim.
-		groups = groups[:len(groups)-1]
-	}
+// groups are the claimed tasks as group cut them into messages, less
+// those hold kept back.
+func (r *Relay) publish(ctx context.Context, groups [][]store.OutboxTask) *round {
+	rd := &round{}
 	var (
 		shared []pending
 		alone  []message

@@ -346,7 +346,7 @@ func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []stri
 	)
 	n, err := r.cfg.Store.RelayRound(ctx, round, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
 		claimed = len(tasks)
-		groups := group(tasks, r.cfg.MaxMessageBytes)
+		groups := hold(group(tasks, r.cfg.MaxMessageBytes))
 		counts := queueMessages(groups)
 		r.addInflight(counts, 1)
 		defer r.addInflight(counts, -1)
@@ -355,7 +355,7 @@ func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []stri
 				return nil, err
 			}
 		}
-		rd := r.publish(ctx, tasks, groups)
+		rd := r.publish(ctx, groups)
 		failed, sizes = rd.failed, rd.sizes
 		return rd.result(r.cfg.Logger, len(tasks))
 	})

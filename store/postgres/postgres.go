@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,13 +43,10 @@ type Store struct {
 	// Engine makes every decision of the store (store/internal/engine);
 	// the methods below read, and the driver gives it the primitives.
 	*engine.Engine
+	// Relay runs the relay rounds (RelayRound, RelayBatch) on the engine.
+	*engine.Relay
 	pool *pgxpool.Pool
 	now  func() time.Time
-	// turn is the next relay round's turn (store.Shares).
-	turn atomic.Int64
-	// openJobs is how many open jobs the last relay round found, for the
-	// next one's store.PendingCap.
-	openJobs atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -77,6 +73,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	}
 	s := &Store{pool: pool, now: time.Now}
 	s.Engine = engine.New(engineDriver{s}, engine.Options{Clock: func() time.Time { return s.now() }})
+	s.Relay = engine.NewRelay(s.Engine)
 	if err := s.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err

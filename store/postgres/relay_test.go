@@ -14,7 +14,8 @@ import (
 )
 
 // A round is shared between the open jobs (store.Shares), each job's
-// tasks in task id order, the jobs in creation order.
+// tasks in task id order, the jobs in the order the round serves them
+// (the oldest first in the first round).
 func TestRelayBatchSharesBetweenJobsInTaskOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

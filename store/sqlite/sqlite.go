@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite" // also registers the "sqlite" driver
@@ -41,16 +40,13 @@ type Store struct {
 	// Engine makes every decision of the store (store/internal/engine);
 	// the methods below read, and the driver gives it the primitives.
 	*engine.Engine
+	// Relay runs the relay rounds (RelayRound, RelayBatch) on the engine.
+	*engine.Relay
 	w *sql.DB // one connection: every write transaction
 	r *sql.DB // a pool for reads
-	// relay serialises RelayRound: a task is offered to one publisher at a
-	// time (see RelayRound).
+	// relay serialises the relay rounds: a task is offered to one
+	// publisher at a time (see engineDriver.BeginRelay).
 	relay chan struct{}
-	// turn is the next relay round's turn (store.Shares).
-	turn atomic.Int64
-	// openJobs is how many open jobs the last relay round found, for the
-	// next one's store.PendingCap.
-	openJobs atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -88,6 +84,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	r.SetMaxIdleConns(readers)
 	s := &Store{w: w, r: r, relay: make(chan struct{}, 1)}
 	s.Engine = engine.New(engineDriver{s}, engine.Options{})
+	s.Relay = engine.NewRelay(s.Engine)
 	if err := s.Migrate(ctx); err != nil {
 		s.Close()
 		return nil, err

@@ -164,6 +164,89 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Len(t, offered, 1, "a round takes at least one task, however large")
 	})
 
+	t.Run("SpendsTheRoundsBytesInServingOrder", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		old := newJob(t, s, 20) // payloads {"i":N}: 7 or 8 bytes each
+		young := newJob(t, s, 2)
+		round := store.Round{Messages: 100, Tasks: 100, Bytes: 3*7 + 1}
+		served := map[string]int{}
+		for range 2 {
+			_, err := s.RelayRound(t.Context(), round, func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+				for _, task := range tasks {
+					served[task.JobID]++
+				}
+				return publishAll(ctx, tasks)
+			})
+			require.NoError(t, err)
+		}
+		require.Positive(t, served[young.ID], "the old job's share alone is over the budget: the young job is served first in the next round")
+		require.Positive(t, served[old.ID])
+	})
+
+	t.Run("ClaimsTheJobsInServingOrder", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		a := newJob(t, s, 4)
+		b := newJob(t, s, 4)
+		require.Equal(t, append(refs(a.ID, 1), refs(b.ID, 1)...), offeredRefs(relay(t, s, 2)), "the first round serves from the oldest job")
+		require.Equal(t, append(refs(b.ID, 2), refs(a.ID, 2)...), offeredRefs(relay(t, s, 2)), "the next one from the next job")
+		require.Equal(t, append(refs(a.ID, 3), refs(b.ID, 3)...), offeredRefs(relay(t, s, 2)))
+	})
+
+	t.Run("TellsWhichJobsTheRoundCut", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		big := createJob(t, s, store.NewJob{Policy: warren.Policy{BatchSize: 10}}, 30)
+		small := createJob(t, s, store.NewJob{Policy: warren.Policy{BatchSize: 16}}, 5)
+		var offered []store.OutboxTask
+		_, err := s.RelayRound(t.Context(), store.Round{Messages: 100, Tasks: 25},
+			func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+				offered = tasks
+				return publishAll(ctx, tasks)
+			})
+		require.NoError(t, err)
+		// 25 tasks: 2 batches of the big job, the small job's 5.
+		require.Equal(t, append(refs(big.ID, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20),
+			refs(small.ID, 1, 2, 3, 4, 5)...), offeredRefs(offered))
+		for _, task := range offered {
+			require.Equal(t, task.JobID == big.ID, task.More, "task %s:%d: only the big job has more than the round gave it", task.JobID, task.TaskID)
+		}
+
+		// The round's bytes cut the last 5 tasks of the big job to 3.
+		_, err = s.RelayRound(t.Context(), store.Round{Messages: 100, Tasks: 100, Bytes: 2*8 + 1},
+			func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+				offered = tasks
+				return publishAll(ctx, tasks)
+			})
+		require.NoError(t, err)
+		require.Equal(t, refs(big.ID, 21, 22, 23), offeredRefs(offered))
+		for _, task := range offered {
+			require.True(t, task.More, "task %d: the budget cut the job's share", task.TaskID)
+		}
+		offered = relayAll(t, s)
+		require.Equal(t, refs(big.ID, 24, 25, 26, 27, 28, 29, 30), offeredRefs(offered))
+		for _, task := range offered {
+			require.False(t, task.More, "task %d: the job's last tasks", task.TaskID)
+		}
+	})
+
+	t.Run("IgnoresConfirmsOfTasksItDidNotOffer", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 3)
+		other := newJob(t, s, 1)
+		n, err := s.RelayRound(t.Context(), store.Round{Messages: 2, Tasks: 2, Room: func(q string) int { return 2 }},
+			func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+				require.Equal(t, append(refs(job.ID, 1), refs(other.ID, 1)...), offeredRefs(tasks))
+				return []store.TaskRef{{JobID: job.ID, TaskID: 1}, {JobID: job.ID, TaskID: 3}, {JobID: job.ID, TaskID: 1}, {JobID: "unknown", TaskID: 1}}, nil
+			})
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "task 1, once; task 3 was not offered")
+		require.Equal(t, []warren.TaskState{warren.TaskQueued, warren.TaskPending, warren.TaskPending}, taskStates(t, s, job.ID))
+		require.Equal(t, []warren.TaskState{warren.TaskPending}, taskStates(t, s, other.ID), "offered, not confirmed")
+	})
+
 	t.Run("CarriesTheJobsQueue", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)

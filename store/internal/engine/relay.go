@@ -1,4 +1,250 @@
 package engine
 
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/protocol"
+	"github.com/warrenhq/warren/store"
+)
+
 // RelayTx holds the primitives that claim and mark a relay round (RelayRound, RelayBatch).
-type RelayTx interface{}
+type RelayTx interface {
+	// PendingJobs reads every open job (pending or running), in creation
+	// order, with its ID, Priority, BatchSize and Queue as stored ("" for
+	// the default queue) and its pending tasks counted up to limit (an
+	// index range of at most limit of its task rows) in Pending.
+	PendingJobs(ctx context.Context, limit int) ([]store.PendingJob, error)
+	// ClaimTasks claims pending tasks of open jobs: of each claim's job,
+	// its first N pending tasks in task id order, the claims in the order
+	// given, while the payload bytes claimed before a task are under
+	// bytes (bytes <= 0: no bound), so at least one task. A driver whose
+	// relays run concurrently (PostgreSQL) locks the tasks it claims until
+	// the transaction ends and skips those another round holds. It
+	// returns them in that order, with BatchSize 0, More false, and Queue
+	// and TaskTimeout as the job stores them ("" and 0 when it has none).
+	ClaimTasks(ctx context.Context, claims []RelayClaim, bytes int64) ([]store.OutboxTask, error)
+	// MarkQueued writes the transition of each task of marks (in job id,
+	// then task id order) that is still at the mark's generation: a
+	// pending task becomes queued, queued at at; a task no longer pending
+	// (an early outcome finished it) keeps its state and gets queued_at at
+	// if it has none. It returns how many tasks it wrote and, of the
+	// marks' jobs, those still pending with no pending task left that no
+	// other round holds claimed (such a task is that round's to check
+	// after).
+	MarkQueued(ctx context.Context, marks []RelayMark, at time.Time) (marked int, idle []string, err error)
+	// StartJobs moves the jobs ids (in id order) from pending to running,
+	// started at at, version bumped, each only if it is still pending
+	// with no pending task. A driver whose relays run concurrently locks
+	// the job rows in id order and checks for pending tasks after the
+	// locks, with a fresh snapshot: of two rounds that publish the last
+	// tasks of one job at once, the second to lock the row sees the
+	// first one's commit.
+	StartJobs(ctx context.Context, ids []string, at time.Time) error
+}
+
+// RelayClaim is one job's share of a relay round: the most of its
+// pending tasks to claim.
+type RelayClaim struct {
+	JobID string
+	N     int
+}
+
+// RelayMark is a claimed task whose publishing the broker confirmed, at
+// the generation it was claimed with.
+type RelayMark struct {
+	JobID      string
+	TaskID     int64
+	Generation int
+}
+
+// RelayRoundTx is the transaction of a relay round: what it claims, no
+// other round of the store is offered until it ends.
+type RelayRoundTx interface {
+	RelayTx
+	// Commit makes the round's writes durable and ends its claim.
+	Commit(ctx context.Context) error
+	// Rollback discards the round's writes and ends its claim. After
+	// Commit it wraps ErrTxDone.
+	Rollback(ctx context.Context) error
+}
+
+// RelayBeginner is implemented by a Driver whose relay rounds must not
+// hold its write transaction while they publish (SQLite: one writer for
+// the whole store, which a round would hold for as long as the broker
+// takes to confirm). Its BeginRelay serialises the store's rounds, so
+// that each claim is offered to one round only, reads the claim outside
+// any write transaction, and writes the marks in a transaction of their
+// own; MarkQueued's generation guard leaves alone a task redriven
+// meanwhile. A driver without it runs a round in one transaction of
+// Begin, holding its claim's row locks while the round publishes.
+type RelayBeginner interface {
+	BeginRelay(ctx context.Context) (RelayRoundTx, error)
+}
+
+// Relay runs the relay rounds of a store (store.Store's RelayRound and
+// RelayBatch) on its Engine, and keeps what one round passes to the next.
+// A store has one; it is safe for concurrent use.
+type Relay struct {
+	e *Engine
+	// turn is the next round's turn (store.Shares).
+	turn atomic.Int64
+	// openJobs is how many open jobs the last round found, for the next
+	// one's store.PendingCap.
+	openJobs atomic.Int64
+}
+
+// NewRelay returns the relay of e's store.
+func NewRelay(e *Engine) *Relay {
+	return &Relay{e: e}
+}
+
+// RelayBatch is RelayRound with a round of limit tasks and messages;
+// limit <= 0 means store.DefaultPageSize.
+func (r *Relay) RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
+	limit = store.PageSize(limit)
+	return r.RelayRound(ctx, store.Round{Messages: limit, Tasks: limit}, publish)
+}
+
+// RelayRound claims the pending tasks of open jobs that round allows,
+// shared between the jobs by store.Served and claimed in the order it
+// served them, calls publish with them, and marks queued, at the time
+// publish was called, exactly the claimed tasks publish returns; a job
+// left with no pending task moves from pending to running. queued_at is
+// when the publish started because a fast worker's result can be
+// recorded before the mark.
+//
+// An error from publish marks nothing, even tasks it returned as
+// confirmed: they are offered again, and the aggregator ignores the
+// duplicate results a second publish can cause. The error is returned as
+// it is. A ref publish returns that was not claimed is not this round's
+// to mark (another round may hold it) and is ignored.
+func (r *Relay) RelayRound(ctx context.Context, round store.Round, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
+	tx, err := r.begin(ctx)
+	if err != nil {
+		return 0, r.e.errorf(err, "relay")
+	}
+	defer func() { _ = ignoreDone(tx.Rollback(context.WithoutCancel(ctx))) }()
+	tasks, err := r.claim(ctx, tx, round)
+	if err != nil {
+		return 0, r.e.errorf(err, "relay")
+	}
+	if len(tasks) == 0 {
+		return 0, nil
+	}
+	at := r.e.now()
+	refs, err := publish(ctx, tasks)
+	if err != nil {
+		return 0, err
+	}
+	marks := confirmed(tasks, refs)
+	if len(marks) == 0 {
+		return 0, nil
+	}
+	n, idle, err := tx.MarkQueued(ctx, marks, at)
+	if err != nil {
+		return 0, r.e.errorf(err, "relay: mark tasks queued")
+	}
+	// A job whose tasks are all out has started.
+	if len(idle) > 0 {
+		if err := tx.StartJobs(ctx, idle, at); err != nil {
+			return 0, r.e.errorf(err, "relay: start jobs")
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, r.e.errorf(err, "relay: commit")
+	}
+	return n, nil
+}
+
+// begin starts a round: BeginRelay's, or a transaction of Begin.
+func (r *Relay) begin(ctx context.Context) (RelayRoundTx, error) {
+	if b, ok := r.e.drv.(RelayBeginner); ok {
+		return b.BeginRelay(ctx)
+	}
+	return r.e.drv.Begin(ctx)
+}
+
+// claim claims the round's tasks: the open jobs with pending tasks
+// counted, their shares chosen by store.Served, the shares claimed in
+// the order it served them, and each task given what its job's share
+// says (batch size, whether the round cut it) and the defaults of what
+// its job leaves unset (queue, task timeout).
+func (r *Relay) claim(ctx context.Context, tx RelayTx, round store.Round) ([]store.OutboxTask, error) {
+	limit := store.PendingCap(round.Tasks, int(r.openJobs.Load()))
+	open, err := tx.PendingJobs(ctx, limit)
+	if err != nil {
+		return nil, err
+	}
+	r.openJobs.Store(int64(len(open)))
+	var jobs []store.PendingJob
+	for _, j := range open {
+		if j.Pending > 0 {
+			j.Queue = protocol.QueueOrDefault(j.Queue)
+			j.More = j.Pending >= limit
+			jobs = append(jobs, j)
+		}
+	}
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	// What each job has pending before Shares cuts it to what Round.Batch
+	// lets it take: a job offered less than that has more.
+	counted := make(map[string]store.PendingJob, len(jobs))
+	for _, j := range jobs {
+		counted[j.ID] = j
+	}
+	shares, order := store.Served(round, jobs, int(r.turn.Add(1)-1))
+	claims := make([]RelayClaim, len(order))
+	for k, i := range order {
+		claims[k] = RelayClaim{JobID: jobs[i].ID, N: shares[i]}
+	}
+	tasks, err := tx.ClaimTasks(ctx, claims, round.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	offered := make(map[string]int, len(claims))
+	for _, t := range tasks {
+		offered[t.JobID]++
+	}
+	batch := make(map[string]int, len(jobs))
+	for _, j := range jobs {
+		batch[j.ID] = j.BatchSize
+	}
+	for i := range tasks {
+		t := &tasks[i]
+		j := counted[t.JobID]
+		t.BatchSize = batch[t.JobID]
+		t.More = j.More || offered[t.JobID] < j.Pending
+		t.Queue = protocol.QueueOrDefault(t.Queue)
+		t.TaskTimeout = warren.Policy{TaskTimeout: t.TaskTimeout}.EffectiveTaskTimeout()
+	}
+	return tasks, nil
+}
+
+// confirmed returns the marks of the claimed tasks that refs names, once
+// each, in job id then task id order (the lock order). Any other ref is
+// not this round's to mark: its task may be another round's, or not
+// pending at all.
+func confirmed(claimed []store.OutboxTask, refs []store.TaskRef) []RelayMark {
+	generation := make(map[store.TaskRef]int, len(claimed))
+	for _, t := range claimed {
+		generation[t.Ref()] = t.Generation
+	}
+	marks := make([]RelayMark, 0, len(refs))
+	for _, ref := range refs {
+		if g, ok := generation[ref]; ok {
+			marks = append(marks, RelayMark{JobID: ref.JobID, TaskID: ref.TaskID, Generation: g})
+			delete(generation, ref)
+		}
+	}
+	slices.SortFunc(marks, func(a, b RelayMark) int {
+		return cmp.Or(strings.Compare(a.JobID, b.JobID), cmp.Compare(a.TaskID, b.TaskID))
+	})
+	return marks
+}
