@@ -525,21 +525,21 @@ func TestReplayThatIsNotPublishedLeavesTheTaskFailed(t *testing.T) {
 }
 
 // cancellingStore cancels the replay's context on its second
-// ReopenTask, as if the caller went away mid-way.
+// ReopenTasks, as if the caller went away mid-way.
 type cancellingStore struct {
 	store.Store
 	cancel context.CancelFunc
 	calls  int
 }
 
-func (s *cancellingStore) ReopenTask(ctx context.Context, jobID string, taskID int64) (int, bool, error) {
+func (s *cancellingStore) ReopenTasks(ctx context.Context, jobID string, taskIDs []int64) (store.Reopening, error) {
 	s.calls++
 	if s.calls == 2 {
 		s.cancel()
 		<-ctx.Done()
-		return 0, false, ctx.Err()
+		return store.Reopening{}, ctx.Err()
 	}
-	return s.Store.ReopenTask(ctx, jobID, taskID)
+	return s.Store.ReopenTasks(ctx, jobID, taskIDs)
 }
 
 func TestInterruptedOperationsLoseNothing(t *testing.T) {

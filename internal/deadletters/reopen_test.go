@@ -219,3 +219,45 @@ func (b *testBundle) bindTasksQueue(t *testing.T) {
 	defer ch.Close()
 	require.NoError(t, ch.QueueBind(b.names.TasksQueue, protocol.RoutingKeyTask, b.names.JobsExchange, false, nil))
 }
+
+// movingStore records a completed outcome of task 2 of the job right after
+// each reopen, as another server's aggregator could while a replay waits
+// for its confirm.
+type movingStore struct{ store.Store }
+
+func (s movingStore) ReopenTasks(ctx context.Context, jobID string, taskIDs []int64) (store.Reopening, error) {
+	r, err := s.Store.ReopenTasks(ctx, jobID, taskIDs)
+	if err == nil {
+		_, err = s.ApplyOutcomes(ctx, []store.Outcome{{JobID: jobID, TaskID: 2, State: warren.TaskCompleted, Result: []byte(`2`)}})
+	}
+	return r, err
+}
+
+// When the job moved between the reopen and the broker's refusal, the
+// reopen cannot be undone without losing what moved it: the replayed
+// task is failed again, as its dead letter says, and the reopened job
+// goes on (its tasks the close had cancelled are to be published).
+func TestRefusedReplayOfAJobThatMovedFailsTheTaskAgain(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, opts *options) {
+		opts.wrap = func(s store.Store) store.Store { return movingStore{s} }
+		b := setup(t, opts)
+		id, taskID := b.failedFastJob(t)
+		b.dead(t, id, taskID, 1)
+		b.unbindTasksQueue(t)
+
+		_, err := b.queue.Replay(context.Background(), deadletters.Filter{})
+		require.ErrorIs(t, err, broker.ErrUnroutable)
+		failed := b.task(t, id, taskID)
+		require.Equal(t, warren.TaskFailed, failed.State)
+		require.Equal(t, "retries_exhausted: boom", failed.Error)
+		require.Equal(t, 4, failed.Attempts)
+		require.Equal(t, warren.TaskCompleted, b.taskState(t, id, 2))
+		job, err := b.store.GetJob(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, warren.JobRunning, job.State)
+		require.Equal(t, int64(1), job.FailedTasks)
+		require.Equal(t, int64(1), job.CompletedTasks)
+		require.Len(t, b.relay(t), 2, "tasks 3 and 4")
+	})
+}
