@@ -288,6 +288,7 @@ func (m *model) replay(rt *rapid.T) {
 	if ok {
 		t.state = warren.TaskQueued
 		t.gen++
+		t.attempts = 0 // the replayed message carries x-retry 0
 		if gen != t.gen {
 			rt.Fatalf("reopen gave generation %d, the model says %d", gen, t.gen)
 		}
