@@ -136,8 +136,8 @@ type Store interface {
 	// CancelJob.
 	//
 	// Every change to a job's counters or state (ApplyOutcomes,
-	// ReconcileStale, RelayBatch starting it, RedriveJob, ReopenTask,
-	// CancelJob, FinishJob) increments its version.
+	// ReconcileStale, RelayBatch starting it, RedriveJob, ReopenTasks,
+	// UndoReopen, CancelJob, FinishJob) increments its version.
 	FinishJob(ctx context.Context, jobID string, version int64, state warren.JobState, result []byte, errMsg string) (bool, error)
 	// JobResult returns a closed job's stored reduced result. A job without
 	// one: warren.ErrNotFound.
@@ -153,15 +153,43 @@ type Store interface {
 	// returns the reopened job and how many tasks were requeued. A job that
 	// is open, cancelled, or has no failed task: warren.ErrConflict.
 	RedriveJob(ctx context.Context, id string) (warren.Job, int, error)
-	// ReopenTask makes one failed task runnable again, for a dead-letter
-	// replay that republishes the task itself: the task becomes queued
-	// (queued_at now, attempts kept, error cleared) with its generation
-	// bumped, the job's failed counter drops by one and, if the job was
-	// closed as failed or completed, the job reopens as running (result,
-	// location, error and finished_at cleared). It returns the task's new
-	// generation, which the replayed message must carry, and true; or
-	// false, changing nothing, when the task is not failed or its job is
-	// cancelled. Unknown job or task: warren.ErrNotFound.
+	// ReopenTasks makes failed tasks of job jobID runnable again, for a
+	// dead-letter replay that republishes them itself, in one
+	// transaction: each task of taskIDs that is failed becomes queued
+	// (queued_at now) with its generation bumped, its attempts reset to 0
+	// (the replayed message carries x-retry 0: the task gets 1 +
+	// max_retries runs again) and its error, result and run times
+	// cleared; the job's failed counter drops by as many; and if the job
+	// was closed as failed or completed it reopens as running (result,
+	// location, error and finished_at cleared) and the tasks its close
+	// cancelled go back to pending at their next generation (they never
+	// ran, and the job must be able to close again with every task
+	// accounted for). The Reopening lists the tasks reopened, with the
+	// generation each replayed message must carry, the task ids the job
+	// does not have, and what UndoReopen needs. A task that is not failed
+	// is left as it is, and so is every task of a cancelled job. An
+	// unknown job: warren.ErrNotFound.
+	ReopenTasks(ctx context.Context, jobID string, taskIDs []int64) (Reopening, error)
+	// UndoReopen puts back what r, from ReopenTasks, changed, in one
+	// transaction, for a replay the broker surely did not take (nacked,
+	// returned, never sent), so that a failed replay leaves the store as
+	// it was: if r's job is still at r.Version and its reopened tasks
+	// still at the generations r gave them, not finished, the tasks are
+	// failed again as they were (r's Was), the failed counter rises by
+	// as many and, when r reopened a closed job, the tasks its close had
+	// cancelled are cancelled again and the job is closed again as it was
+	// (state, error, finished_at, result location, stored result),
+	// without a new webhook delivery. The generations stay where the
+	// reopen put them: a generation is never given twice. It returns
+	// true; or false, changing nothing, when the job moved since (an
+	// outcome was recorded, it was cancelled, deleted, ...): the caller
+	// then records the tasks' failure as outcomes of their generation. An
+	// r that reopened nothing changes nothing, and true is returned.
+	UndoReopen(ctx context.Context, r Reopening) (bool, error)
+	// ReopenTask is ReopenTasks for one task: it returns the task's new
+	// generation and true; or false, changing nothing, when the task is
+	// not failed or its job is cancelled. Unknown job or task:
+	// warren.ErrNotFound.
 	ReopenTask(ctx context.Context, jobID string, taskID int64) (generation int, reopened bool, err error)
 	// ReconcileStale looks at up to limit tasks of open jobs that are
 	// queued (not terminal) and stale at at (limit <= 0 means
@@ -186,7 +214,7 @@ type Store interface {
 	// rows are left for PurgeDeletedTasks, which deletes them in batches
 	// of its own size, so that a job of any size never holds the store
 	// long. Its webhook deliveries go with its row. An open job is never
-	// deleted, nor a reopened one (RedriveJob, ReopenTask): its retention counts again from its next close. It
+	// deleted, nor a reopened one (RedriveJob, ReopenTasks): its retention counts again from its next close. It
 	// returns how many jobs it deleted. Several servers may call it at
 	// once without deleting a job twice.
 	DeleteExpiredJobs(ctx context.Context, at Expiry, limit int) (int, error)

@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"slices"
 	"time"
@@ -37,8 +38,8 @@ import (
 // DefaultSettleTimeout is Config.SettleTimeout when it is 0.
 const DefaultSettleTimeout = 5 * time.Second
 
-// compensateTimeout bounds the store write that fails a task again after
-// its replay could not be published.
+// compensateTimeout bounds the store writes that put a task back after its
+// replay could not be published.
 const compensateTimeout = 10 * time.Second
 
 // Config configures a Queue.
@@ -156,9 +157,11 @@ func (q *Queue) List(ctx context.Context, f Filter) ([]Message, error) {
 // properties, x-retry 0 and the failure headers dropped, and the message
 // is removed only once the broker confirmed the publish.
 //
-// On an error the report says what was done before it. If a reopened
-// task could not be published, it is failed again in the store (unless
-// the broker may have taken it) and its message stays.
+// On an error the report says what was done before it. If the broker
+// surely did not take a reopened task (nacked, returned, never sent), the
+// store is put back as it was before the reopen, a closed job closed
+// again (see giveBack), and its message stays; a task the broker may have
+// taken stays reopened, for the reconciler to republish if it was lost.
 func (q *Queue) Replay(ctx context.Context, f Filter) (Report, error) {
 	var rep Report
 	o, err := q.open(ctx)
@@ -192,31 +195,56 @@ func (q *Queue) Replay(ctx context.Context, f Filter) (Report, error) {
 // (the message is then acked, or the error says it could not be). A batch
 // the broker dead-lettered whole is replayed as single task messages of
 // those of its tasks the store reopened.
+//
+// The store reopens the tasks before they are published, so that the
+// generation each message carries is committed before the message can
+// exist: whatever happens after (a crash included), the outcome of a
+// message the broker took counts. What the broker surely did not take is
+// put back (giveBack).
 func (q *Queue) replay(ctx context.Context, e entry) (bool, error) {
 	log := q.log.With("job_id", e.msg.JobID, "task_id", e.msg.TaskID, "message_id", e.msg.MessageID)
 	if e.dead.Malformed != nil {
 		log.Info("dlq: not replaying a message that is not a task", "error", e.dead.Malformed)
 		return false, nil
 	}
-	var reopened []reopenedTask
-	for _, t := range e.dead.Tasks {
-		generation, ok, err := q.cfg.Store.ReopenTask(ctx, t.JobID, t.TaskID)
+	var (
+		reopenings []store.Reopening
+		tasks      []reopenedTask
+	)
+	for jobID, group := range byJob(e.dead.Tasks) {
+		r, err := q.cfg.Store.ReopenTasks(ctx, jobID, taskIDs(group))
 		switch {
 		case errors.Is(err, warren.ErrNotFound):
-			log.Info("dlq: not replaying a task the store does not know", "task", t.TaskID)
+			log.Info("dlq: not replaying the tasks of a job the store does not know", "job", jobID)
+			continue
 		case err != nil:
-			q.refail(e, reopened)
-			return false, fmt.Errorf("dlq: reopen task %s: %w", protocol.MessageID(t.JobID, t.TaskID), err)
-		case !ok:
-			log.Info("dlq: not replaying a task that is not failed any more, or whose job was cancelled", "task", t.TaskID)
-		default:
-			reopened = append(reopened, reopenedTask{t, generation})
+			q.giveBack(e, reopenings, tasks)
+			return false, fmt.Errorf("dlq: reopen tasks of job %s: %w", jobID, err)
+		}
+		for _, id := range r.Unknown {
+			log.Info("dlq: not replaying a task the store does not know", "task", id)
+		}
+		reopened := make(map[int64]int, len(r.Tasks))
+		for _, rt := range r.Tasks {
+			reopened[rt.TaskID] = rt.Generation
+		}
+		for _, t := range group {
+			if generation, ok := reopened[t.TaskID]; ok {
+				tasks = append(tasks, reopenedTask{t, generation})
+			} else if !slices.Contains(r.Unknown, t.TaskID) {
+				log.Info("dlq: not replaying a task that is not failed any more, or whose job was cancelled", "task", t.TaskID)
+			}
+		}
+		if len(r.Tasks) > 0 {
+			reopenings = append(reopenings, r)
 		}
 	}
-	if len(reopened) == 0 {
+	if len(tasks) == 0 {
 		return false, nil
 	}
-	if err := q.republish(ctx, e, reopened); err != nil {
+	lost, err := q.republish(ctx, e, tasks)
+	q.giveBack(e, reopenings, lost)
+	if err != nil {
 		return false, err
 	}
 	if err := e.d.Ack(false); err != nil {
@@ -224,8 +252,40 @@ func (q *Queue) replay(ctx context.Context, e entry) (bool, error) {
 		// and a later replay skips it since the task is not failed.
 		return true, fmt.Errorf("dlq: remove the replayed message %s: %w", e.msg.MessageID, err)
 	}
-	log.Info("dlq: replayed a dead-lettered task", "reason", e.msg.Reason, "tasks", len(reopened))
+	log.Info("dlq: replayed a dead-lettered task", "reason", e.msg.Reason, "tasks", len(tasks))
 	return true, nil
+}
+
+// byJob yields the tasks of a dead letter grouped by job, in the order of
+// each job's first task (a batch's tasks are all of one job).
+func byJob(tasks []protocol.Task) iter.Seq2[string, []protocol.Task] {
+	return func(yield func(string, []protocol.Task) bool) {
+		seen := make(map[string]bool)
+		for _, t := range tasks {
+			if seen[t.JobID] {
+				continue
+			}
+			seen[t.JobID] = true
+			var group []protocol.Task
+			for _, u := range tasks {
+				if u.JobID == t.JobID {
+					group = append(group, u)
+				}
+			}
+			if !yield(t.JobID, group) {
+				return
+			}
+		}
+	}
+}
+
+// taskIDs lists the ids of tasks.
+func taskIDs(tasks []protocol.Task) []int64 {
+	ids := make([]int64, len(tasks))
+	for i, t := range tasks {
+		ids[i] = t.TaskID
+	}
+	return ids
 }
 
 // reopenedTask is a task the store reopened for a replay, and the
@@ -236,11 +296,16 @@ type reopenedTask struct {
 }
 
 // republish publishes the reopened tasks of e and waits for the confirms.
-// When the broker surely did not take them, the tasks reopened for it are
-// failed again, so that the store matches the queue, which still holds e.
-func (q *Queue) republish(ctx context.Context, e entry, tasks []reopenedTask) error {
+// It returns the tasks the broker surely did not take (not published,
+// nacked or returned as unroutable) and the first error. A task whose
+// confirm did not come (the context ended, the channel failed) may be in
+// the broker: it is not returned, and stays reopened.
+func (q *Queue) republish(ctx context.Context, e entry, tasks []reopenedTask) ([]reopenedTask, error) {
 	confs := make([]*broker.Confirmation, 0, len(tasks))
-	var err error
+	var (
+		err  error
+		lost []reopenedTask
+	)
 	for _, t := range tasks {
 		var out wire.Outbound
 		if out, err = e.dead.Replay(q.cfg.Names, t.Task, t.generation); err != nil {
@@ -253,19 +318,17 @@ func (q *Queue) republish(ctx context.Context, e entry, tasks []reopenedTask) er
 		confs = append(confs, c)
 	}
 	if err != nil {
-		// Nothing more goes out: those not published are failed again,
-		// and the ones published are waited for below.
-		q.refail(e, tasks[len(confs):])
-		tasks = tasks[:len(confs)]
+		// Nothing more goes out: those not published are given back, and
+		// the ones published are waited for below.
+		lost = append(lost, tasks[len(confs):]...)
 		err = fmt.Errorf("dlq: replay %s: %w", e.msg.MessageID, err)
 	}
-	var surelyLost []reopenedTask
 	for i, c := range confs {
 		werr := c.Wait(ctx)
 		switch {
 		case werr == nil:
 		case errors.Is(werr, broker.ErrNacked) || errors.Is(werr, broker.ErrUnroutable):
-			surelyLost = append(surelyLost, tasks[i])
+			lost = append(lost, tasks[i])
 			fallthrough
 		default:
 			// Otherwise the broker may have the task: leave it queued in
@@ -276,18 +339,60 @@ func (q *Queue) republish(ctx context.Context, e entry, tasks []reopenedTask) er
 			}
 		}
 	}
-	q.refail(e, surelyLost)
-	return err
+	return lost, err
 }
 
-// refail records tasks of e as failed again, with the error of its dead
-// letter, at the generation they were reopened at.
-func (q *Queue) refail(e entry, tasks []reopenedTask) {
-	if len(tasks) == 0 {
+// giveBack puts the store back as it was before reopenings, for the tasks
+// in lost, which the broker surely did not take, so that the store
+// matches the queue, which still holds e. A reopening whose tasks were
+// all lost is undone whole (Store.UndoReopen): a job it reopened is
+// closed again as it was, the tasks its close had cancelled cancelled
+// again. When some of its tasks went out, or the job moved since the
+// reopen (an outcome of another of its tasks, a cancel), the lost tasks
+// are failed again as outcomes of their generation instead, and the job
+// goes on from there.
+func (q *Queue) giveBack(e entry, reopenings []store.Reopening, lost []reopenedTask) {
+	if len(lost) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), compensateTimeout)
 	defer cancel()
+	isLost := make(map[store.TaskRef]bool, len(lost))
+	for _, t := range lost {
+		isLost[store.TaskRef{JobID: t.JobID, TaskID: t.TaskID}] = true
+	}
+	var refail []reopenedTask
+	for _, r := range reopenings {
+		var rLost []reopenedTask
+		for _, rt := range r.Tasks {
+			if isLost[store.TaskRef{JobID: r.JobID, TaskID: rt.TaskID}] {
+				rLost = append(rLost, reopenedTask{protocol.Task{JobID: r.JobID, TaskID: rt.TaskID}, rt.Generation})
+			}
+		}
+		if len(rLost) == 0 {
+			continue
+		}
+		if len(rLost) == len(r.Tasks) {
+			undone, err := q.cfg.Store.UndoReopen(ctx, r)
+			if err == nil && undone {
+				continue
+			}
+			if err != nil {
+				q.log.Error("dlq: could not undo the reopen of tasks whose replay was not published; failing them again",
+					"job_id", r.JobID, "error", err)
+			}
+		}
+		refail = append(refail, rLost...)
+	}
+	q.refail(ctx, e, refail)
+}
+
+// refail records tasks of e as failed again, with the error of its dead
+// letter, at the generation they were reopened at.
+func (q *Queue) refail(ctx context.Context, e entry, tasks []reopenedTask) {
+	if len(tasks) == 0 {
+		return
+	}
 	now := time.Now().UTC()
 	outcomes := make([]store.Outcome, len(tasks))
 	for i, t := range tasks {

@@ -20,6 +20,8 @@ import (
 	"github.com/warrenhq/warren/internal/deadletters"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/postgres"
+	"github.com/warrenhq/warren/store/postgres/pgtest"
 	"github.com/warrenhq/warren/store/sqlite"
 )
 
@@ -37,14 +39,15 @@ type testBundle struct {
 type options struct {
 	// wrap, when set, is what the Queue sees instead of the store.
 	wrap func(store.Store) store.Store
+	// postgres runs the test on a PostgreSQL store (a schema of its own)
+	// instead of SQLite.
+	postgres bool
 }
 
 func setup(t *testing.T, opts *options) *testBundle {
 	t.Helper()
 	names, conn := amqptest.Topology(t, nil)
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "w.db"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := openStore(t, opts != nil && opts.postgres)
 	pub, err := broker.NewPublisher(conn, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
@@ -56,6 +59,35 @@ func setup(t *testing.T, opts *options) *testBundle {
 	require.NoError(t, err)
 	return &testBundle{names: names, conn: conn, store: s, pub: pub, queue: q,
 		t0: time.Now().UTC().Add(-time.Hour).Truncate(time.Second)}
+}
+
+// openStore opens a fresh store, PostgreSQL or SQLite, closed when the
+// test ends.
+func openStore(t *testing.T, postgresStore bool) store.Store {
+	t.Helper()
+	var (
+		s   store.Store
+		err error
+	)
+	if postgresStore {
+		s, err = postgres.Open(context.Background(), pgtest.URL(t))
+	} else {
+		s, err = sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "w.db"))
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// eachStore runs test as parallel subtests on SQLite and PostgreSQL.
+func eachStore(t *testing.T, test func(t *testing.T, opts *options)) {
+	t.Helper()
+	for name, pg := range map[string]bool{"sqlite": false, "postgres": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, &options{postgres: pg})
+		})
+	}
 }
 
 // at returns the dead-letter time sec seconds after t0.
@@ -493,21 +525,21 @@ func TestReplayThatIsNotPublishedLeavesTheTaskFailed(t *testing.T) {
 }
 
 // cancellingStore cancels the replay's context on its second
-// ReopenTask, as if the caller went away mid-way.
+// ReopenTasks, as if the caller went away mid-way.
 type cancellingStore struct {
 	store.Store
 	cancel context.CancelFunc
 	calls  int
 }
 
-func (s *cancellingStore) ReopenTask(ctx context.Context, jobID string, taskID int64) (int, bool, error) {
+func (s *cancellingStore) ReopenTasks(ctx context.Context, jobID string, taskIDs []int64) (store.Reopening, error) {
 	s.calls++
 	if s.calls == 2 {
 		s.cancel()
 		<-ctx.Done()
-		return 0, false, ctx.Err()
+		return store.Reopening{}, ctx.Err()
 	}
-	return s.Store.ReopenTask(ctx, jobID, taskID)
+	return s.Store.ReopenTasks(ctx, jobID, taskIDs)
 }
 
 func TestInterruptedOperationsLoseNothing(t *testing.T) {

@@ -342,6 +342,7 @@ func (m *model) replay() {
 	}
 	t.state = warren.TaskQueued
 	t.gen++
+	t.attempts = 0 // the replayed message carries x-retry 0
 	require.Equal(m.t, t.gen, gen, "the reopened task's generation")
 	if !m.open() {
 		m.requeueCancelled()

@@ -59,6 +59,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"TaskTimeout", testTaskTimeout},
 		{"RedriveJob", testRedriveJob},
 		{"ReopenTask", testReopenTask},
+		{"Reopen", testReopen},
 		{"ReconcileStale", testReconcileStale},
 		{"Generations", testGenerations},
 		{"Retention", testRetention},
