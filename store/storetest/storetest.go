@@ -54,6 +54,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RedriveJob", testRedriveJob},
 		{"ReopenTask", testReopenTask},
 		{"ReconcileStale", testReconcileStale},
+		{"Stale", testStale},
 		{"Generations", testGenerations},
 		{"Retention", testRetention},
 		{"Webhooks", testWebhooks},

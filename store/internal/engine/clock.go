@@ -36,6 +36,12 @@ const syncEvery = time.Minute
 // read it than the one the clock has.
 const maxSyncRoundTrip = time.Second
 
+// maxStandStill is the most the clock stands still rather than go back
+// when a sync finds the process's clock ran ahead of the database's: so
+// that times written one after the other stay in order. A larger step
+// back (the database's clock was set back) is followed at once.
+const maxStandStill = time.Second
+
 // Clock is the store's clock, safe for concurrent use. Make one with
 // newClock.
 type Clock struct {
@@ -56,8 +62,9 @@ type Clock struct {
 	// syncing is true while one caller reads the database's clock, so
 	// that the others do not read it too.
 	syncing bool
-	// last is the latest time the clock gave: it never goes back, not
-	// even when a sync finds the process's clock was ahead.
+	// last is the latest time the clock gave since its first sync: it
+	// does not go back by up to maxStandStill when a sync finds the
+	// process's clock was ahead.
 	last time.Time
 }
 
@@ -80,11 +87,10 @@ func (c *Clock) Now() time.Time {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := c.local()
-	if c.synced {
-		t = c.db.Add(t.Sub(c.at))
+	if !c.synced {
+		return c.local().UTC().Truncate(time.Microsecond)
 	}
-	t = t.UTC().Truncate(time.Microsecond)
+	t := c.sinceReading().UTC().Truncate(time.Microsecond)
 	if t.Before(c.last) {
 		return c.last
 	}
@@ -92,11 +98,16 @@ func (c *Clock) Now() time.Time {
 	return t
 }
 
-// Sync reads the database's clock if it is time to (never read yet, or
-// last read syncEvery ago) and no other caller is reading it. An error
-// is returned only when the clock has never been read: once it has, a
-// failed reading leaves the last one in use, and the next caller tries
-// again.
+// sinceReading is the database's time by the last reading and the time
+// the process measured since, c.mu held.
+func (c *Clock) sinceReading() time.Time {
+	return c.db.Add(c.local().Sub(c.at))
+}
+
+// Sync reads the database's clock if it is time to: never read yet, or
+// last read syncEvery ago and no other caller is reading it. An error is
+// returned only when the clock has never been read: once it has, a failed
+// reading leaves the last one in use, and the next caller tries again.
 func (c *Clock) Sync(ctx context.Context) error {
 	if c.fixed != nil || !c.claimSync() {
 		return nil
@@ -118,6 +129,9 @@ func (c *Clock) Sync(ctx context.Context) error {
 		return nil
 	}
 	c.db, c.at, c.synced = db, before.Add(trip/2), true
+	if c.last.Sub(c.sinceReading()) > maxStandStill {
+		c.last = time.Time{}
+	}
 	return nil
 }
 
@@ -126,7 +140,7 @@ func (c *Clock) Sync(ctx context.Context) error {
 func (c *Clock) claimSync() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.syncing || (c.synced && c.local().Sub(c.at) < syncEvery) {
+	if c.synced && (c.syncing || c.local().Sub(c.at) < syncEvery) {
 		return false
 	}
 	c.syncing = true
