@@ -300,7 +300,13 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 			}
 		},
 		OnJobFinished: func(job warren.Job, state warren.JobState) {
-			s.jobDurations.observe(job, state, time.Now())
+			// The job's created_at is the store's clock, which another
+			// server's may be off from: the duration is read on it too.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if now, err := s.store.Now(ctx); err == nil {
+				s.jobDurations.observe(job, state, now)
+			}
 		},
 		OnJobClosed: func(id string, state warren.JobState) {
 			s.sizer.Forget(id)

@@ -21,7 +21,8 @@ var ErrJobOpen = fmt.Errorf("%w: the job is open; cancel it before deleting it",
 // Expiry says which closed jobs DeleteExpiredJobs deletes: those whose
 // ExpiresAt, with Retention as the default, is not after Now.
 type Expiry struct {
-	// Now is the time of the sweep.
+	// Now is the time of the sweep, read from Store.Now: the clock that
+	// wrote the jobs' finished_at.
 	Now time.Time
 	// Retention is the retention of the jobs that give none of their own
 	// (warren.Policy.Retention 0): the server's. Zero or negative keeps

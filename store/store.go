@@ -27,6 +27,17 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Close releases the store's connections.
 	Close() error
+	// Now returns the store's clock: the time it writes (created_at,
+	// queued_at, finished_at, a delivery's next attempt) and compares
+	// stored times with. On a store shared by several servers it is the
+	// database's clock, which they all read alike whatever their own
+	// clocks say (within milliseconds), so that a server whose clock is
+	// off never takes another's task for lost nor deletes a job early.
+	// The times a caller passes for the store to compare with stored ones
+	// (Staleness, Expiry, DeliveryClaim, DeliveryAttempt) must be read
+	// from it. It may read the database (at most about once a minute),
+	// and fails only when the store never could.
+	Now(ctx context.Context) (time.Time, error)
 
 	// CreateJob writes the job row and one task row per payload in ONE
 	// transaction, consuming tasks as a stream (task ids are positions,
@@ -268,12 +279,16 @@ type Store interface {
 // then. Busy is when the caller last saw a task message waiting: once
 // none waits, a task is either held by a worker, which ends its run
 // within the task timeout, or lost.
+//
+// queued_at is the store's clock (Store.Now), written by whichever server
+// published the task: Now and Busy must be read from the same clock.
 type Staleness struct {
-	// Now is the time of the pass; tasks failed as lost finish at Now.
+	// Now is the time of the pass, read from Store.Now; tasks failed as
+	// lost finish at Now.
 	Now time.Time
 	// Busy is the latest time a task message may still have been waiting
-	// in a queue; the zero time means never, so that each task's
-	// queued_at alone counts.
+	// in a queue, read from Store.Now; the zero time means never, so that
+	// each task's queued_at alone counts.
 	Busy time.Time
 	// Grace is added to every job's task timeout: the time a result may
 	// take to be recorded after its run's deadline.

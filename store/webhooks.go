@@ -88,7 +88,8 @@ type ClaimedDelivery struct {
 // DeliveryClaim says which deliveries ClaimDeliveries takes, and for how
 // long.
 type DeliveryClaim struct {
-	// Now is the time of the claim: pending deliveries whose
+	// Now is the time of the claim, read from Store.Now (the clock that
+	// wrote the deliveries' NextAttemptAt): pending deliveries whose
 	// NextAttemptAt is not after it are due.
 	Now time.Time
 	// Lease is how long the claimer has for its attempt: the claimed
@@ -114,9 +115,11 @@ type DeliveryAttempt struct {
 	// Error says why the attempt failed; "" for a delivered one. It is
 	// stored as StoredText makes it.
 	Error string
-	// At is when the attempt ended (DeliveredAt of a delivered one).
+	// At is when the attempt ended (DeliveredAt of a delivered one),
+	// read from Store.Now.
 	At time.Time
-	// NextAttemptAt is when a pending delivery is due again.
+	// NextAttemptAt is when a pending delivery is due again, on the
+	// store's clock (Store.Now), which the next claim compares it with.
 	NextAttemptAt time.Time
 }
 

@@ -12,7 +12,10 @@
 // when both its last publish and the last time a message was seen
 // waiting are more than its job's task timeout plus a grace plus two
 // intervals before now (store.Staleness; the intervals cover a message
-// published and delivered between two checks). Once no message waits, a
+// published and delivered between two checks). Every one of those times
+// is read from the store's clock (store.Store.Now), which wrote the
+// tasks' queued_at: servers whose clocks disagree judge alike. Once no
+// message waits, a
 // task is either held by a worker, whose run has the task timeout as its
 // limit, or lost. (A worker that holds a task longer, prefetched behind
 // slow tasks or later in a batch, is not seen: docs/failures.md.)
@@ -59,9 +62,6 @@ type Config struct {
 	// be published and recorded after its run's deadline. 0 means
 	// DefaultGrace.
 	Grace time.Duration
-	// Now returns the current time; nil means time.Now. Tests inject a
-	// clock.
-	Now func() time.Time
 	// OnRequeued, when set, is called after tasks went back to the outbox
 	// (the server wakes the relay). It must not block.
 	OnRequeued func(n int)
@@ -106,9 +106,6 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.Grace == 0 {
 		cfg.Grace = DefaultGrace
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -124,7 +121,10 @@ func (r *Reconciler) RunOnce(ctx context.Context) (store.ReconcileReport, error)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var total store.ReconcileReport
-	at := r.staleness(ctx)
+	at, err := r.staleness(ctx)
+	if err != nil {
+		return total, err
+	}
 	for {
 		rep, err := r.cfg.Store.ReconcileStale(ctx, at, r.cfg.BatchSize)
 		if err != nil {
@@ -166,14 +166,22 @@ func (r *Reconciler) RunOnce(ctx context.Context) (store.ReconcileReport, error)
 // later of its queued_at and lastBusy: by the first check after its
 // queued_at, if that one saw nothing waiting, else by the first check
 // after lastBusy's, which saw nothing. The grace is lengthened by as
-// much.
-func (r *Reconciler) staleness(ctx context.Context) store.Staleness {
+// much. Every time is the store's (store.Store.Now), which fails only
+// when the store cannot tell the time.
+func (r *Reconciler) staleness(ctx context.Context) (store.Staleness, error) {
 	if r.cfg.Busy == nil {
-		return store.Staleness{Now: r.cfg.Now(), Grace: r.cfg.Grace}
+		now, err := r.cfg.Store.Now(ctx)
+		return store.Staleness{Now: now, Grace: r.cfg.Grace}, err
 	}
-	began := r.cfg.Now()
+	began, err := r.cfg.Store.Now(ctx)
+	if err != nil {
+		return store.Staleness{}, err
+	}
 	busy, err := r.cfg.Busy(ctx)
-	now := r.cfg.Now()
+	now, nowErr := r.cfg.Store.Now(ctx)
+	if nowErr != nil {
+		return store.Staleness{}, nowErr
+	}
 	if err != nil {
 		r.cfg.Logger.Debug("reconciler: cannot see the queues; counting them busy", "error", err)
 	}
@@ -182,7 +190,7 @@ func (r *Reconciler) staleness(ctx context.Context) store.Staleness {
 	if busy || err != nil || late {
 		r.lastBusy = now
 	}
-	return store.Staleness{Now: now, Busy: r.lastBusy, Grace: r.cfg.Grace + r.maxGap()}
+	return store.Staleness{Now: now, Busy: r.lastBusy, Grace: r.cfg.Grace + r.maxGap()}, nil
 }
 
 // maxGap is the longest time from the start of one check of the queues

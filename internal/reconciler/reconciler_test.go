@@ -31,7 +31,10 @@ func publishAll(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, e
 func TestLostTasksAreRequeuedThenFailed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "w.db"))
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	s, err := sqlite.OpenWith(ctx, filepath.Join(t.TempDir(), "w.db"),
+		sqlite.Options{Clock: func() time.Time { return time.Unix(0, clock.Load()) }})
 	require.NoError(t, err)
 	defer s.Close()
 	tasks := func(yield func(json.RawMessage, error) bool) {
@@ -44,13 +47,10 @@ func TestLostTasksAreRequeuedThenFailed(t *testing.T) {
 	job, _, err := s.CreateJob(ctx, store.NewJob{Type: "t", Policy: warren.Policy{Reduce: "collect", MaxRetries: 2, TaskTimeout: time.Second}}, tasks)
 	require.NoError(t, err)
 
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
 	var requeued atomic.Int64
 	var ready []string
 	r, err := reconciler.New(reconciler.Config{
 		Store: s, BatchSize: 2,
-		Now:            func() time.Time { return time.Unix(0, clock.Load()) },
 		OnRequeued:     func(n int) { requeued.Add(int64(n)) },
 		OnReadyToClose: func(id string) { ready = append(ready, id) },
 	})
@@ -124,8 +124,8 @@ func (q *queues) busy(context.Context) (bool, error) {
 	return q.waiting, q.err
 }
 
-// busyBundle is a store holding one job of 3 published tasks with a
-// task timeout of 1 s, and a reconciler on a fake clock that sees the
+// busyBundle is a store on a fake clock holding one job of 3 published
+// tasks with a task timeout of 1 s, and a reconciler that sees the
 // fake queues, with an interval and a grace of 1 s: a task is stale once
 // its last publish and the last busy check are more than 1 s + 1 s + 2 s
 // (two intervals, the longest gap between checks that still sees
@@ -142,7 +142,10 @@ type busyBundle struct {
 func setupBusy(t *testing.T) *busyBundle {
 	t.Helper()
 	ctx := context.Background()
-	s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "w.db"))
+	b := &busyBundle{queues: &queues{}}
+	b.clock.Store(time.Now().UnixNano())
+	s, err := sqlite.OpenWith(ctx, filepath.Join(t.TempDir(), "w.db"),
+		sqlite.Options{Clock: func() time.Time { return time.Unix(0, b.clock.Load()) }})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	tasks := func(yield func(json.RawMessage, error) bool) {
@@ -157,11 +160,9 @@ func setupBusy(t *testing.T) *busyBundle {
 	n, err := s.RelayBatch(ctx, 10, publishAll)
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
-	b := &busyBundle{store: s, job: job, queues: &queues{}}
-	b.clock.Store(time.Now().UnixNano())
+	b.store, b.job = s, job
 	b.r, err = reconciler.New(reconciler.Config{
 		Store: s, Interval: time.Second, Grace: time.Second, Busy: b.queues.busy,
-		Now:    func() time.Time { return time.Unix(0, b.clock.Load()) },
 		OnPass: func(store.ReconcileReport) { b.passes.Add(1) },
 	})
 	require.NoError(t, err)

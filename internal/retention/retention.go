@@ -55,9 +55,6 @@ type Config struct {
 	// Pause is how long a sweep waits after each of its transactions, so
 	// that others get the store; 0 means DefaultPause.
 	Pause time.Duration
-	// Now returns the current time; nil means time.Now. Tests inject a
-	// clock.
-	Now func() time.Time
 	// OnDeleted, when set, is called after each transaction that deleted
 	// expired jobs, with how many. It must not block.
 	OnDeleted func(jobs int)
@@ -110,9 +107,6 @@ func New(cfg Config) (*Sweeper, error) {
 	if cfg.Pause == 0 {
 		cfg.Pause = DefaultPause
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -121,7 +115,9 @@ func New(cfg Config) (*Sweeper, error) {
 
 // RunOnce runs one sweep: it purges the task rows deleted jobs left, then
 // deletes the jobs expired at the sweep's start a batch at a time, each
-// batch's task rows purged before the next, until a batch finds none. It
+// batch's task rows purged before the next, until a batch finds none. The
+// sweep's start is the store's clock (store.Store.Now), which wrote the
+// jobs' finished_at: servers whose clocks disagree expire jobs alike. It
 // returns what it did, also when it stopped at an error or when ctx was
 // done. Sweeps run one at a time.
 func (s *Sweeper) RunOnce(ctx context.Context) (Report, error) {
@@ -129,7 +125,10 @@ func (s *Sweeper) RunOnce(ctx context.Context) (Report, error) {
 	defer s.mu.Unlock()
 	start := time.Now()
 	var r Report
-	err := s.sweep(ctx, store.Expiry{Now: s.cfg.Now(), Retention: s.cfg.Retention}, &r)
+	now, err := s.cfg.Store.Now(ctx)
+	if err == nil {
+		err = s.sweep(ctx, store.Expiry{Now: now, Retention: s.cfg.Retention}, &r)
+	}
 	r.Took = time.Since(start)
 	if r.Jobs+r.Tasks > 0 {
 		s.cfg.Logger.Info("retention: swept closed jobs past their retention",

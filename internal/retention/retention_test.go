@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,16 +22,29 @@ import (
 	"github.com/warrenhq/warren/store/sqlite"
 )
 
-// stores opens a fresh store of each kind, closed when the test ends.
-var stores = map[string]func(t *testing.T) store.Store{
-	"sqlite": func(t *testing.T) store.Store {
-		s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "warren.db"))
+// clock is a settable clock, which starts at the test's start.
+type clock struct{ now atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.Set(time.Now())
+	return c
+}
+
+func (c *clock) Now() time.Time  { return time.Unix(0, c.now.Load()) }
+func (c *clock) Set(t time.Time) { c.now.Store(t.UnixNano()) }
+
+// stores opens a fresh store of each kind on clock c, closed when the
+// test ends.
+var stores = map[string]func(t *testing.T, c *clock) store.Store{
+	"sqlite": func(t *testing.T, c *clock) store.Store {
+		s, err := sqlite.OpenWith(t.Context(), filepath.Join(t.TempDir(), "warren.db"), sqlite.Options{Clock: c.Now})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	},
-	"postgres": func(t *testing.T) store.Store {
-		s, err := postgres.Open(t.Context(), pgtest.URL(t))
+	"postgres": func(t *testing.T, c *clock) store.Store {
+		s, err := postgres.OpenWith(t.Context(), pgtest.URL(t), postgres.Options{Clock: c.Now})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		return s
@@ -66,9 +80,9 @@ type counted struct {
 	purged  []int
 }
 
-func (c *counted) config(s store.Store, clock func() time.Time) retention.Config {
+func (c *counted) config(s store.Store) retention.Config {
 	return retention.Config{
-		Store: s, Retention: time.Hour, JobBatch: 3, TaskBatch: 4, Pause: time.Millisecond, Now: clock,
+		Store: s, Retention: time.Hour, JobBatch: 3, TaskBatch: 4, Pause: time.Millisecond,
 		OnDeleted: func(n int) { c.mu.Lock(); c.deleted = append(c.deleted, n); c.mu.Unlock() },
 		OnPurged:  func(n int) { c.mu.Lock(); c.purged = append(c.purged, n); c.mu.Unlock() },
 		Logger:    slog.New(slog.DiscardHandler),
@@ -83,7 +97,8 @@ func TestSweepDeletesExpiredJobsInBatches(t *testing.T) {
 	for kind, open := range stores {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			s := open(t)
+			clk := newClock()
+			s := open(t, clk)
 			var expired []warren.Job
 			for range 7 {
 				expired = append(expired, closedJob(t, s, 5, warren.Policy{}))
@@ -94,7 +109,8 @@ func TestSweepDeletesExpiredJobsInBatches(t *testing.T) {
 			require.NoError(t, err)
 
 			var c counted
-			sw, err := retention.New(c.config(s, func() time.Time { return last.Add(time.Hour) }))
+			clk.Set(last.Add(time.Hour))
+			sw, err := retention.New(c.config(s))
 			require.NoError(t, err)
 			r, err := sw.RunOnce(t.Context())
 			require.NoError(t, err)
@@ -126,11 +142,13 @@ func TestSweepDeletesExpiredJobsInBatches(t *testing.T) {
 // Without a default retention, only jobs with their own are deleted.
 func TestSweepWithoutDefaultKeepsJobsForever(t *testing.T) {
 	t.Parallel()
-	s := stores["sqlite"](t)
+	clk := newClock()
+	s := stores["sqlite"](t, clk)
 	kept := closedJob(t, s, 1, warren.Policy{})
 	own := closedJob(t, s, 1, warren.Policy{Retention: time.Minute})
 	var c counted
-	cfg := c.config(s, func() time.Time { return own.FinishedAt.Add(warren.MaxRetention) })
+	clk.Set(own.FinishedAt.Add(warren.MaxRetention))
+	cfg := c.config(s)
 	cfg.Retention = -1
 	sw, err := retention.New(cfg)
 	require.NoError(t, err)
@@ -146,11 +164,11 @@ func TestSweepWithoutDefaultKeepsJobsForever(t *testing.T) {
 // Run returns when its context is done.
 func TestRunSweepsWhenWoken(t *testing.T) {
 	t.Parallel()
-	s := stores["sqlite"](t)
+	s := stores["sqlite"](t, newClock())
 	job := closedJob(t, s, 6, warren.Policy{})
 	sweeps := make(chan retention.Report, 10)
 	var c counted
-	cfg := c.config(s, nil)
+	cfg := c.config(s)
 	cfg.Interval = time.Hour
 	cfg.OnSweep = func(r retention.Report) { sweeps <- r }
 	sw, err := retention.New(cfg)
@@ -198,7 +216,8 @@ func (failingStore) DeleteExpiredJobs(context.Context, store.Expiry, int) (int, 
 // cancelled one returns the context's error.
 func TestSweepErrors(t *testing.T) {
 	t.Parallel()
-	s := stores["sqlite"](t)
+	clk := newClock()
+	s := stores["sqlite"](t, clk)
 	swept := false
 	cfg := retention.Config{Store: failingStore{s}, Logger: slog.New(slog.DiscardHandler), OnSweep: func(retention.Report) { swept = true }}
 	sw, err := retention.New(cfg)
@@ -209,7 +228,8 @@ func TestSweepErrors(t *testing.T) {
 
 	closedJob(t, s, 1, warren.Policy{Retention: time.Second})
 	ctx, cancel := context.WithCancel(t.Context())
-	cfg = retention.Config{Store: s, Pause: time.Hour, Now: func() time.Time { return time.Now().Add(time.Hour) },
+	clk.Set(clk.Now().Add(time.Hour))
+	cfg = retention.Config{Store: s, Pause: time.Hour,
 		OnDeleted: func(int) { cancel() }, Logger: slog.New(slog.DiscardHandler)}
 	sw, err = retention.New(cfg)
 	require.NoError(t, err)
@@ -222,6 +242,6 @@ func TestNewRefusesABadConfig(t *testing.T) {
 	t.Parallel()
 	_, err := retention.New(retention.Config{})
 	require.ErrorContains(t, err, "Config.Store")
-	_, err = retention.New(retention.Config{Store: stores["sqlite"](t), Pause: -1})
+	_, err = retention.New(retention.Config{Store: stores["sqlite"](t, newClock()), Pause: -1})
 	require.ErrorContains(t, err, "must be >= 0")
 }

@@ -104,9 +104,6 @@ type Config struct {
 	// UserAgent is sent with every delivery; "" means "warren/" and the
 	// version warren was built at, if known.
 	UserAgent string
-	// Now returns the current time; nil means time.Now. Tests inject a
-	// clock.
-	Now func() time.Time
 	// Rand returns a random number in [0, 1) for the jitter; nil means
 	// math/rand/v2.
 	Rand func() float64
@@ -137,8 +134,10 @@ type Deliverer struct {
 	wake   chan struct{}
 	log    *slog.Logger
 
-	mu   sync.Mutex
-	soon time.Time // the earliest retry this deliverer scheduled, zero for none
+	mu sync.Mutex
+	// soon is when the earliest retry this deliverer scheduled is due, on
+	// the process's clock (a timer's), zero for none.
+	soon time.Time
 }
 
 // New returns a deliverer, or an error naming the Config field that is
@@ -168,9 +167,6 @@ func New(cfg Config) (*Deliverer, error) {
 	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = userAgent()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
 	}
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
@@ -304,13 +300,14 @@ func (d *Deliverer) untilSoon() time.Duration {
 	if d.soon.IsZero() {
 		return time.Hour
 	}
-	wait := max(d.soon.Sub(d.cfg.Now()), time.Millisecond)
+	wait := max(time.Until(d.soon), time.Millisecond)
 	d.soon = time.Time{}
 	return wait
 }
 
-// scheduled notes a retry due at at.
-func (d *Deliverer) scheduled(at time.Time) {
+// scheduled notes a retry due in wait.
+func (d *Deliverer) scheduled(wait time.Duration) {
+	at := time.Now().Add(wait)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.soon.IsZero() || at.Before(d.soon) {
@@ -333,15 +330,28 @@ func (d *Deliverer) RunOnce(ctx context.Context) (int, error) {
 	return len(claimed), nil
 }
 
-// claim claims up to limit due deliveries, leased for an attempt.
+// claim claims up to limit deliveries due by the store's clock
+// (store.Store.Now, which wrote their NextAttemptAt), leased for an
+// attempt.
 func (d *Deliverer) claim(ctx context.Context, limit int) ([]store.ClaimedDelivery, error) {
-	return d.cfg.Store.ClaimDeliveries(ctx, store.DeliveryClaim{Now: d.cfg.Now(), Lease: d.lease, Limit: limit})
+	now, err := d.cfg.Store.Now(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return d.cfg.Store.ClaimDeliveries(ctx, store.DeliveryClaim{Now: now, Lease: d.lease, Limit: limit})
 }
 
-// attempt POSTs c and records how it ended.
+// attempt POSTs c and records how it ended, at the store's clock.
 func (d *Deliverer) attempt(ctx context.Context, c store.ClaimedDelivery) {
 	status, err := d.post(ctx, c)
-	at := d.cfg.Now()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	log := d.log.With("job_id", c.JobID, "delivery_id", c.ID, "attempt", c.Attempts, "host", hostOf(c.URL))
+	at, nerr := d.cfg.Store.Now(rctx)
+	if nerr != nil {
+		log.Warn("webhooks: cannot record an attempt; the delivery is tried again when its lease ends", "error", nerr)
+		return
+	}
 	a := store.DeliveryAttempt{ID: c.ID, Attempt: c.Attempts, Status: status, At: at}
 	outcome := "retried"
 	switch {
@@ -358,10 +368,8 @@ func (d *Deliverer) attempt(ctx context.Context, c store.ClaimedDelivery) {
 			a.State, outcome = store.DeliveryFailed, "failed"
 		}
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	recorded, rerr := d.cfg.Store.RecordDeliveryAttempt(rctx, a)
 	cancel()
-	log := d.log.With("job_id", c.JobID, "delivery_id", c.ID, "attempt", c.Attempts, "host", hostOf(c.URL))
 	if status != 0 {
 		log = log.With("status", status)
 	}
@@ -377,7 +385,7 @@ func (d *Deliverer) attempt(ctx context.Context, c store.ClaimedDelivery) {
 	case a.State == store.DeliveryFailed:
 		log.Error("webhooks: giving up a delivery: its last attempt failed", "error", a.Error)
 	default:
-		d.scheduled(a.NextAttemptAt)
+		d.scheduled(a.NextAttemptAt.Sub(at))
 		log.Warn("webhooks: delivery failed; trying again later", "error", a.Error, "next_attempt_at", a.NextAttemptAt)
 	}
 	if recorded {

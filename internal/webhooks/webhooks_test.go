@@ -81,7 +81,8 @@ func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now
 
 func (c *clock) Set(t time.Time) { c.mu.Lock(); c.now = t; c.mu.Unlock() }
 
-// testBundle is a store with one closed job whose webhook goes to url.
+// testBundle is a store on a settable clock with one closed job whose
+// webhook goes to url.
 type testBundle struct {
 	store    store.Store
 	job      warren.Job
@@ -92,7 +93,8 @@ type testBundle struct {
 
 func setup(t *testing.T, url string) *testBundle {
 	t.Helper()
-	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "warren.db"))
+	c := &clock{now: time.Now().UTC().Truncate(time.Microsecond)}
+	s, err := sqlite.OpenWith(t.Context(), filepath.Join(t.TempDir(), "warren.db"), sqlite.Options{Clock: c.Now})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	job, _, err := s.CreateJob(t.Context(), store.NewJob{Type: "t", Webhook: &store.Webhook{URL: url, Secret: secret}},
@@ -103,14 +105,15 @@ func setup(t *testing.T, url string) *testBundle {
 	reg := prometheus.NewRegistry()
 	m, err := webhooks.NewMetrics(reg, s)
 	require.NoError(t, err)
-	return &testBundle{store: s, job: job, clock: &clock{now: *job.FinishedAt}, registry: reg, metrics: m}
+	require.Equal(t, c.Now(), *job.FinishedAt, "the job closed at the store's clock")
+	return &testBundle{store: s, job: job, clock: c, registry: reg, metrics: m}
 }
 
 // deliverer returns a deliverer on the bundle's store and clock, without
 // jitter, allowed to reach the test's receivers on loopback.
 func (b *testBundle) deliverer(t *testing.T, cfg webhooks.Config) *webhooks.Deliverer {
 	t.Helper()
-	cfg.Store, cfg.Now, cfg.Metrics, cfg.Logger = b.store, b.clock.Now, b.metrics, slog.New(slog.DiscardHandler)
+	cfg.Store, cfg.Metrics, cfg.Logger = b.store, b.metrics, slog.New(slog.DiscardHandler)
 	if !cfg.AllowPrivate {
 		cfg.AllowPrivate = true
 	}
@@ -315,7 +318,7 @@ func TestTheDialerRefusesPrivateAddresses(t *testing.T) {
 	t.Parallel()
 	r := newReceiver(t, http.StatusOK)
 	b := setup(t, r.URL)
-	d, err := webhooks.New(webhooks.Config{Store: b.store, Now: b.clock.Now, Logger: slog.New(slog.DiscardHandler)})
+	d, err := webhooks.New(webhooks.Config{Store: b.store, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	require.Equal(t, 1, runOnce(t, d))
 	got := b.delivery(t)

@@ -236,20 +236,6 @@ func (s *Store) writeOutcomes(ctx context.Context, tx pgx.Tx, outcomes []store.O
 	return readBumps(br, ids, deltas)
 }
 
-// bumpCounters adds each job's deltas to its counters, in job id order, in
-// one pipelined batch, and returns the jobs the new counts made ready to
-// close (store.BecameReady).
-func bumpCounters(ctx context.Context, tx pgx.Tx, deltas map[string]*counts) ([]string, error) {
-	if len(deltas) == 0 {
-		return nil, nil
-	}
-	b := &pgx.Batch{}
-	ids := queueBumps(b, deltas)
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	return readBumps(br, ids, deltas)
-}
-
 // queueBumps queues the counter update of each job of deltas on b, in job
 // id order, and returns the ids in that order.
 func queueBumps(b *pgx.Batch, deltas map[string]*counts) []string {

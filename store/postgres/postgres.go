@@ -46,16 +46,36 @@ type Store struct {
 	// Relay runs the relay rounds (RelayRound, RelayBatch) on the engine.
 	*engine.Relay
 	pool *pgxpool.Pool
-	now  func() time.Time
 }
 
 var _ store.Store = (*Store)(nil)
 
+// Options tunes a Store (OpenWith).
+type Options struct {
+	// Clock, when set, is the store's clock (Store.Now), read instead of
+	// the database's: for tests, which move time as they please. Every
+	// store opened on one database must then share the same Clock. nil
+	// means the database's clock, which every server sharing the
+	// database reads alike, whatever its own clock says.
+	Clock func() time.Time
+}
+
 // Open connects to the database at url (a postgres:// URL or a key=value
-// connection string, as pgx accepts), checks that it answers, and applies the
-// schema migrations. An unreachable database is reported as one line that
-// says so.
+// connection string, as pgx accepts), checks that it answers, reads its
+// clock, and applies the schema migrations. An unreachable database is
+// reported as one line that says so.
 func Open(ctx context.Context, url string) (*Store, error) {
+	return OpenWith(ctx, url, Options{})
+}
+
+// OpenWith is Open with opts.
+func OpenWith(ctx context.Context, url string, opts Options) (*Store, error) {
+	return openWith(ctx, url, engine.Options{Clock: opts.Clock})
+}
+
+// openWith is OpenWith with the engine's options: tests set the
+// process's clock too (engine.Options.Local).
+func openWith(ctx context.Context, url string, opts engine.Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: invalid database url: %w", err)
@@ -71,9 +91,13 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, &unreachableError{addr: fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port), err: err}
 	}
-	s := &Store{pool: pool, now: time.Now}
-	s.Engine = engine.New(engineDriver{s}, engine.Options{Clock: func() time.Time { return s.now() }})
+	s := &Store{pool: pool}
+	s.Engine = engine.New(engineDriver{s}, opts)
 	s.Relay = engine.NewRelay(s.Engine)
+	if _, err := s.Now(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if err := s.Migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -114,10 +138,11 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// clock returns the current time as PostgreSQL stores it: UTC, microsecond
-// precision, so that a value written and read back compares equal.
+// clock returns the store's clock (Store.Now) as PostgreSQL stores it:
+// UTC, microsecond precision, so that a value written and read back
+// compares equal.
 func (s *Store) clock() time.Time {
-	return s.now().UTC().Truncate(time.Microsecond)
+	return engine.Time(s.Engine)
 }
 
 // rollback ends tx if it is still open. It runs deferred after Commit too,

@@ -51,11 +51,24 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
+// Options tunes a Store (OpenWith).
+type Options struct {
+	// Clock, when set, is the store's clock (Store.Now), read instead of
+	// the process's: for tests, which move time as they please. nil means
+	// the process's clock.
+	Clock func() time.Time
+}
+
 // Open opens the SQLite file at path, creating it if needed, applies the
 // schema migrations that are missing and returns the store. path is a file
 // name; ":memory:" and names containing '?' are rejected because the store
 // needs one file shared by its writer and reader connections.
 func Open(ctx context.Context, path string) (*Store, error) {
+	return OpenWith(ctx, path, Options{})
+}
+
+// OpenWith is Open with opts.
+func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
 	if path == "" || path == ":memory:" || strings.Contains(path, "?") {
 		return nil, fmt.Errorf("sqlite: open %q: need a file path without '?'", path)
 	}
@@ -83,8 +96,12 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	r.SetMaxOpenConns(readers)
 	r.SetMaxIdleConns(readers)
 	s := &Store{w: w, r: r, relay: make(chan struct{}, 1)}
-	s.Engine = engine.New(engineDriver{s}, engine.Options{})
+	s.Engine = engine.New(engineDriver{s}, engine.Options{Clock: opts.Clock})
 	s.Relay = engine.NewRelay(s.Engine)
+	if _, err := s.Now(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if err := s.Migrate(ctx); err != nil {
 		s.Close()
 		return nil, err

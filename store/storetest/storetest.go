@@ -61,6 +61,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ReopenTask", testReopenTask},
 		{"Reopen", testReopen},
 		{"ReconcileStale", testReconcileStale},
+		{"Stale", testStale},
 		{"Generations", testGenerations},
 		{"Retention", testRetention},
 		{"Webhooks", testWebhooks},

@@ -26,6 +26,11 @@ type Driver interface {
 	// Begin starts a write transaction. Its primitives see its own
 	// writes; Commit makes them durable before it returns.
 	Begin(ctx context.Context) (Tx, error)
+	// ReadClock reads the database's clock: the one clock every process
+	// sharing the database reads alike (PostgreSQL's clock_timestamp();
+	// SQLite's database is one process's, and so is its clock). The
+	// engine reads it seldom (see Clock): a reading may cost a round trip.
+	ReadClock(ctx context.Context) (time.Time, error)
 }
 
 // Tx is a driver's write transaction: the primitives of every decision
@@ -47,37 +52,70 @@ type Tx interface {
 
 // Options tunes an Engine.
 type Options struct {
-	// Clock is the engine's clock, for tests; nil means time.Now.
+	// Clock, when set, is the store's clock, read instead of the
+	// database's: for tests, which move time as they please. Every
+	// process sharing a database must then read the same Clock. nil
+	// means the database's clock (Driver.ReadClock, see Clock).
 	Clock func() time.Time
+	// Local is the process's clock, which measures the time since the
+	// engine last read the database's; nil means time.Now. Only its pace
+	// matters, never the time it tells: tests set it hours off to show
+	// that a server's clock changes nothing.
+	Local func() time.Time
 }
 
 // Engine runs the store's decision trees over a Driver. It is safe for
 // concurrent use: every call runs in a transaction of its own.
 type Engine struct {
 	drv   Driver
-	clock func() time.Time
+	clock *Clock
 }
 
-// New returns the engine of drv.
+// New returns the engine of drv. Its clock tells the process's time until
+// the first transaction or Now reads the database's: a driver's Open
+// calls Now.
 func New(drv Driver, opts Options) *Engine {
-	clock := opts.Clock
-	if clock == nil {
-		clock = time.Now
-	}
-	return &Engine{drv: drv, clock: clock}
+	return &Engine{drv: drv, clock: newClock(drv.ReadClock, opts)}
 }
+
+// Now returns the store's clock (see Clock): the time the store writes
+// and compares stored times with, which the times a caller passes in
+// (store.Staleness, store.Expiry, store.DeliveryClaim,
+// store.DeliveryAttempt) must be read from. It reads the database's clock
+// when the last reading is a minute old, and fails only when it never
+// could.
+func (e *Engine) Now(ctx context.Context) (time.Time, error) {
+	if err := e.clock.Sync(ctx); err != nil {
+		return time.Time{}, e.errorf(err, "read the clock")
+	}
+	return e.clock.Now(), nil
+}
+
+// Time reads e's clock without syncing it, for the driver code that still
+// writes times outside the engine's transactions.
+func Time(e *Engine) time.Time { return e.clock.Now() }
 
 // now reads the engine's clock at the precision both drivers store
 // (microseconds, UTC), so that a time written and read back compares
 // equal.
 func (e *Engine) now() time.Time {
-	return e.clock().UTC().Truncate(time.Microsecond)
+	return e.clock.Now()
 }
 
 // inTx runs fn in a driver transaction, committing when fn returns nil
 // and rolling back otherwise.
 func (e *Engine) inTx(ctx context.Context, fn func(tx Tx) error) error {
-	tx, err := e.drv.Begin(ctx)
+	return e.inTxBegun(ctx, e.drv.Begin, fn)
+}
+
+// inTxBegun is inTx with a transaction that begin starts. The clock is
+// synced first, when it is time to, so that fn's readings are the
+// database's.
+func (e *Engine) inTxBegun(ctx context.Context, begin func(ctx context.Context) (Tx, error), fn func(tx Tx) error) error {
+	if err := e.clock.Sync(ctx); err != nil {
+		return fmt.Errorf("read the clock: %w", err)
+	}
+	tx, err := begin(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,144 @@
 package engine
 
-// StaleTx holds the primitives that find and settle lost tasks (ReconcileStale) and expire jobs (DeleteExpiredJobs, DeleteJob, PurgeDeletedTasks).
-type StaleTx interface{}
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// StaleTx holds the primitives that find and settle lost tasks
+// (ReconcileStale) and expire jobs (RetentionTx).
+type StaleTx interface {
+	// ClaimStale reads up to q.Limit queued tasks of open jobs that are
+	// stale by q, oldest queued_at first (of two queued at once, either),
+	// and locks them where the driver locks rows, skipping the rows
+	// another transaction holds. A task is stale when max(queued_at,
+	// q.Busy) is more than its job's task timeout (its own, or
+	// q.DefaultTimeout when it has none) before q.Cutoff. The selection
+	// stays one statement for speed: walking the queued tasks in
+	// queued_at order through an index, it stops at the first one
+	// published too recently for the shortest timeout of any open job.
+	// storetest pins it (ReconcileStale).
+	ClaimStale(ctx context.Context, q StaleQuery) ([]store.StaleTask, error)
+	// SettleLost applies the transitions of l to those of its tasks that
+	// are still queued: l.Requeue back to pending at their next
+	// generation, l.Fail to failed with l.Error, finished at l.At; both
+	// with attempts+1. It returns how many it requeued and the job id of
+	// each task it failed, once per task.
+	SettleLost(ctx context.Context, l LostTasks) (requeued int, failedJobs []string, err error)
+	// AddToCounters adds each of adds to its job's completed and failed
+	// counters, bumping the job's version, in the order given (the engine
+	// gives them in job id order: the lock order of the package doc of
+	// store/postgres), and returns the job rows as written, in that
+	// order.
+	AddToCounters(ctx context.Context, adds []CounterAdd) ([]warren.Job, error)
+
+	RetentionTx
+}
+
+// StaleQuery says which queued tasks ClaimStale reads.
+type StaleQuery struct {
+	// Cutoff is store.Staleness.Cutoff: the pass's time less its grace.
+	Cutoff time.Time
+	// Busy is store.Staleness.Busy: the latest time a task message may
+	// have waited in a queue (the zero time for never).
+	Busy time.Time
+	// DefaultTimeout is the task timeout of a job that gives none.
+	DefaultTimeout time.Duration
+	// Limit is the most tasks read (> 0).
+	Limit int
+}
+
+// LostTasks are the transitions of the tasks ReconcileStale found lost.
+type LostTasks struct {
+	Requeue, Fail []store.TaskRef
+	// Error is the failed tasks' error.
+	Error string
+	// At is when the failed tasks finished.
+	At time.Time
+}
+
+// CounterAdd is what to add to one job's counters.
+type CounterAdd struct {
+	JobID             string
+	Completed, Failed int64
+}
+
+// ReconcileStale handles, in one transaction, up to limit queued tasks of
+// open jobs that are stale at at (store.Staleness), oldest publish first;
+// limit <= 0 means store.DefaultPageSize. ClaimStale finds them,
+// store.SplitLost decides which go back to pending and which fail as lost
+// (store.LostError, finished at at.Now), SettleLost applies both, and the
+// failed ones move their jobs' failed counters, job rows in id order
+// after the task rows. ReadyToClose lists, once each and in id order, the
+// jobs this made ready to close (store.BecameReady).
+//
+// Several servers may call it at once: a driver that runs transactions in
+// parallel claims the tasks with their rows locked until the commit,
+// skipping those another call holds, so each is handled by one call.
+// Such a claim never waits for a task lock, so the order it takes them
+// in cannot close a cycle with the lock order.
+func (e *Engine) ReconcileStale(ctx context.Context, at store.Staleness, limit int) (store.ReconcileReport, error) {
+	var report store.ReconcileReport
+	err := e.inTx(ctx, func(tx Tx) error {
+		report = store.ReconcileReport{}
+		stale, err := tx.ClaimStale(ctx, StaleQuery{Cutoff: asStored(at.Cutoff()), Busy: asStored(at.Busy),
+			DefaultTimeout: warren.DefaultTaskTimeout, Limit: store.PageSize(limit)})
+		if err != nil {
+			return err
+		}
+		requeue, fail := store.SplitLost(stale)
+		if len(requeue)+len(fail) == 0 {
+			return nil
+		}
+		requeued, failedJobs, err := tx.SettleLost(ctx, LostTasks{Requeue: requeue, Fail: fail,
+			Error: store.LostError, At: asStored(at.Now)})
+		if err != nil {
+			return err
+		}
+		report.Requeued, report.Failed = requeued, len(failedJobs)
+		report.ReadyToClose, err = addFailed(ctx, tx, failedJobs)
+		return err
+	})
+	if err != nil {
+		return store.ReconcileReport{}, e.errorf(err, "reconcile stale tasks")
+	}
+	return report, nil
+}
+
+// addFailed adds the failed tasks of failedJobs (a job id per task) to
+// their jobs' counters, in job id order, and returns the jobs that made
+// ready to close, in that order.
+func addFailed(ctx context.Context, tx Tx, failedJobs []string) ([]string, error) {
+	failed := make(map[string]int64)
+	for _, id := range failedJobs {
+		failed[id]++
+	}
+	adds := make([]CounterAdd, 0, len(failed))
+	for _, id := range slices.Sorted(maps.Keys(failed)) {
+		adds = append(adds, CounterAdd{JobID: id, Failed: failed[id]})
+	}
+	if len(adds) == 0 {
+		return nil, nil
+	}
+	jobs, err := tx.AddToCounters(ctx, adds)
+	if err != nil {
+		return nil, err
+	}
+	var ready []string
+	for i, j := range jobs {
+		if store.BecameReady(j, adds[i].Completed, adds[i].Failed) {
+			ready = append(ready, j.ID)
+		}
+	}
+	return ready, nil
+}
+
+// asStored is t as both drivers store it: UTC, to the microsecond.
+func asStored(t time.Time) time.Time {
+	return t.UTC().Truncate(time.Microsecond)
+}

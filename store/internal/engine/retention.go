@@ -1,0 +1,210 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// RetentionTx holds the primitives that delete closed jobs
+// (DeleteExpiredJobs, DeleteJob) and then their task rows
+// (PurgeDeletedTasks). Its reads lock the rows they return where the
+// driver locks rows, skipping those another transaction holds.
+type RetentionTx interface {
+	RetentionReader
+	// DeleteJobs deletes the rows of the jobs of ids that are closed
+	// (completed, failed or cancelled; an open one is left as it is),
+	// with their reduced results and webhook deliveries, and records each
+	// in deleted_jobs, deleted at at, with its number of tasks. Their
+	// task rows stay, for PurgeTasks. It returns how many jobs it
+	// deleted. A driver that is a Deleter runs it only in a transaction
+	// of BeginDelete.
+	DeleteJobs(ctx context.Context, ids []string, at time.Time) (int, error)
+	// PurgeTasks deletes the task rows of each range of plan, in the
+	// order given, through the tasks' primary key, and records it: a
+	// range that is not its job's Last as the job's progress (purged
+	// through Through), a Last one by forgetting the job. It returns how
+	// many task rows it deleted.
+	PurgeTasks(ctx context.Context, plan []store.PurgeRange) (int, error)
+}
+
+// RetentionReader reads the candidates of retention, each query through
+// an index in the order it returns, so that it reads no more than it
+// returns.
+type RetentionReader interface {
+	// ExpiringJobs reads the candidates of q, each kind in the order it
+	// expires: up to q.Limit closed jobs without a retention of their own
+	// that closed at or before q.DefaultCutoff (none unless
+	// q.ByDefault), and up to q.Limit closed jobs whose own retention
+	// ended at or before q.Now.
+	ExpiringJobs(ctx context.Context, q ExpiringQuery) ([]store.ExpiringJob, error)
+	// DeletedJobs reads up to limit deleted jobs whose task rows are not
+	// all purged, the first deleted first.
+	DeletedJobs(ctx context.Context, limit int) ([]store.DeletedJob, error)
+}
+
+// ExpiringQuery says which candidates ExpiringJobs reads.
+type ExpiringQuery struct {
+	// ByDefault says whether jobs without a retention of their own expire
+	// (store.Expiry.DefaultCutoff), and DefaultCutoff when they must have
+	// closed by.
+	ByDefault     bool
+	DefaultCutoff time.Time
+	// Now is the time of the sweep, which a job's own retention must have
+	// ended by.
+	Now time.Time
+	// Limit is the most jobs of each kind read (> 0).
+	Limit int
+}
+
+// A Peeker is a Driver whose writes all go through one writer (SQLite).
+// Retention reads its candidates through Peek first, locking nothing, and
+// takes the writer only when they show work, so that a sweep with nothing
+// to do never holds up a write.
+type Peeker interface {
+	Peek() RetentionReader
+}
+
+// A Deleter is a Driver that deletes job rows without their task rows
+// only in a transaction of its own kind (SQLite: with foreign keys off, or
+// their cascade would delete every task row of a job at once, holding the
+// writer for as long).
+type Deleter interface {
+	BeginDelete(ctx context.Context) (Tx, error)
+}
+
+// deleteTries bounds how often DeleteJob reads the job again when it
+// changed between its read and its deletion.
+const deleteTries = 3
+
+// DeleteExpiredJobs deletes, in one transaction, up to limit closed jobs
+// that have expired at at, those that expired first first (limit <= 0
+// means store.DefaultPageSize): ExpiringJobs reads the candidates through
+// their indexes, store.Expiry.PickExpired picks among them, and DeleteJobs
+// deletes them, leaving their tasks for PurgeDeletedTasks. A reopened job
+// has no finished_at and is open, so it is not a candidate until it
+// closes again.
+//
+// Several servers may call it at once: the candidates are read with their
+// rows locked, skipping those another call holds, so each job is deleted
+// by one call. Only job rows are locked, never a task row, and the read
+// never waits: a transaction that holds a job's tasks and waits for its
+// row (a redrive) waits for the commit, then finds the job gone.
+func (e *Engine) DeleteExpiredJobs(ctx context.Context, at store.Expiry, limit int) (int, error) {
+	limit = store.PageSize(limit)
+	q := ExpiringQuery{Now: asStored(at.Now), Limit: limit}
+	if cutoff, ok := at.DefaultCutoff(); ok {
+		q.ByDefault, q.DefaultCutoff = true, asStored(cutoff)
+	}
+	if p, ok := e.drv.(Peeker); ok {
+		jobs, err := p.Peek().ExpiringJobs(ctx, q)
+		if err != nil {
+			return 0, e.errorf(err, "delete expired jobs")
+		}
+		if len(at.PickExpired(jobs, limit)) == 0 {
+			return 0, nil
+		}
+	}
+	var deleted int
+	err := e.inDeleteTx(ctx, func(tx Tx) error {
+		deleted = 0
+		jobs, err := tx.ExpiringJobs(ctx, q)
+		if err != nil {
+			return err
+		}
+		ids := at.PickExpired(jobs, limit)
+		if len(ids) == 0 {
+			return nil
+		}
+		deleted, err = tx.DeleteJobs(ctx, ids, e.now())
+		return err
+	})
+	if err != nil {
+		return 0, e.errorf(err, "delete expired jobs")
+	}
+	return deleted, nil
+}
+
+// DeleteJob deletes closed job id, whatever its retention, in one
+// transaction, as DeleteExpiredJobs deletes an expired one: it reads the
+// job, and deletes it if it is closed. It locks the job's row, and no task
+// row. An open job wraps store.ErrJobOpen, an unknown one
+// warren.ErrNotFound.
+func (e *Engine) DeleteJob(ctx context.Context, id string) error {
+	err := e.inDeleteTx(ctx, func(tx Tx) error {
+		for range deleteTries {
+			j, err := tx.GetJob(ctx, id)
+			if err != nil {
+				return err
+			}
+			if !j.State.Terminal() {
+				return fmt.Errorf("the job is %s: %w", j.State, store.ErrJobOpen)
+			}
+			n, err := tx.DeleteJobs(ctx, []string{id}, e.now())
+			if err != nil || n == 1 {
+				return err
+			}
+			// Reopened, or deleted, since it was read: read it again.
+		}
+		return fmt.Errorf("%w: the job changed under the deletion %d times", warren.ErrConflict, deleteTries)
+	})
+	if err != nil {
+		return e.errorf(err, "delete job %q", id)
+	}
+	return nil
+}
+
+// PurgeDeletedTasks deletes, in one transaction, up to limit task rows of
+// deleted jobs (limit <= 0 means store.DefaultPageSize): DeletedJobs reads
+// up to limit of the jobs, the first deleted first, skipping those
+// another purge holds; store.PlanPurge decides which task id ranges of
+// which of them; and PurgeTasks deletes the ranges job by job in id order
+// (the lock order of task rows, which an aggregator recording a late
+// outcome for one of them follows too), recording each job's progress and
+// forgetting the jobs left without a task. It locks no job row. It
+// returns how many task rows it deleted.
+func (e *Engine) PurgeDeletedTasks(ctx context.Context, limit int) (int, error) {
+	limit = store.PageSize(limit)
+	if p, ok := e.drv.(Peeker); ok {
+		jobs, err := p.Peek().DeletedJobs(ctx, 1)
+		if err != nil {
+			return 0, e.errorf(err, "purge tasks of deleted jobs")
+		}
+		if len(jobs) == 0 {
+			return 0, nil
+		}
+	}
+	var purged int
+	err := e.inTx(ctx, func(tx Tx) error {
+		purged = 0
+		jobs, err := tx.DeletedJobs(ctx, limit)
+		if err != nil {
+			return err
+		}
+		plan := store.PlanPurge(jobs, limit)
+		if len(plan) == 0 {
+			return nil
+		}
+		slices.SortFunc(plan, func(a, b store.PurgeRange) int { return strings.Compare(a.JobID, b.JobID) })
+		purged, err = tx.PurgeTasks(ctx, plan)
+		return err
+	})
+	if err != nil {
+		return 0, e.errorf(err, "purge tasks of deleted jobs")
+	}
+	return purged, nil
+}
+
+// inDeleteTx is inTx in a transaction that may delete job rows (Deleter).
+func (e *Engine) inDeleteTx(ctx context.Context, fn func(tx Tx) error) error {
+	begin := e.drv.Begin
+	if d, ok := e.drv.(Deleter); ok {
+		begin = d.BeginDelete
+	}
+	return e.inTxBegun(ctx, begin, fn)
+}
