@@ -172,9 +172,11 @@ type judgement struct {
 // else Applied. Of several outcomes of one task in a batch, the first
 // that is applied is the only one: the task is terminal after it.
 func judgeOutcomes(outcomes []store.Outcome, tasks []OutcomeTask, jobs map[string]warren.JobState, now time.Time) judgement {
+	// The rows are copied: an applied outcome marks its row terminal for
+	// the outcomes after it, not the caller's.
 	rows := make(map[store.TaskRef]*OutcomeTask, len(tasks))
-	for i := range tasks {
-		rows[tasks[i].TaskRef] = &tasks[i]
+	for _, task := range tasks {
+		rows[task.TaskRef] = &task
 	}
 	var (
 		j      judgement
