@@ -105,6 +105,26 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, "w2", task(t, s, job.ID, 2).Worker, "a named worker replaces the stored one")
 	})
 
+	// A worker that reports no times (a dead letter, say): the outcome
+	// is finished when the store records it, and started_at keeps what
+	// the task row holds (nothing, for a task that never reported one).
+	t.Run("UnknownTimesKeepTheStartAndFinishNow", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 2)
+		relayAll(t, s)
+		before := time.Now().Add(-time.Second)
+		report := apply(t, s, failed(job.ID, 1, "dead-lettered"), completed(job.ID, 2, ""))
+		require.Equal(t, store.ApplyReport{Applied: 2, AppliedFailed: 1, ReadyToClose: []string{job.ID}}, withoutEmpty(report))
+
+		for _, tk := range allTasks(t, s, job.ID, "") {
+			require.Nil(t, tk.StartedAt, "task %d: no start reported, none stored", tk.TaskID)
+			requireRecent(t, tk.FinishedAt, "FinishedAt")
+			require.False(t, tk.FinishedAt.Before(before.Truncate(time.Microsecond)), "task %d: finished when recorded", tk.TaskID)
+		}
+		require.Empty(t, task(t, s, job.ID, 2).Result, "a completed outcome without a result stores none")
+	})
+
 	t.Run("UnfinishedStateFailsTheBatch", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
@@ -256,6 +276,51 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		requireSameJob(t, cancelledBefore, getJob(t, s, cancelled.ID))
 		require.Equal(t, []warren.TaskState{warren.TaskCompleted, warren.TaskCancelled}, taskStates(t, s, finished.ID))
 		require.Equal(t, repeat(warren.TaskCancelled, 2), taskStates(t, s, cancelled.ID))
+	})
+
+	// A task the job never had is Unknown, whatever the job's state: an
+	// outcome naming it is malformed, not late.
+	t.Run("TaskOutsideAClosedJobIsUnknown", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 2)
+		relayAll(t, s)
+		finish(t, s, job.ID, warren.JobFailed, nil, "gave up")
+
+		report := apply(t, s, completed(job.ID, 3, `3`), completed(job.ID, 1, `1`), failed(job.ID, 0, "zero"))
+		require.Equal(t, store.ApplyReport{Closed: 1, Unknown: []int{0, 2}}, withoutEmpty(report))
+	})
+
+	// The judgement of one outcome sees what the outcomes before it in
+	// the batch did, across jobs: every outcome of a batch is judged in
+	// its order, each job's counters move once.
+	t.Run("MixedBatchIsJudgedInOrder", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		open, other := newJob(t, s, 3), newJob(t, s, 2)
+		closed := newJob(t, s, 1)
+		relayAll(t, s)
+		_, err := s.CancelJob(t.Context(), closed.ID)
+		require.NoError(t, err)
+
+		report := apply(t, s,
+			completed(open.ID, 1, `1`),
+			completed(closed.ID, 1, `1`),
+			failed(other.ID, 2, "boom"),
+			failed(open.ID, 1, "late copy"),
+			completed("no-such-job", 1, `1`),
+			completed(other.ID, 1, `1`),
+			completed(open.ID, 9, `9`),
+			at(7, completed(open.ID, 2, `2`)),
+			completed(open.ID, 2, `2`))
+		require.Equal(t, store.ApplyReport{Applied: 4, AppliedFailed: 1, Duplicates: 2, Closed: 1, Unknown: []int{4, 6},
+			ReadyToClose: []string{other.ID}}, withoutEmpty(report))
+
+		got := getJob(t, s, open.ID)
+		require.Equal(t, []int64{2, 0}, []int64{got.CompletedTasks, got.FailedTasks})
+		require.Equal(t, []warren.TaskState{warren.TaskCompleted, warren.TaskCompleted, warren.TaskQueued}, taskStates(t, s, open.ID))
+		got = getJob(t, s, other.ID)
+		require.Equal(t, []int64{1, 1}, []int64{got.CompletedTasks, got.FailedTasks})
 	})
 
 	t.Run("PendingTaskIsApplied", func(t *testing.T) {

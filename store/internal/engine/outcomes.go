@@ -1,4 +1,293 @@
 package engine
 
-// OutcomeTx holds the primitives that record outcomes (ApplyOutcomes) and find the jobs ready to close (JobsToClose).
-type OutcomeTx interface{}
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// OutcomeTx holds the primitives that record outcomes (ApplyOutcomes),
+// and BumpCounters, which every tree that moves a job's counters shares.
+type OutcomeTx interface {
+	// LockOutcomeTasks locks the task rows of refs (distinct refs; the
+	// ids of any task or job, existing or not) and reads them, then reads
+	// the states of their jobs. A driver that locks rows locks these in
+	// (job_id, task_id) order and reads the jobs only once it holds them,
+	// without locking them: closing a job cancels, and so locks, every
+	// task that is not finished, so a job read open stays open while the
+	// transaction holds its open tasks. A task or a job that does not
+	// exist is absent from what it returns; jobs maps a job id to its
+	// state.
+	LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) (tasks []OutcomeTask, jobs map[string]warren.JobState, err error)
+	// WriteOutcomes writes each of writes to its task row, if the row is
+	// still open (pending or queued) at the write's Generation, then
+	// applies deltas as BumpCounters does, pipelined with the writes
+	// where the driver can. It returns how many task rows it wrote, and
+	// the job rows as the deltas left them, in job id order.
+	WriteOutcomes(ctx context.Context, writes []TaskWrite, deltas []CounterDelta) (int, []warren.Job, error)
+	// BumpCounters adds each delta to its job's completed and failed
+	// counters (a delta may be negative: a redrive takes failed tasks
+	// back) and increments the job's version, one job row at a time in
+	// job id order (PostgreSQL's lock order for job rows), whatever the
+	// order of deltas. It returns the updated job rows in that order. A
+	// delta of zero still increments the version: leave such deltas out.
+	// A job that does not exist is an error. The decision of what the
+	// new counters mean (store.BecameReady) is the caller's.
+	BumpCounters(ctx context.Context, deltas []CounterDelta) ([]warren.Job, error)
+}
+
+// CloseCandidateReader reads JobsToClose's candidates outside any write
+// transaction (SQLite's read pool, PostgreSQL's pool), so that looking
+// for half-closed jobs never holds the writer. Every Driver implements
+// it.
+type CloseCandidateReader interface {
+	// CloseCandidates returns up to limit open jobs, oldest first, that
+	// may be ready to close: every task finished, or fail-fast with at
+	// least one failure (store.ReadyToClose decides; the tolerance is
+	// not in SQL). It starts after the cursor after ("" for the first
+	// page) and returns the cursor that continues after the last job it
+	// returned. The cursor is the driver's own.
+	CloseCandidates(ctx context.Context, after string, limit int) (jobs []warren.Job, next string, err error)
+}
+
+// OutcomeTask is a task row as LockOutcomeTasks read it: what judging an
+// outcome and defaulting its fields needs.
+type OutcomeTask struct {
+	store.TaskRef
+	State      warren.TaskState
+	Generation int
+	Attempts   int
+	Worker     string
+	StartedAt  *time.Time
+}
+
+// TaskWrite is the task row an applied outcome leaves, every field final.
+type TaskWrite struct {
+	store.TaskRef
+	// Generation is the generation the row was read at: the write's
+	// guard, with the row still open.
+	Generation int
+	State      warren.TaskState
+	// Result is stored byte for byte; nil stores none.
+	Result     []byte
+	Error      string
+	Attempts   int
+	Worker     string
+	StartedAt  *time.Time
+	FinishedAt time.Time
+}
+
+// CounterDelta is how many tasks to add to one job's completed and failed
+// counters.
+type CounterDelta struct {
+	JobID             string
+	Completed, Failed int64
+}
+
+// ApplyOutcomes records a batch of outcomes in one transaction, as
+// store.Store's ApplyOutcomes promises: it locks and reads the batch's
+// task rows and their jobs' states, judges every outcome in batch order
+// (judgeOutcomes), writes the applied ones with the fields outcomeWrite
+// makes final and moves each job's counters once, then lists the jobs
+// the new counters made ready to close (store.BecameReady). On
+// PostgreSQL that is two round trips between BEGIN and COMMIT, whatever
+// the batch's size.
+//
+// An outcome whose State is neither completed nor failed fails the whole
+// batch before anything is read.
+func (e *Engine) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (store.ApplyReport, error) {
+	if err := store.ValidateOutcomes(outcomes); err != nil {
+		return store.ApplyReport{}, e.errorf(err, "apply outcomes")
+	}
+	if len(outcomes) == 0 {
+		return store.ApplyReport{}, nil
+	}
+	outcomes = store.SanitizeOutcomes(outcomes)
+	var report store.ApplyReport
+	err := e.inTx(ctx, func(tx Tx) error {
+		tasks, jobs, err := tx.LockOutcomeTasks(ctx, distinctRefs(outcomes))
+		if err != nil {
+			return fmt.Errorf("lock tasks: %w", err)
+		}
+		j := judgeOutcomes(outcomes, tasks, jobs, e.now())
+		report = j.report
+		if len(j.writes) == 0 {
+			return nil
+		}
+		n, bumped, err := tx.WriteOutcomes(ctx, j.writes, j.deltas)
+		if err != nil {
+			return fmt.Errorf("record tasks: %w", err)
+		}
+		// The rows are locked (or the writer is this transaction alone)
+		// and were judged open at these generations: a row the guard
+		// skipped means a driver broke that promise, and the batch must
+		// not count it.
+		if n != len(j.writes) {
+			return fmt.Errorf("record tasks: %d of %d locked task rows changed", n, len(j.writes))
+		}
+		report.ReadyToClose = becameReady(bumped, j.deltas)
+		return nil
+	})
+	if err != nil {
+		return store.ApplyReport{}, e.errorf(err, "apply outcomes")
+	}
+	return report, nil
+}
+
+// distinctRefs lists the tasks of outcomes once each, in first-seen order.
+func distinctRefs(outcomes []store.Outcome) []store.TaskRef {
+	refs := make([]store.TaskRef, 0, len(outcomes))
+	seen := make(map[store.TaskRef]bool, len(outcomes))
+	for _, o := range outcomes {
+		ref := store.TaskRef{JobID: o.JobID, TaskID: o.TaskID}
+		if !seen[ref] {
+			seen[ref] = true
+			refs = append(refs, ref)
+		}
+	}
+	return refs
+}
+
+// judgement is what judgeOutcomes decided for a batch.
+type judgement struct {
+	// report is the batch's report, without ReadyToClose.
+	report store.ApplyReport
+	// writes are the task rows the applied outcomes leave.
+	writes []TaskWrite
+	// deltas are the counters to move, in job id order, none zero.
+	deltas []CounterDelta
+}
+
+// judgeOutcomes decides each outcome in batch order from its task row and
+// its job's state, as read and locked: Unknown when either is missing
+// (a task id outside the job has no row), Closed when the job is closed,
+// Duplicate when the task is already terminal (also by an earlier outcome
+// of this batch) or the outcome's generation is neither 0 nor the task's,
+// else Applied. Of several outcomes of one task in a batch, the first
+// that is applied is the only one: the task is terminal after it.
+func judgeOutcomes(outcomes []store.Outcome, tasks []OutcomeTask, jobs map[string]warren.JobState, now time.Time) judgement {
+	// The rows are copied: an applied outcome marks its row terminal for
+	// the outcomes after it, not the caller's.
+	rows := make(map[store.TaskRef]*OutcomeTask, len(tasks))
+	for _, task := range tasks {
+		rows[task.TaskRef] = &task
+	}
+	var (
+		j      judgement
+		counts = make(map[string]*CounterDelta)
+	)
+	for i, o := range outcomes {
+		jobState, jobFound := jobs[o.JobID]
+		task := rows[store.TaskRef{JobID: o.JobID, TaskID: o.TaskID}]
+		switch {
+		case !jobFound || task == nil:
+			j.report.Unknown = append(j.report.Unknown, i)
+		case jobState.Terminal():
+			j.report.Closed++
+		case task.State.Terminal() || (o.Generation != 0 && o.Generation != task.Generation):
+			j.report.Duplicates++
+		default:
+			j.writes = append(j.writes, outcomeWrite(o, *task, now))
+			task.State = o.State
+			j.report.Applied++
+			d := counts[o.JobID]
+			if d == nil {
+				d = &CounterDelta{JobID: o.JobID}
+				counts[o.JobID] = d
+			}
+			if o.State == warren.TaskCompleted {
+				d.Completed++
+			} else {
+				d.Failed++
+				j.report.AppliedFailed++
+			}
+		}
+	}
+	for _, d := range counts {
+		j.deltas = append(j.deltas, *d)
+	}
+	slices.SortFunc(j.deltas, func(a, b CounterDelta) int { return cmp.Compare(a.JobID, b.JobID) })
+	return j
+}
+
+// outcomeWrite is the task row that applied outcome o leaves, from the
+// row as it was read. What o does not know keeps the row's value: its
+// attempts when o's are 0, but at least 1, since the task ran to produce
+// o; its worker when o names none; its started_at when o has none. A
+// finish time o lacks is now, the time the store recorded it.
+func outcomeWrite(o store.Outcome, row OutcomeTask, now time.Time) TaskWrite {
+	w := TaskWrite{TaskRef: row.TaskRef, Generation: row.Generation, State: o.State, Error: o.Error,
+		Attempts: o.Attempts, Worker: o.Worker, StartedAt: o.StartedAt, FinishedAt: now}
+	if len(o.Result) > 0 {
+		w.Result = o.Result
+	}
+	if w.Attempts <= 0 {
+		w.Attempts = max(row.Attempts, 1)
+	}
+	if w.Worker == "" {
+		w.Worker = row.Worker
+	}
+	if w.StartedAt == nil {
+		w.StartedAt = row.StartedAt
+	}
+	if o.FinishedAt != nil {
+		w.FinishedAt = *o.FinishedAt
+	}
+	return w
+}
+
+// becameReady lists the jobs of bumped, as deltas moved them, that the
+// move made ready to close (store.BecameReady), in the order of bumped.
+func becameReady(bumped []warren.Job, deltas []CounterDelta) []string {
+	byID := make(map[string]CounterDelta, len(deltas))
+	for _, d := range deltas {
+		byID[d.JobID] = d
+	}
+	var ready []string
+	for _, job := range bumped {
+		if d := byID[job.ID]; store.BecameReady(job, d.Completed, d.Failed) {
+			ready = append(ready, job.ID)
+		}
+	}
+	return ready
+}
+
+// JobsToClose returns up to limit ids of open jobs that are ready to close
+// (store.ReadyToClose), oldest first; limit <= 0 means
+// store.DefaultPageSize. The driver narrows to candidates in SQL
+// (CloseCandidates) and store.ReadyToClose decides, so the tolerance
+// arithmetic is never written in SQL. Candidates are read in pages of
+// limit until limit of them are ready or none is left: a fail-fast job
+// within its tolerance is a candidate that is not ready, and must not
+// take the place of one that is.
+func (e *Engine) JobsToClose(ctx context.Context, limit int) ([]string, error) {
+	r, ok := e.drv.(CloseCandidateReader)
+	if !ok {
+		return nil, e.errorf(errors.New("the driver reads no close candidates"), "jobs to close")
+	}
+	limit = store.PageSize(limit)
+	var ids []string
+	after := ""
+	for len(ids) < limit {
+		candidates, next, err := r.CloseCandidates(ctx, after, limit)
+		if err != nil {
+			return nil, e.errorf(err, "jobs to close")
+		}
+		for _, j := range candidates {
+			if len(ids) < limit && store.ReadyToClose(j) {
+				ids = append(ids, j.ID)
+			}
+		}
+		if len(candidates) < limit {
+			break
+		}
+		after = next
+	}
+	return ids, nil
+}

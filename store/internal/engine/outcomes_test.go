@@ -1,0 +1,76 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+)
+
+// outcomeWrite's defaults, including the one no store can show today: a
+// start time already on the row (every path that requeues a task clears
+// it) is kept by an outcome that reports none.
+func TestOutcomeWriteDefaults(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 2, 3, 4, 5, 6000, time.UTC)
+	stored, reported := now.Add(-time.Hour), now.Add(-time.Minute)
+	row := OutcomeTask{TaskRef: store.TaskRef{JobID: "j", TaskID: 3}, State: warren.TaskQueued, Generation: 2,
+		Attempts: 4, Worker: "w-stored", StartedAt: &stored}
+
+	unknown := outcomeWrite(store.Outcome{JobID: "j", TaskID: 3, State: warren.TaskFailed, Error: "boom"}, row, now)
+	require.Equal(t, TaskWrite{TaskRef: row.TaskRef, Generation: 2, State: warren.TaskFailed, Error: "boom",
+		Attempts: 4, Worker: "w-stored", StartedAt: &stored, FinishedAt: now}, unknown, "what the outcome does not know is kept")
+
+	fresh := row
+	fresh.Attempts, fresh.StartedAt = 0, nil
+	require.Equal(t, 1, outcomeWrite(store.Outcome{State: warren.TaskCompleted}, fresh, now).Attempts,
+		"a task that produced an outcome ran at least once")
+	require.Nil(t, outcomeWrite(store.Outcome{State: warren.TaskCompleted}, fresh, now).StartedAt)
+
+	known := outcomeWrite(store.Outcome{JobID: "j", TaskID: 3, State: warren.TaskCompleted, Result: []byte(`1`),
+		Attempts: 2, Worker: "w-new", StartedAt: &reported, FinishedAt: &reported, Generation: 2}, row, now)
+	require.Equal(t, TaskWrite{TaskRef: row.TaskRef, Generation: 2, State: warren.TaskCompleted, Result: []byte(`1`),
+		Attempts: 2, Worker: "w-new", StartedAt: &reported, FinishedAt: reported}, known, "what the outcome knows replaces the row's")
+
+	require.Nil(t, outcomeWrite(store.Outcome{State: warren.TaskCompleted, Result: []byte{}}, row, now).Result,
+		"an empty result stores none")
+}
+
+// The judgement's precedence: Unknown before Closed before Duplicate, and
+// an outcome sees what the earlier ones of its batch applied.
+func TestJudgeOutcomes(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	tasks := []OutcomeTask{
+		{TaskRef: store.TaskRef{JobID: "a", TaskID: 1}, State: warren.TaskQueued, Generation: 2},
+		{TaskRef: store.TaskRef{JobID: "a", TaskID: 2}, State: warren.TaskCompleted, Generation: 1},
+		{TaskRef: store.TaskRef{JobID: "b", TaskID: 1}, State: warren.TaskPending, Generation: 1},
+		{TaskRef: store.TaskRef{JobID: "closed", TaskID: 1}, State: warren.TaskCancelled, Generation: 1},
+		{TaskRef: store.TaskRef{JobID: "deleted", TaskID: 1}, State: warren.TaskQueued, Generation: 1},
+	}
+	jobs := map[string]warren.JobState{"a": warren.JobRunning, "b": warren.JobPending, "closed": warren.JobCancelled}
+	outcome := func(job string, task int64, state warren.TaskState, generation int) store.Outcome {
+		return store.Outcome{JobID: job, TaskID: task, State: state, Generation: generation}
+	}
+	j := judgeOutcomes([]store.Outcome{
+		outcome("a", 1, warren.TaskFailed, 1),       // 0: an older generation: Duplicate
+		outcome("closed", 9, warren.TaskFailed, 0),  // 1: no such task: Unknown, though the job is closed
+		outcome("closed", 1, warren.TaskFailed, 0),  // 2: Closed
+		outcome("b", 1, warren.TaskFailed, 0),       // 3: Applied
+		outcome("a", 1, warren.TaskCompleted, 2),    // 4: Applied
+		outcome("a", 1, warren.TaskCompleted, 0),    // 5: terminal by 4: Duplicate
+		outcome("a", 2, warren.TaskCompleted, 1),    // 6: terminal: Duplicate
+		outcome("deleted", 1, warren.TaskFailed, 1), // 7: a task row without its job: Unknown
+	}, tasks, jobs, now)
+
+	require.Equal(t, store.ApplyReport{Applied: 2, AppliedFailed: 1, Duplicates: 3, Closed: 1, Unknown: []int{1, 7}}, j.report)
+	require.Equal(t, []CounterDelta{{JobID: "a", Completed: 1}, {JobID: "b", Failed: 1}}, j.deltas, "in job id order")
+	require.Len(t, j.writes, 2)
+	require.Equal(t, store.TaskRef{JobID: "b", TaskID: 1}, j.writes[0].TaskRef)
+	require.Equal(t, store.TaskRef{JobID: "a", TaskID: 1}, j.writes[1].TaskRef)
+	require.Equal(t, 2, j.writes[1].Generation, "guarded at the generation read")
+	require.Equal(t, warren.TaskQueued, tasks[0].State, "the caller's rows are not changed")
+}

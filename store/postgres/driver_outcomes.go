@@ -1,0 +1,190 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/internal/engine"
+)
+
+// LockOutcomeTasks implements engine.OutcomeTx in one pipelined round
+// trip. The first statement locks the task rows in (job_id, task_id)
+// order, so that concurrent aggregators lock them in one order; the
+// second reads their jobs' states with a snapshot taken once those locks
+// are held.
+func (t *tx) LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) ([]engine.OutcomeTask, map[string]warren.JobState, error) {
+	jobIDs, taskIDs := splitRefs(refs)
+	var distinct []string
+	seen := make(map[string]bool)
+	for _, id := range jobIDs {
+		if !seen[id] {
+			seen[id] = true
+			distinct = append(distinct, id)
+		}
+	}
+	b := &pgx.Batch{}
+	// The batch's rows are found by primary key, one index probe each.
+	// Told that a batch holds thousands of them, the planner hashes the
+	// whole tasks table instead: for 2,000 outcomes against 140,000 rows,
+	// a 63 ms scan where the probes take 10 ms, and a scan grows with the
+	// table. For this transaction only, it may not.
+	b.Queue(`SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`)
+	b.Queue(`SELECT job_id, task_id, state, generation, attempts, worker, started_at FROM tasks
+		WHERE (job_id, task_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
+		ORDER BY job_id, task_id
+		FOR UPDATE`, jobIDs, taskIDs)
+	b.Queue(`SELECT id, state FROM jobs WHERE id = ANY($1)`, distinct)
+	br := t.tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, fmt.Errorf("plan: %w", err)
+	}
+	rows, _ := br.Query() // its error is the rows' too
+	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.OutcomeTask, error) {
+		var (
+			task  engine.OutcomeTask
+			state string
+		)
+		err := row.Scan(&task.JobID, &task.TaskID, &state, &task.Generation, &task.Attempts, &task.Worker, &task.StartedAt)
+		task.State = warren.TaskState(state)
+		return task, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, _ = br.Query()
+	jobs := make(map[string]warren.JobState, len(distinct))
+	for rows.Next() {
+		var id, state string
+		if err := rows.Scan(&id, &state); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("read job states: %w", err)
+		}
+		jobs[id] = warren.JobState(state)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read job states: %w", err)
+	}
+	return tasks, jobs, br.Close()
+}
+
+// writeOutcomesSQL writes the task rows of its arrays, each if still open
+// at its generation, in one set-wise update.
+const writeOutcomesSQL = `
+	UPDATE tasks t
+	SET state = w.state, result = w.result, error = w.error, attempts = w.attempts, worker = w.worker,
+	    started_at = w.started_at, finished_at = w.finished_at
+	FROM unnest($1::text[], $2::bigint[], $3::integer[], $4::text[], $5::bytea[], $6::text[], $7::integer[],
+	            $8::text[], $9::timestamptz[], $10::timestamptz[])
+	     AS w(job_id, task_id, generation, state, result, error, attempts, worker, started_at, finished_at)
+	WHERE t.job_id = w.job_id AND t.task_id = w.task_id
+	  AND t.generation = w.generation AND t.state IN ('pending', 'queued')`
+
+// WriteOutcomes implements engine.OutcomeTx in one pipelined round trip:
+// one set-wise update of the task rows, then one update per job row, in
+// job id order.
+func (t *tx) WriteOutcomes(ctx context.Context, writes []engine.TaskWrite, deltas []engine.CounterDelta) (int, []warren.Job, error) {
+	n := len(writes)
+	var (
+		jobIDs, states, errs, workers = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		taskIDs                       = make([]int64, n)
+		results                       = make([][]byte, n)
+		generations, attempts         = make([]int32, n), make([]int32, n)
+		started                       = make([]*time.Time, n)
+		finished                      = make([]time.Time, n)
+	)
+	for i, w := range writes {
+		jobIDs[i], taskIDs[i], generations[i] = w.JobID, w.TaskID, int32(w.Generation)
+		states[i], results[i], errs[i] = string(w.State), w.Result, w.Error
+		attempts[i], workers[i], started[i], finished[i] = int32(w.Attempts), w.Worker, w.StartedAt, w.FinishedAt
+	}
+	b := &pgx.Batch{}
+	b.Queue(writeOutcomesSQL, jobIDs, taskIDs, generations, states, results, errs, attempts, workers, started, finished)
+	deltas = queueBumps(b, deltas)
+	br := t.tx.SendBatch(ctx, b)
+	defer br.Close()
+	tag, err := br.Exec()
+	if err != nil {
+		return 0, nil, err
+	}
+	jobs, err := readBumps(br, deltas)
+	return int(tag.RowsAffected()), jobs, err
+}
+
+// BumpCounters implements engine.OutcomeTx in one pipelined round trip.
+func (t *tx) BumpCounters(ctx context.Context, deltas []engine.CounterDelta) ([]warren.Job, error) {
+	if len(deltas) == 0 {
+		return nil, nil
+	}
+	b := &pgx.Batch{}
+	deltas = queueBumps(b, deltas)
+	br := t.tx.SendBatch(ctx, b)
+	defer br.Close()
+	return readBumps(br, deltas)
+}
+
+// queueBumps queues the counter update of each job of deltas on b, in
+// job id order, the lock order of job rows, and returns deltas in that
+// order.
+func queueBumps(b *pgx.Batch, deltas []engine.CounterDelta) []engine.CounterDelta {
+	deltas = slices.SortedFunc(slices.Values(deltas), func(a, b engine.CounterDelta) int { return cmp.Compare(a.JobID, b.JobID) })
+	for _, d := range deltas {
+		b.Queue(`
+			UPDATE jobs SET completed_tasks = completed_tasks + $2, failed_tasks = failed_tasks + $3,
+				version = version + 1
+			WHERE id = $1
+			RETURNING `+jobColumns,
+			d.JobID, d.Completed, d.Failed)
+	}
+	return deltas
+}
+
+// readBumps reads the job rows of the counter updates queueBumps queued
+// for deltas, and closes br.
+func readBumps(br pgx.BatchResults, deltas []engine.CounterDelta) ([]warren.Job, error) {
+	jobs := make([]warren.Job, 0, len(deltas))
+	for _, d := range deltas {
+		job, err := scanJob(br.QueryRow())
+		if err != nil {
+			return nil, fmt.Errorf("count results of job %q: %w", d.JobID, err)
+		}
+		jobs = append(jobs, job)
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("count results: %w", err)
+	}
+	return jobs, nil
+}
+
+var _ engine.CloseCandidateReader = engineDriver{}
+
+// CloseCandidates implements engine.CloseCandidateReader on the pool, in
+// id order through jobs_open_idx (ids are ULIDs: creation order). The
+// cursor is the last job's id.
+func (d engineDriver) CloseCandidates(ctx context.Context, after string, limit int) ([]warren.Job, string, error) {
+	rows, err := d.s.pool.Query(ctx, `
+		SELECT `+jobColumns+` FROM jobs
+		WHERE state IN ('pending', 'running') AND id > $1
+		  AND (completed_tasks + failed_tasks >= expected_tasks OR (fail_fast AND failed_tasks > 0))
+		ORDER BY id
+		LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (warren.Job, error) { return scanJob(row) })
+	if err != nil {
+		return nil, "", err
+	}
+	next := after
+	if len(jobs) > 0 {
+		next = jobs[len(jobs)-1].ID
+	}
+	return jobs, next, nil
+}
