@@ -2,13 +2,11 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/internal/engine"
 )
@@ -110,34 +108,6 @@ func (t *tx) SettleLost(ctx context.Context, l engine.LostTasks) (requeued int, 
 		return 0, nil, err
 	}
 	return int(tag.RowsAffected()), failedJobs, nil
-}
-
-// AddToCounters implements engine.StaleTx: one pipelined round trip.
-func (t *tx) AddToCounters(ctx context.Context, adds []engine.CounterAdd) (jobs []warren.Job, err error) {
-	b := &pgx.Batch{}
-	for _, a := range adds {
-		b.Queue(`
-			UPDATE jobs SET completed_tasks = completed_tasks + $2, failed_tasks = failed_tasks + $3,
-				version = version + 1
-			WHERE id = $1
-			RETURNING `+jobColumns,
-			a.JobID, a.Completed, a.Failed)
-	}
-	br := t.tx.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); err == nil && cerr != nil {
-			jobs, err = nil, cerr
-		}
-	}()
-	jobs = make([]warren.Job, 0, len(adds))
-	for _, a := range adds {
-		j, err := scanJob(br.QueryRow())
-		if err != nil {
-			return nil, fmt.Errorf("count tasks of job %q: %w", a.JobID, err)
-		}
-		jobs = append(jobs, j)
-	}
-	return jobs, nil
 }
 
 // expiringByDefaultSQL claims up to $2 closed jobs without a retention of

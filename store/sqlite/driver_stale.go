@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/internal/engine"
 )
@@ -145,21 +144,6 @@ func lostRefsJSON(refs []store.TaskRef) (string, error) {
 	}
 	b, err := json.Marshal(pairs)
 	return string(b), err
-}
-
-// AddToCounters implements engine.StaleTx: one update per job.
-func (t *tx) AddToCounters(ctx context.Context, adds []engine.CounterAdd) ([]warren.Job, error) {
-	jobs := make([]warren.Job, 0, len(adds))
-	for _, a := range adds {
-		j, _, err := scanJob(t.tx.QueryRowContext(ctx, `UPDATE jobs
-			SET completed_tasks = completed_tasks + ?, failed_tasks = failed_tasks + ?, version = version + 1
-			WHERE id = ? RETURNING `+jobColumns, a.Completed, a.Failed, a.JobID))
-		if err != nil {
-			return nil, fmt.Errorf("count tasks of job %q: %w", a.JobID, err)
-		}
-		jobs = append(jobs, j)
-	}
-	return jobs, nil
 }
 
 // expiringByDefaultSQL selects up to ?2 closed jobs without a retention

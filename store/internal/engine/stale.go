@@ -30,12 +30,6 @@ type StaleTx interface {
 	// with attempts+1. It returns how many it requeued and the job id of
 	// each task it failed, once per task.
 	SettleLost(ctx context.Context, l LostTasks) (requeued int, failedJobs []string, err error)
-	// AddToCounters adds each of adds to its job's completed and failed
-	// counters, bumping the job's version, in the order given (the engine
-	// gives them in job id order: the lock order of the package doc of
-	// store/postgres), and returns the job rows as written, in that
-	// order.
-	AddToCounters(ctx context.Context, adds []CounterAdd) ([]warren.Job, error)
 
 	RetentionTx
 }
@@ -60,12 +54,6 @@ type LostTasks struct {
 	Error string
 	// At is when the failed tasks finished.
 	At time.Time
-}
-
-// CounterAdd is what to add to one job's counters.
-type CounterAdd struct {
-	JobID             string
-	Completed, Failed int64
 }
 
 // ReconcileStale handles, in one transaction, up to limit queued tasks of
@@ -118,14 +106,14 @@ func addFailed(ctx context.Context, tx Tx, failedJobs []string) ([]string, error
 	for _, id := range failedJobs {
 		failed[id]++
 	}
-	adds := make([]CounterAdd, 0, len(failed))
+	adds := make([]CounterDelta, 0, len(failed))
 	for _, id := range slices.Sorted(maps.Keys(failed)) {
-		adds = append(adds, CounterAdd{JobID: id, Failed: failed[id]})
+		adds = append(adds, CounterDelta{JobID: id, Failed: failed[id]})
 	}
 	if len(adds) == 0 {
 		return nil, nil
 	}
-	jobs, err := tx.AddToCounters(ctx, adds)
+	jobs, err := tx.BumpCounters(ctx, adds)
 	if err != nil {
 		return nil, err
 	}
