@@ -1,13 +1,11 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net"
 	"slices"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -341,61 +339,91 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// validate names the first field that is wrong and how to fix it.
+// ConfigError is the error New returns for a Config field that is out of
+// range or does not agree with another field. A program that fills Config
+// from its own flags can find the field with errors.As and name the flag
+// instead, as the warren command does.
+type ConfigError struct {
+	// Field is the name of the field that is wrong, such as
+	// "RelayWindow".
+	Field string
+	// Message says what is wrong and how to fix it. It writes every field
+	// it names, Field and any other, as "Config.Name", so that a program
+	// can put its own names for them in their place.
+	Message string
+}
+
+func (e *ConfigError) Error() string { return "server: " + e.Message }
+
+// fieldError returns the ConfigError of field; format names it, and any
+// other field, as Config.Name.
+func fieldError(field, format string, args ...any) *ConfigError {
+	return &ConfigError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// validate names the first field that is wrong and how to fix it, in a
+// *ConfigError. It is the only check of the fields' ranges: the warren
+// command leaves them to it and names its flags in its errors.
 func (c Config) validate() error {
 	switch {
 	case c.MaxBodyBytes < 1:
-		return fmt.Errorf("server: Config.MaxBodyBytes must be >= 1, got %d", c.MaxBodyBytes)
+		return fieldError("MaxBodyBytes", "Config.MaxBodyBytes must be >= 1, got %d", c.MaxBodyBytes)
 	case c.MaxResultBytes < 0:
-		return fmt.Errorf("server: Config.MaxResultBytes must be >= 0, got %d", c.MaxResultBytes)
+		return fieldError("MaxResultBytes", "Config.MaxResultBytes must be >= 0, got %d", c.MaxResultBytes)
 	case c.MaxTaskBytes < 1:
-		return fmt.Errorf("server: Config.MaxTaskBytes must be >= 1, got %d", c.MaxTaskBytes)
+		return fieldError("MaxTaskBytes", "Config.MaxTaskBytes must be >= 1, got %d", c.MaxTaskBytes)
 	case c.BodyTimeout < 0:
-		return fmt.Errorf("server: Config.BodyTimeout must be > 0, got %s", c.BodyTimeout)
+		return fieldError("BodyTimeout", "Config.BodyTimeout must be > 0, got %s", c.BodyTimeout)
 	case c.IdleTimeout < 0:
-		return fmt.Errorf("server: Config.IdleTimeout must be > 0, got %s", c.IdleTimeout)
+		return fieldError("IdleTimeout", "Config.IdleTimeout must be > 0, got %s", c.IdleTimeout)
 	case c.ShutdownTimeout < 0:
-		return fmt.Errorf("server: Config.ShutdownTimeout must be > 0, got %s", c.ShutdownTimeout)
+		return fieldError("ShutdownTimeout", "Config.ShutdownTimeout must be > 0, got %s", c.ShutdownTimeout)
 	case c.DeliveryLimit < 0:
-		return fmt.Errorf("server: Config.DeliveryLimit must be >= 0, got %d", c.DeliveryLimit)
+		return fieldError("DeliveryLimit", "Config.DeliveryLimit must be >= 0, got %d", c.DeliveryLimit)
 	case c.QuorumReplicas < 0:
-		return fmt.Errorf("server: Config.QuorumReplicas must be >= 0, got %d", c.QuorumReplicas)
-	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
-		return fmt.Errorf("server: Config.TLSCertFile and Config.TLSKeyFile go together: set both for HTTPS, or neither")
+		return fieldError("QuorumReplicas", "Config.QuorumReplicas must be >= 0, got %d", c.QuorumReplicas)
+	case c.TLSCertFile != "" && c.TLSKeyFile == "":
+		return fieldError("TLSCertFile", "Config.TLSCertFile is set but not Config.TLSKeyFile: HTTPS needs both, or neither")
+	case c.TLSKeyFile != "" && c.TLSCertFile == "":
+		return fieldError("TLSKeyFile", "Config.TLSKeyFile is set but not Config.TLSCertFile: HTTPS needs both, or neither")
 	case c.RelayBatchSize < 1:
-		return fmt.Errorf("server: Config.RelayBatchSize must be >= 1, got %d", c.RelayBatchSize)
+		return fieldError("RelayBatchSize", "Config.RelayBatchSize must be >= 1, got %d", c.RelayBatchSize)
 	case c.MaxMessageBytes <= protocol.EnvelopeBytes:
-		return fmt.Errorf("server: Config.MaxMessageBytes must be more than %d, got %d", protocol.EnvelopeBytes, c.MaxMessageBytes)
+		return fieldError("MaxMessageBytes", "Config.MaxMessageBytes must be more than %d, got %d", protocol.EnvelopeBytes, c.MaxMessageBytes)
 	case c.MaxTaskBytes > int64(c.MaxMessageBytes-protocol.EnvelopeBytes):
-		return fmt.Errorf("server: Config.MaxTaskBytes (%d) must fit in a message: at most Config.MaxMessageBytes (%d) less %d",
+		return fieldError("MaxTaskBytes", "Config.MaxTaskBytes (%d) must fit in a message: at most Config.MaxMessageBytes (%d) less %d",
 			c.MaxTaskBytes, c.MaxMessageBytes, protocol.EnvelopeBytes)
 	case c.MaxInflightBytes < 2*int64(c.MaxMessageBytes):
-		return fmt.Errorf("server: Config.MaxInflightBytes (%d) must hold at least two messages of Config.MaxMessageBytes (%d)",
+		return fieldError("MaxInflightBytes", "Config.MaxInflightBytes (%d) must hold at least two messages of Config.MaxMessageBytes (%d)",
 			c.MaxInflightBytes, c.MaxMessageBytes)
 	case c.AggregatorBatchSize < 1:
-		return fmt.Errorf("server: Config.AggregatorBatchSize must be >= 1, got %d", c.AggregatorBatchSize)
+		return fieldError("AggregatorBatchSize", "Config.AggregatorBatchSize must be >= 1, got %d", c.AggregatorBatchSize)
 	case c.AggregatorLinger < 0:
-		return fmt.Errorf("server: Config.AggregatorLinger must be >= 0, got %s", c.AggregatorLinger)
+		return fieldError("AggregatorLinger", "Config.AggregatorLinger must be >= 0, got %s", c.AggregatorLinger)
 	case c.RelayWindow < -1:
-		return fmt.Errorf("server: Config.RelayWindow must be >= -1 (-1: no window), got %d", c.RelayWindow)
-	case c.RelayPollInterval < 0 || c.CloseScanInterval < 0 || c.ReconcileInterval < 0:
-		return errors.New("server: Config.RelayPollInterval, CloseScanInterval and ReconcileInterval must be >= 0")
+		return fieldError("RelayWindow", "Config.RelayWindow must be >= -1 (-1: no window), got %d", c.RelayWindow)
+	case c.RelayPollInterval < 0:
+		return fieldError("RelayPollInterval", "Config.RelayPollInterval must be >= 0, got %s", c.RelayPollInterval)
+	case c.CloseScanInterval < 0:
+		return fieldError("CloseScanInterval", "Config.CloseScanInterval must be >= 0, got %s", c.CloseScanInterval)
+	case c.ReconcileInterval < 0:
+		return fieldError("ReconcileInterval", "Config.ReconcileInterval must be >= 0, got %s", c.ReconcileInterval)
 	case c.ReconcileGrace < 0:
-		return fmt.Errorf("server: Config.ReconcileGrace must be >= 0, got %s", c.ReconcileGrace)
+		return fieldError("ReconcileGrace", "Config.ReconcileGrace must be >= 0, got %s", c.ReconcileGrace)
 	case c.Retention > 0 && c.Retention < time.Second:
-		return fmt.Errorf("server: Config.Retention must be at least 1s (or negative, to keep jobs forever), got %s", c.Retention)
+		return fieldError("Retention", "Config.Retention must be at least 1s (or negative, to keep jobs forever), got %s", c.Retention)
 	case c.RetentionInterval < 0:
-		return fmt.Errorf("server: Config.RetentionInterval must be >= 0, got %s", c.RetentionInterval)
+		return fieldError("RetentionInterval", "Config.RetentionInterval must be >= 0, got %s", c.RetentionInterval)
 	}
 	if _, err := broker.ParseNodes(c.AMQPURL); err != nil {
-		return fmt.Errorf("server: Config.AMQPURL: %v", err)
+		return fieldError("AMQPURL", "Config.AMQPURL: %v", err)
 	}
 	if len(c.RetryTiers) > 0 {
 		if err := broker.CheckRetryTiers(c.RetryTiers); err != nil {
-			return fmt.Errorf("server: Config.RetryTiers: %v", err)
+			return fieldError("RetryTiers", "Config.RetryTiers: %v", err)
 		}
-		if err := checkTiersIncrease(c.RetryTiers); err != nil {
-			return fmt.Errorf("server: Config.RetryTiers: %v", err)
+		if err := broker.CheckRetryTierOrder(c.RetryTiers); err != nil {
+			return fieldError("RetryTiers", "Config.RetryTiers: %v", err)
 		}
 	}
 	if _, err := c.registry(); err != nil {
@@ -407,34 +435,12 @@ func (c Config) validate() error {
 	return nil
 }
 
-// checkTiersIncrease refuses retry tiers that do not strictly increase: a
-// later retry never waits less than an earlier one, and two equal tiers
-// would be one queue.
-func checkTiersIncrease(tiers []time.Duration) error {
-	for i := 1; i < len(tiers); i++ {
-		if tiers[i] <= tiers[i-1] {
-			return fmt.Errorf("retry tier %d (%s) is not longer than tier %d (%s); tiers must increase, such as %s",
-				i, tiers[i], i-1, tiers[i-1], tierList(protocol.DefaultRetryTiers))
-		}
-	}
-	return nil
-}
-
-// tierList writes tiers as --retry-tiers takes them.
-func tierList(tiers []time.Duration) string {
-	names := make([]string, len(tiers))
-	for i, d := range tiers {
-		names[i] = protocol.RetryTierName(d)
-	}
-	return strings.Join(names, ",")
-}
-
 // requireLoopback refuses a listen address reachable from other hosts,
 // for a server without API tokens.
 func requireLoopback(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("listen address %q: %v", addr, err)
+		return fieldError("Listen", "Config.Listen: listen address %q: %v", addr, err)
 	}
 	if host == "localhost" {
 		return nil
@@ -442,7 +448,8 @@ func requireLoopback(addr string) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("refusing to listen on %q without API tokens: set WARREN_API_TOKENS, or listen on a loopback address such as %s", addr, DefaultListen)
+	return fieldError("Listen", "Config.Listen: refusing to listen on %q without API tokens: set Config.Tokens, or listen on a loopback address such as %s",
+		addr, DefaultListen)
 }
 
 // Token is a bearer token the API accepts and the scopes it grants.
@@ -474,7 +481,7 @@ func (c Config) registry() (*reduce.Registry, error) {
 	r := reduce.NewRegistry()
 	for _, name := range slices.Sorted(maps.Keys(c.Reducers)) {
 		if err := r.Register(name, c.Reducers[name]); err != nil {
-			return nil, fmt.Errorf("server: Config.Reducers[%q]: %w", name, err)
+			return nil, fieldError("Reducers", "Config.Reducers[%q]: %v", name, err)
 		}
 	}
 	return r, nil

@@ -108,7 +108,8 @@ type Server struct {
 }
 
 // New checks cfg and returns a server; it connects to nothing until
-// Start or Run. Its errors name the Config field that is wrong.
+// Start or Run. Its errors are *ConfigError, naming the Config field that
+// is wrong.
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -120,7 +121,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	nodes, err := broker.ParseNodes(cfg.AMQPURL)
 	if err != nil {
-		return nil, fmt.Errorf("server: Config.AMQPURL: %v", err)
+		return nil, fieldError("AMQPURL", "Config.AMQPURL: %v", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, nodes: nodes, names: protocol.NamesFor(cfg.Prefix), tiers: cfg.RetryTiers, reducers: reducers}
 	s.sizer = autobatch.New(autobatch.Config{OnKnown: s.WakeRelay})

@@ -22,45 +22,6 @@ import (
 	"github.com/warrenhq/warren/worker"
 )
 
-func TestNewNamesTheFieldThatIsWrong(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		cfg  server.Config
-		want string
-	}{
-		{server.Config{MaxBodyBytes: -1}, "Config.MaxBodyBytes must be >= 1"},
-		{server.Config{MaxTaskBytes: -1}, "Config.MaxTaskBytes must be >= 1"},
-		{server.Config{MaxMessageBytes: 100}, "Config.MaxMessageBytes must be more than 16384"},
-		{server.Config{MaxTaskBytes: 4 << 20}, "Config.MaxTaskBytes (4194304) must fit in a message: at most Config.MaxMessageBytes (4194304) less 16384"},
-		{server.Config{MaxInflightBytes: 1 << 20}, "Config.MaxInflightBytes (1048576) must hold at least two messages of Config.MaxMessageBytes (4194304)"},
-		{server.Config{BodyTimeout: -time.Second}, "Config.BodyTimeout must be > 0"},
-		{server.Config{IdleTimeout: -time.Second}, "Config.IdleTimeout must be > 0"},
-		{server.Config{RelayBatchSize: -1}, "Config.RelayBatchSize must be >= 1"},
-		{server.Config{AggregatorBatchSize: -2}, "Config.AggregatorBatchSize must be >= 1"},
-		{server.Config{AggregatorLinger: -time.Second}, "Config.AggregatorLinger must be >= 0"},
-		{server.Config{DeliveryLimit: -1}, "Config.DeliveryLimit must be >= 0"},
-		{server.Config{QuorumReplicas: -1}, "Config.QuorumReplicas must be >= 0"},
-		{server.Config{AMQPURL: "amqp://u:p@a/,amqp://u:p@b:bad/"}, "Config.AMQPURL: URL 2 of 2, (unparsable URL), is not an AMQP URL"},
-		{server.Config{AMQPURL: "amqp://u:p@a/,amqp://u:p@b/other"}, `Config.AMQPURL: URL 2 of 2, amqp://u:xxxxx@b/other, names the virtual host "other"`},
-		{server.Config{ReconcileGrace: -time.Second}, "Config.ReconcileGrace must be >= 0"},
-		{server.Config{RetentionInterval: -time.Second}, "Config.RetentionInterval must be >= 0"},
-		{server.Config{Retention: time.Millisecond}, "Config.Retention must be at least 1s (or negative, to keep jobs forever)"},
-		{server.Config{RetryTiers: []time.Duration{time.Microsecond}}, "Config.RetryTiers"},
-		{server.Config{Listen: "0.0.0.0:8080"}, "refusing to listen on \"0.0.0.0:8080\" without API tokens"},
-		{server.Config{Listen: "nonsense"}, "listen address \"nonsense\""},
-		{server.Config{Reducers: map[string]reduce.Factory{"collect": newCount}}, `Config.Reducers["collect"]`},
-		{server.Config{Reducers: map[string]reduce.Factory{"count": nil}}, `Config.Reducers["count"]`},
-	} {
-		_, err := server.New(tc.cfg)
-		require.Error(t, err, "%+v", tc.cfg)
-		require.Contains(t, err.Error(), tc.want)
-	}
-	tokens, err := server.ParseTokens("s3cret:admin")
-	require.NoError(t, err)
-	_, err = server.New(server.Config{Listen: "0.0.0.0:0", Tokens: tokens})
-	require.NoError(t, err, "with tokens any address may be used")
-}
-
 // count is a custom reducer: the number of completed tasks.
 type count struct{ n int }
 

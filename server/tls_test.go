@@ -20,7 +20,8 @@ func TestTLSFilesGoTogether(t *testing.T) {
 	t.Parallel()
 	for _, cfg := range []server.Config{{TLSCertFile: "cert.pem"}, {TLSKeyFile: "key.pem"}} {
 		_, err := server.New(cfg)
-		require.ErrorContains(t, err, "Config.TLSCertFile and Config.TLSKeyFile go together")
+		require.ErrorContains(t, err, "is set but not Config.TLS")
+		require.ErrorContains(t, err, ": HTTPS needs both, or neither")
 	}
 	_, err := server.New(server.Config{TLSCertFile: "cert.pem", TLSKeyFile: "key.pem"})
 	require.NoError(t, err, "the files are read at Start")

@@ -110,7 +110,8 @@ type Config struct {
 	// RetryTiers are the delays of the retry tiers: the nth retry of a task
 	// waits RetryTiers[n-1], every retry past the last tier waits the last.
 	// Default protocol.DefaultRetryTiers. Each must be a positive whole
-	// number of milliseconds. Run declares a delay queue for each (see
+	// number of milliseconds, and each longer than the one before, as the
+	// server requires. Run declares a delay queue for each (see
 	// broker.TopologyOptions.RetryTiers); use the same tiers as the server
 	// so that every tier queue in use is also known to its operators.
 	RetryTiers []time.Duration
@@ -194,49 +195,76 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// validate returns an error naming the first field that is out of range.
+// ConfigError is the error New returns for a Config field that is out of
+// range or does not agree with another field. A program that fills Config
+// from its own flags can find the field with errors.As and name the flag
+// instead, as the warren command does.
+type ConfigError struct {
+	// Field is the name of the field that is wrong, such as
+	// "Concurrency".
+	Field string
+	// Message says what is wrong and how to fix it. It writes every field
+	// it names, Field and any other, as "Config.Name", so that a program
+	// can put its own names for them in their place.
+	Message string
+}
+
+func (e *ConfigError) Error() string { return "worker: " + e.Message }
+
+// fieldError returns the ConfigError of field; format names it, and any
+// other field, as Config.Name.
+func fieldError(field, format string, args ...any) *ConfigError {
+	return &ConfigError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// validate names the first field that is out of range, in a
+// *ConfigError. It is the only check of the fields' ranges: the warren
+// command leaves them to it and names its flags in its errors.
 func (c Config) validate() error {
 	switch {
 	case c.Concurrency < 0:
-		return fmt.Errorf("worker: Config.Concurrency must be >= 0, got %d", c.Concurrency)
+		return fieldError("Concurrency", "Config.Concurrency must be >= 0, got %d", c.Concurrency)
 	case c.MaxInflightBytes < 0:
-		return fmt.Errorf("worker: Config.MaxInflightBytes must be >= 0, got %d", c.MaxInflightBytes)
+		return fieldError("MaxInflightBytes", "Config.MaxInflightBytes must be >= 0, got %d", c.MaxInflightBytes)
 	case c.Prefetch < 0:
-		return fmt.Errorf("worker: Config.Prefetch must be >= 0, got %d", c.Prefetch)
+		return fieldError("Prefetch", "Config.Prefetch must be >= 0, got %d", c.Prefetch)
 	case c.Prefetch > 0 && c.Prefetch < c.Concurrency:
-		return fmt.Errorf("worker: Config.Prefetch (%d) must be at least Config.Concurrency (%d), or handlers would sit idle "+
-			"(by default it is 2*Concurrency, cut to the messages of MaxMessageBytes that fit in MaxInflightBytes)", c.Prefetch, c.Concurrency)
+		return fieldError("Prefetch", "Config.Prefetch (%d) must be at least Config.Concurrency (%d), or handlers would sit idle "+
+			"(by default it is 2*Concurrency, cut to the messages of Config.MaxMessageBytes that fit in Config.MaxInflightBytes)", c.Prefetch, c.Concurrency)
 	case c.Prefetch > 65535:
-		return fmt.Errorf("worker: Config.Prefetch must be at most 65535 (an AMQP limit), got %d", c.Prefetch)
+		return fieldError("Prefetch", "Config.Prefetch must be at most 65535 (an AMQP limit), got %d", c.Prefetch)
 	case c.MaxMessageBytes <= protocol.EnvelopeBytes:
-		return fmt.Errorf("worker: Config.MaxMessageBytes must be more than %d, got %d", protocol.EnvelopeBytes, c.MaxMessageBytes)
+		return fieldError("MaxMessageBytes", "Config.MaxMessageBytes must be more than %d, got %d", protocol.EnvelopeBytes, c.MaxMessageBytes)
 	case c.MaxResultBytes < 0 || c.MaxResultBytes > c.MaxMessageBytes-protocol.EnvelopeBytes:
-		return fmt.Errorf("worker: Config.MaxResultBytes must be between 1 and Config.MaxMessageBytes less %d (%d), got %d",
+		return fieldError("MaxResultBytes", "Config.MaxResultBytes must be between 1 and Config.MaxMessageBytes less %d (%d), got %d",
 			protocol.EnvelopeBytes, c.MaxMessageBytes-protocol.EnvelopeBytes, c.MaxResultBytes)
 	case int64(c.Prefetch)*int64(c.MaxMessageBytes) > c.MaxInflightBytes:
-		return fmt.Errorf("worker: Config.Prefetch (%d) messages of Config.MaxMessageBytes (%d) do not fit in Config.MaxInflightBytes (%d): "+
-			"raise MaxInflightBytes or lower Prefetch, Concurrency or MaxMessageBytes", c.Prefetch, c.MaxMessageBytes, c.MaxInflightBytes)
+		return fieldError("MaxInflightBytes", "Config.Prefetch (%d) messages of Config.MaxMessageBytes (%d) do not fit in Config.MaxInflightBytes (%d): "+
+			"raise Config.MaxInflightBytes or lower Config.Prefetch, Config.Concurrency or Config.MaxMessageBytes", c.Prefetch, c.MaxMessageBytes, c.MaxInflightBytes)
 	case c.ShutdownTimeout < 0:
-		return fmt.Errorf("worker: Config.ShutdownTimeout must be >= 0, got %v", c.ShutdownTimeout)
+		return fieldError("ShutdownTimeout", "Config.ShutdownTimeout must be >= 0, got %v", c.ShutdownTimeout)
 	case c.HeartbeatInterval > 0 && c.HeartbeatInterval < time.Millisecond:
-		return fmt.Errorf("worker: Config.HeartbeatInterval must be at least 1ms (or negative, for none), got %v", c.HeartbeatInterval)
+		return fieldError("HeartbeatInterval", "Config.HeartbeatInterval must be at least 1ms (or negative, for none), got %v", c.HeartbeatInterval)
 	case c.ReconnectBackoffMax < 0:
-		return fmt.Errorf("worker: Config.ReconnectBackoffMax must be >= 0, got %v", c.ReconnectBackoffMax)
+		return fieldError("ReconnectBackoffMax", "Config.ReconnectBackoffMax must be >= 0, got %v", c.ReconnectBackoffMax)
 	case c.DeliveryLimit < 0:
-		return fmt.Errorf("worker: Config.DeliveryLimit must be >= 0, got %d", c.DeliveryLimit)
+		return fieldError("DeliveryLimit", "Config.DeliveryLimit must be >= 0, got %d", c.DeliveryLimit)
 	case c.QuorumReplicas < 0:
-		return fmt.Errorf("worker: Config.QuorumReplicas must be >= 0, got %d", c.QuorumReplicas)
+		return fieldError("QuorumReplicas", "Config.QuorumReplicas must be >= 0, got %d", c.QuorumReplicas)
 	}
 	if err := broker.CheckRetryTiers(c.RetryTiers); err != nil {
-		return fmt.Errorf("worker: Config.RetryTiers: %v", err)
+		return fieldError("RetryTiers", "Config.RetryTiers: %v", err)
+	}
+	if err := broker.CheckRetryTierOrder(c.RetryTiers); err != nil {
+		return fieldError("RetryTiers", "Config.RetryTiers: %v", err)
 	}
 	for _, q := range c.Queues {
 		if err := protocol.CheckQueueName(q); err != nil {
-			return fmt.Errorf("worker: Config.Queues: %v", err)
+			return fieldError("Queues", "Config.Queues: %v", err)
 		}
 	}
 	if _, err := broker.ParseNodes(c.AMQPURL); err != nil {
-		return fmt.Errorf("worker: Config.AMQPURL: %v", err)
+		return fieldError("AMQPURL", "Config.AMQPURL: %v", err)
 	}
 	return nil
 }

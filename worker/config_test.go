@@ -10,21 +10,40 @@ import (
 	"github.com/warrenhq/warren/worker"
 )
 
+// Config alone checks the ranges of its fields (the warren command checks
+// none): New refuses a value past a bound with a *ConfigError that names
+// the field, which a command can map onto its flag.
 func TestNewNamesTheInvalidField(t *testing.T) {
 	t.Parallel()
-	for field, cfg := range map[string]worker.Config{
-		"Config.Concurrency":         {Concurrency: -1},
-		"Config.Prefetch":            {Prefetch: -1},
-		"Config.Prefetch (2)":        {Concurrency: 4, Prefetch: 2},
-		"Config.ShutdownTimeout":     {ShutdownTimeout: -time.Second},
-		"Config.DeliveryLimit":       {DeliveryLimit: -1},
-		"Config.ReconnectBackoffMax": {ReconnectBackoffMax: -time.Second},
-		"Config.RetryTiers":          {RetryTiers: []time.Duration{time.Second, 0}},
-		"Config.AMQPURL":             {AMQPURL: "http://127.0.0.1:5672/"},
+	for _, tc := range []struct {
+		cfg   worker.Config
+		field string
+		want  string
+	}{
+		{worker.Config{Concurrency: -1}, "Concurrency", "Config.Concurrency"},
+		{worker.Config{Prefetch: -1}, "Prefetch", "Config.Prefetch"},
+		{worker.Config{Concurrency: 4, Prefetch: 2}, "Prefetch", "Config.Prefetch (2)"},
+		{worker.Config{Prefetch: 65536, MaxInflightBytes: 1 << 40}, "Prefetch", "Config.Prefetch must be at most 65535"},
+		{worker.Config{ShutdownTimeout: -time.Second}, "ShutdownTimeout", "Config.ShutdownTimeout"},
+		{worker.Config{HeartbeatInterval: time.Microsecond}, "HeartbeatInterval", "Config.HeartbeatInterval must be at least 1ms"},
+		{worker.Config{DeliveryLimit: -1}, "DeliveryLimit", "Config.DeliveryLimit"},
+		{worker.Config{QuorumReplicas: -1}, "QuorumReplicas", "Config.QuorumReplicas must be >= 0"},
+		{worker.Config{ReconnectBackoffMax: -time.Second}, "ReconnectBackoffMax", "Config.ReconnectBackoffMax"},
+		{worker.Config{RetryTiers: []time.Duration{time.Second, 0}}, "RetryTiers", "Config.RetryTiers"},
+		{worker.Config{RetryTiers: []time.Duration{5 * time.Second, time.Second}}, "RetryTiers",
+			"Config.RetryTiers: retry tier 1 (1s) is not longer than tier 0 (5s); tiers must increase"},
+		{worker.Config{Queues: []string{"Bad.Name"}}, "Queues", "Config.Queues"},
+		{worker.Config{AMQPURL: "http://127.0.0.1:5672/"}, "AMQPURL", "Config.AMQPURL"},
 	} {
-		_, err := worker.New(cfg)
-		require.ErrorContains(t, err, field)
+		_, err := worker.New(tc.cfg)
+		require.ErrorContains(t, err, tc.want, "%+v", tc.cfg)
+		var ce *worker.ConfigError
+		require.ErrorAs(t, err, &ce, "%+v", tc.cfg)
+		require.Equal(t, tc.field, ce.Field, "%+v", tc.cfg)
+		require.Equal(t, "worker: "+ce.Message, err.Error())
 	}
+	_, err := worker.New(worker.Config{RetryTiers: []time.Duration{time.Millisecond, 2 * time.Millisecond}})
+	require.NoError(t, err, "increasing whole milliseconds")
 }
 
 func TestNewKeepsTheAMQPPasswordOutOfErrors(t *testing.T) {

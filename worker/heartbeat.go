@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenhq/warren/internal/wire"
 	"github.com/warrenhq/warren/protocol"
 )
 
@@ -121,10 +122,9 @@ func (h *heartbeater) goodbye() {
 	}
 }
 
-// publish sends one heartbeat in state; transient, unconfirmed, and
-// expiring after three intervals, when it says nothing any more.
+// publish sends one heartbeat in state, unconfirmed (wire.Heartbeat).
 func (h *heartbeater) publish(state string) error {
-	body, err := protocol.EncodeHeartbeat(h.w.heartbeat(state))
+	out, err := wire.Heartbeat(h.w.names, h.w.heartbeat(state), time.Now())
 	if err != nil {
 		return err
 	}
@@ -132,14 +132,7 @@ func (h *heartbeater) publish(state string) error {
 	defer h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), heartbeatPublishTimeout)
 	defer cancel()
-	return h.ch.PublishWithContext(ctx, h.w.names.HeartbeatExchange, "", false, false, amqp.Publishing{
-		ContentType:  protocol.ContentType,
-		DeliveryMode: amqp.Transient,
-		Timestamp:    time.Now(),
-		Type:         "heartbeat",
-		Expiration:   fmt.Sprint((3 * h.w.cfg.HeartbeatInterval).Milliseconds()),
-		Body:         body,
-	})
+	return h.ch.PublishWithContext(ctx, out.Exchange, out.Key, false, false, out.Msg)
 }
 
 // heartbeat is the worker's heartbeat now.

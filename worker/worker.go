@@ -77,7 +77,7 @@ type Worker struct {
 	testHookResults func(tasks int, err error)
 }
 
-// New returns a Worker for cfg with defaults applied, or an error naming
+// New returns a Worker for cfg with defaults applied, or a *ConfigError naming
 // the first invalid Config field. It does not connect to the broker.
 func New(cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
@@ -86,7 +86,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	nodes, err := broker.ParseNodes(cfg.AMQPURL)
 	if err != nil {
-		return nil, fmt.Errorf("worker: Config.AMQPURL: %v", err)
+		return nil, fieldError("AMQPURL", "Config.AMQPURL: %v", err)
 	}
 	return &Worker{
 		cfg:       cfg,

@@ -144,12 +144,12 @@ concurrency 3
 	require.Equal(t, "fromfile", cfg.Prefix)
 
 	bad := filepath.Join(t.TempDir(), "bad.conf")
-	require.NoError(t, os.WriteFile(bad, []byte("max-task-bytes 0\nretry-tiers 5s,1s\n"), 0o600))
-	_, err = serverConfig(t, nil, "--config", bad)
-	require.ErrorContains(t, err, "retry-tiers in config file "+bad+": tier 2 (1s) is not longer than tier 1 (5s)")
+	require.NoError(t, os.WriteFile(bad, []byte("max-task-bytes -1\nretry-tiers 5s,1s\n"), 0o600))
+	_, err = serverConfig(t, map[string]string{"WARREN_MAX_TASK_BYTES": "100"}, "--config", bad)
+	require.ErrorContains(t, err, "retry-tiers in config file "+bad+": retry tier 1 (1s) is not longer than tier 0 (5s)")
 	_, err = serverConfig(t, map[string]string{"WARREN_RETRY_TIERS": "1s,2s"}, "--config", bad)
 	require.ErrorContains(t, err, "max-task-bytes in config file "+bad+" must be >= 1")
-	_, err = serverConfig(t, map[string]string{"WARREN_MAX_TASK_BYTES": "0", "WARREN_RETRY_TIERS": "1s,2s"}, "--config", bad)
+	_, err = serverConfig(t, map[string]string{"WARREN_MAX_TASK_BYTES": "-1", "WARREN_RETRY_TIERS": "1s,2s"}, "--config", bad)
 	require.ErrorContains(t, err, "WARREN_MAX_TASK_BYTES must be >= 1")
 
 	for _, tc := range []struct {
@@ -159,9 +159,9 @@ concurrency 3
 	}{
 		{nil, []string{"--config", filepath.Join(t.TempDir(), "missing.conf")}, "--config: open "},
 		{map[string]string{"WARREN_CONFIG": filepath.Join(t.TempDir(), "missing.conf")}, nil, "WARREN_CONFIG: open "},
-		{nil, []string{"--retry-tiers", "10s,10s"}, "--retry-tiers: tier 2 (10s) is not longer than tier 1 (10s)"},
+		{nil, []string{"--retry-tiers", "10s,10s"}, "--retry-tiers: retry tier 1 (10s) is not longer than tier 0 (10s)"},
 		{map[string]string{"WARREN_RETRY_TIERS": "1s,nope"}, nil, `WARREN_RETRY_TIERS: "nope" is not a duration`},
-		{map[string]string{"WARREN_RELAY_BATCH": "0"}, nil, "WARREN_RELAY_BATCH must be >= 1"},
+		{map[string]string{"WARREN_RELAY_BATCH": "-1"}, nil, "WARREN_RELAY_BATCH must be >= 1"},
 		{map[string]string{"WARREN_API_TOKENS": "nocolon"}, nil, "WARREN_API_TOKENS: "},
 		{nil, []string{"--tls-cert", "c.pem"}, "--tls-cert is set but not --tls-key"},
 		{map[string]string{"WARREN_TLS_KEY": "k.pem"}, nil, "WARREN_TLS_KEY is set but not --tls-cert"},
@@ -245,7 +245,7 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{[]string{"completion", "fish"}, "want bash or zsh"},
 		{[]string{"help", "a", "b"}, "want one command"},
 		{[]string{"status", "ID", "--server", "ftp://user:pw@h/"}, "--server: ftp://user:xxxxx@h/ is not an http:// or https:// URL"},
-		{[]string{"server", "--max-body", "0"}, "--max-body must be >= 1"},
+		{[]string{"server", "--max-body", "-1"}, "--max-body must be >= 1"},
 	} {
 		code, out, errOut := runCLI(t, nil, tc.args...)
 		require.Equal(t, exitUsage, code, "%v: %s", tc.args, errOut)

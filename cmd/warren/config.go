@@ -1,14 +1,18 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/server"
 	"github.com/warrenhq/warren/store/open"
+	"github.com/warrenhq/warren/worker"
 )
 
 // common are the settings every command shares, each a flag with an
@@ -64,31 +68,57 @@ func checkDatabaseURL(fs *flagSet, raw string) error {
 const quorumReplicasUsage = "replicas of each quorum queue when it is created (x-quorum-initial-group-size); 0 leaves it to RabbitMQ " +
 	"(quorum_cluster_size, 3 by default); servers and workers must agree"
 
-// tiers parses --retry-tiers; nil means the defaults. The tiers must
-// strictly increase.
+// tiers parses --retry-tiers; nil means the defaults. server.Config and
+// worker.Config check the tiers' values.
 func (c *common) tiers() ([]time.Duration, error) {
 	if strings.TrimSpace(c.retryTiers) == "" {
 		return nil, nil
 	}
-	from := c.fs.from("retry-tiers")
 	var out []time.Duration
 	for _, part := range strings.Split(c.retryTiers, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(part))
 		if err != nil {
-			return nil, usageErrorf("%s: %q is not a duration (like 500ms, 5s, 2m)", from, strings.TrimSpace(part))
+			return nil, usageErrorf("%s: %q is not a duration (like 500ms, 5s, 2m)", c.fs.from("retry-tiers"), strings.TrimSpace(part))
 		}
 		out = append(out, d)
 	}
-	if err := broker.CheckRetryTiers(out); err != nil {
-		return nil, usageErrorf("%s: %v", from, err)
-	}
-	for i := 1; i < len(out); i++ {
-		if out[i] <= out[i-1] {
-			return nil, usageErrorf("%s: tier %d (%s) is not longer than tier %d (%s); tiers must increase, such as 1s,5s,30s,2m,10m",
-				from, i+1, out[i], i, out[i-1])
-		}
-	}
 	return out, nil
+}
+
+// configField is how server.ConfigError and worker.ConfigError name a
+// field in their message.
+var configField = regexp.MustCompile(`Config\.[A-Z][A-Za-z]*`)
+
+// configError returns err, an error of server.New or worker.New, as a
+// usage error in which each Config field is named as the user set it:
+// the flag, variable or config file line its value came from, or its flag
+// when it was not set. fields maps a field onto its flag's name, or onto
+// words for a field without a flag. Config checks every value; the
+// command only puts its own names in.
+func (fs *flagSet) configError(err error, fields map[string]string) error {
+	var msg string
+	var se *server.ConfigError
+	var we *worker.ConfigError
+	switch {
+	case errors.As(err, &se):
+		msg = se.Message
+	case errors.As(err, &we):
+		msg = we.Message
+	default:
+		return &usageError{msg: err.Error()}
+	}
+	msg = configField.ReplaceAllStringFunc(msg, func(m string) string {
+		flag, ok := fields[strings.TrimPrefix(m, "Config.")]
+		switch {
+		case !ok:
+			return m
+		case fs.Lookup(flag) == nil:
+			return flag
+		default:
+			return fs.from(flag)
+		}
+	})
+	return &usageError{msg: msg}
 }
 
 func orDefault(v, def string) string {

@@ -76,8 +76,8 @@ func TestBadFlagValuesAreOneLine(t *testing.T) {
 		want string
 	}{
 		{[]string{"worker", "--types", "echo,nope"}, `unknown handler "nope"`},
-		{[]string{"worker", "--concurrency", "0"}, "--concurrency must be >= 1"},
-		{[]string{"server", "--relay-batch", "0"}, "must be >= 1"},
+		{[]string{"worker", "--concurrency", "-1"}, "--concurrency must be >= 0"},
+		{[]string{"server", "--relay-batch", "-1"}, "--relay-batch must be >= 1"},
 		{[]string{"migrate", "--database", "mysql://x"}, "unsupported scheme"},
 		{[]string{"server", "--quorum-replicas", "-1"}, "--quorum-replicas must be >= 0"},
 		{[]string{"worker", "--quorum-replicas", "-1"}, "--quorum-replicas must be >= 0"},

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -21,14 +20,14 @@ type serverFlags struct {
 	aggBatch    int
 	aggLinger   time.Duration
 	relayBatch  int
-	relayWindow int64
-	maxMessage  int64
+	relayWindow int
+	maxMessage  int
 	maxInflight int64
 	shutdown    time.Duration
 	replicas    int
 
 	maxTask     int64
-	maxResult   int64
+	maxResult   int
 	bodyTimeout time.Duration
 	idleTimeout time.Duration
 	retention   retentionFlag
@@ -47,7 +46,7 @@ func (f *serverFlags) register(fs *flagSet, env *environment) {
 	fs.Int64Var(&f.maxBody, "max-body", server.DefaultMaxBodyBytes, "largest accepted request body in bytes")
 	fs.Int64Var(&f.maxTask, "max-task-bytes", server.DefaultMaxTaskBytes,
 		"largest accepted task payload in bytes; a submission with a larger one is refused")
-	fs.Int64Var(&f.maxResult, "max-result-bytes", server.DefaultMaxResultBytes,
+	fs.IntVar(&f.maxResult, "max-result-bytes", server.DefaultMaxResultBytes,
 		"largest reduced result a job may have in bytes; a job whose reduce gives more fails")
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", server.DefaultBodyTimeout,
 		"a request body that delivers no byte for this long is cut")
@@ -60,9 +59,9 @@ func (f *serverFlags) register(fs *flagSet, env *environment) {
 	fs.IntVar(&f.aggBatch, "aggregator-batch", server.DefaultAggregatorBatchSize, "results recorded per store transaction")
 	fs.DurationVar(&f.aggLinger, "aggregator-linger", server.DefaultAggregatorLinger, "how long a result batch waits to fill, once more than one result is waiting (a lone result is recorded at once)")
 	fs.IntVar(&f.relayBatch, "relay-batch", server.DefaultRelayBatchSize, "tasks published per outbox round trip")
-	fs.Int64Var(&f.relayWindow, "relay-window", server.DefaultRelayWindow,
+	fs.IntVar(&f.relayWindow, "relay-window", server.DefaultRelayWindow,
 		"task messages kept ready in the work queue at most, shared between open jobs by priority; the backlog waits in the store; -1: no window")
-	fs.Int64Var(&f.maxMessage, "max-message-bytes", server.DefaultMaxMessageBytes,
+	fs.IntVar(&f.maxMessage, "max-message-bytes", server.DefaultMaxMessageBytes,
 		"largest message body published or read: task batches are cut short to stay under it, larger results are dead-lettered unread; "+
 			"keep it equal to the workers' and at or below RabbitMQ's max_message_size")
 	fs.Int64Var(&f.maxInflight, "max-inflight-bytes", server.DefaultMaxInflightBytes,
@@ -74,62 +73,51 @@ func (f *serverFlags) register(fs *flagSet, env *environment) {
 }
 
 // config maps the flags onto a server configuration; its errors name the
-// flag or variable each value came from.
+// flag or variable each value came from. It checks no range: server.New
+// does (see newServer).
 func (f *serverFlags) config(env *environment) (server.Config, error) {
 	tiers, err := f.tiers()
 	if err != nil {
 		return server.Config{}, err
 	}
-	if err := checkAMQPURL(f.fs, f.amqpURL); err != nil {
-		return server.Config{}, err
-	}
-	from := f.fs.from
-	switch {
-	case f.replicas < 0:
-		return server.Config{}, usageErrorf("%s must be >= 0, got %d", from("quorum-replicas"), f.replicas)
-	case f.aggBatch < 1:
-		return server.Config{}, usageErrorf("%s must be >= 1, got %d", from("aggregator-batch"), f.aggBatch)
-	case f.relayBatch < 1:
-		return server.Config{}, usageErrorf("%s must be >= 1, got %d", from("relay-batch"), f.relayBatch)
-	case f.aggLinger < 0:
-		return server.Config{}, usageErrorf("%s must be >= 0, got %s", from("aggregator-linger"), f.aggLinger)
-	case f.shutdown <= 0:
-		return server.Config{}, usageErrorf("%s must be > 0, got %s", from("shutdown-timeout"), f.shutdown)
-	case f.maxBody < 1:
-		return server.Config{}, usageErrorf("%s must be >= 1, got %d", from("max-body"), f.maxBody)
-	case f.maxMessage < 1 || f.maxMessage > math.MaxInt32:
-		return server.Config{}, usageErrorf("%s must be between 1 and %d, got %d", from("max-message-bytes"), math.MaxInt32, f.maxMessage)
-	case f.relayWindow < -1 || f.relayWindow == 0 || f.relayWindow > math.MaxInt32:
-		return server.Config{}, usageErrorf("%s must be -1 (no window) or between 1 and %d, got %d", from("relay-window"), math.MaxInt32, f.relayWindow)
-	case f.maxInflight < 1:
-		return server.Config{}, usageErrorf("%s must be >= 1, got %d", from("max-inflight-bytes"), f.maxInflight)
-	case f.maxResult < 1:
-		return server.Config{}, usageErrorf("%s must be >= 1, got %d", from("max-result-bytes"), f.maxResult)
-	case f.maxTask < 1:
-		return server.Config{}, usageErrorf("%s must be >= 1, got %d", from("max-task-bytes"), f.maxTask)
-	case f.bodyTimeout <= 0:
-		return server.Config{}, usageErrorf("%s must be > 0, got %s", from("body-timeout"), f.bodyTimeout)
-	case f.idleTimeout <= 0:
-		return server.Config{}, usageErrorf("%s must be > 0, got %s", from("idle-timeout"), f.idleTimeout)
-	case f.tlsCert != "" && f.tlsKey == "":
-		return server.Config{}, usageErrorf("%s is set but not --tls-key (WARREN_TLS_KEY): HTTPS needs both, or neither", from("tls-cert"))
-	case f.tlsKey != "" && f.tlsCert == "":
-		return server.Config{}, usageErrorf("%s is set but not --tls-cert (WARREN_TLS_CERT): HTTPS needs both, or neither", from("tls-key"))
-	}
 	tokens, err := server.ParseTokens(f.tokens)
 	if err != nil {
-		return server.Config{}, usageErrorf("%s: %v", from("api-tokens"), err)
+		return server.Config{}, usageErrorf("%s: %v", f.fs.from("api-tokens"), err)
 	}
 	return server.Config{
 		AMQPURL: f.amqpURL, DatabaseURL: f.databaseURL, Prefix: f.prefix, RetryTiers: tiers, QuorumReplicas: f.replicas,
 		Listen: f.listen, Tokens: tokens, MaxBodyBytes: f.maxBody, ShutdownTimeout: f.shutdown,
 		TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey,
-		MaxTaskBytes: f.maxTask, MaxResultBytes: int(f.maxResult), BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
-		RelayBatchSize: f.relayBatch, MaxMessageBytes: int(f.maxMessage), MaxInflightBytes: f.maxInflight, RelayWindow: int(f.relayWindow), AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
+		MaxTaskBytes: f.maxTask, MaxResultBytes: f.maxResult, BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
+		RelayBatchSize: f.relayBatch, MaxMessageBytes: f.maxMessage, MaxInflightBytes: f.maxInflight, RelayWindow: f.relayWindow,
+		AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
 		Retention:           time.Duration(f.retention),
 		WebhookAllowPrivate: f.webhookAllowPrivate,
 		Logger:              env.logger,
 	}, nil
+}
+
+// serverFields names the flag of each server.Config field that has one,
+// for configError.
+var serverFields = map[string]string{
+	"AMQPURL": "amqp-url", "DatabaseURL": "database", "Prefix": "prefix", "RetryTiers": "retry-tiers",
+	"QuorumReplicas": "quorum-replicas", "Listen": "listen", "Tokens": "api-tokens",
+	"TLSCertFile": "tls-cert", "TLSKeyFile": "tls-key", "MaxBodyBytes": "max-body", "ShutdownTimeout": "shutdown-timeout",
+	"MaxTaskBytes": "max-task-bytes", "MaxResultBytes": "max-result-bytes", "BodyTimeout": "body-timeout",
+	"IdleTimeout": "idle-timeout", "RelayBatchSize": "relay-batch", "MaxMessageBytes": "max-message-bytes",
+	"MaxInflightBytes": "max-inflight-bytes", "RelayWindow": "relay-window", "AggregatorBatchSize": "aggregator-batch",
+	"AggregatorLinger": "aggregator-linger", "Retention": "retention", "WebhookAllowPrivate": "webhook-allow-private",
+}
+
+// newServer returns the server cfg configures: server.New checks every
+// value, and its error names the flag or variable the wrong one came
+// from.
+func (f *serverFlags) newServer(cfg server.Config) (*server.Server, error) {
+	s, err := server.New(cfg)
+	if err != nil {
+		return nil, f.fs.configError(err, serverFields)
+	}
+	return s, nil
 }
 
 // retentionFlag is --retention: a duration over 0, or keepForever.
@@ -193,9 +181,9 @@ func runServer(ctx context.Context, args []string, env *environment) error {
 	}
 	defer flush()
 	cfg.TracerProvider = tp
-	s, err := server.New(cfg)
+	s, err := f.newServer(cfg)
 	if err != nil {
-		return &usageError{msg: err.Error()} // New only checks the configuration
+		return err
 	}
 	if err := s.Start(ctx); err != nil {
 		return err

@@ -13,7 +13,8 @@ import (
 )
 
 // serverConfig maps a `warren server` command line and environment onto
-// the server's configuration, as runServer does.
+// the server's configuration and checks it with server.New, as runServer
+// does.
 func serverConfig(t *testing.T, vars map[string]string, args ...string) (server.Config, error) {
 	t.Helper()
 	env := &environment{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string { return vars[k] },
@@ -24,7 +25,12 @@ func serverConfig(t *testing.T, vars map[string]string, args ...string) (server.
 	if err := parse(fs, args, env); err != nil {
 		return server.Config{}, err
 	}
-	return f.config(env)
+	cfg, err := f.config(env)
+	if err != nil {
+		return server.Config{}, err
+	}
+	_, err = f.newServer(cfg)
+	return cfg, err
 }
 
 // The per-task limit, the body timeout and the idle timeout are server
@@ -57,8 +63,8 @@ func TestServerUploadLimitFlags(t *testing.T) {
 	}{
 		{map[string]string{"WARREN_MAX_TASK_BYTES": "1MiB"}, nil, `WARREN_MAX_TASK_BYTES: "1MiB" is not a whole number`},
 		{map[string]string{"WARREN_BODY_TIMEOUT": "30"}, nil, `WARREN_BODY_TIMEOUT: "30" is not a duration`},
-		{nil, []string{"--max-task-bytes", "0"}, "--max-task-bytes must be >= 1"},
-		{nil, []string{"--idle-timeout", "0s"}, "--idle-timeout must be > 0"},
+		{nil, []string{"--max-task-bytes", "-1"}, "--max-task-bytes must be >= 1"},
+		{nil, []string{"--idle-timeout", "-1s"}, "--idle-timeout must be > 0"},
 	} {
 		_, err := serverConfig(t, tc.vars, tc.args...)
 		require.ErrorContains(t, err, tc.want)
@@ -73,7 +79,7 @@ func TestServerRefusesRetryTiersThatDoNotIncrease(t *testing.T) {
 		"WARREN_AMQP_URL":     "amqp://guest:guest@127.0.0.1:1/",
 		"WARREN_DATABASE_URL": "sqlite://" + filepath.Join(t.TempDir(), "w.db")}, "server")
 	require.Equal(t, 2, code)
-	require.Contains(t, errOut, "WARREN_RETRY_TIERS: tier 2 (5s) is not longer than tier 1 (10s); tiers must increase")
+	require.Contains(t, errOut, "WARREN_RETRY_TIERS: retry tier 1 (5s) is not longer than tier 0 (10s); tiers must increase")
 }
 
 // --retention (WARREN_RETENTION) is a duration, days, or forever, which

@@ -150,9 +150,10 @@ func TestServerTLSSettings(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, []string{"--tls-cert", pki.certFile}, exitUsage, "--tls-cert is set but not --tls-key (WARREN_TLS_KEY): HTTPS needs both, or neither"},
+		{nil, []string{"--tls-cert", pki.certFile}, exitUsage, "--tls-cert is set but not --tls-key: HTTPS needs both, or neither"},
 		{map[string]string{"WARREN_TLS_KEY": pki.keyFile}, nil, exitUsage, "WARREN_TLS_KEY is set but not --tls-cert"},
-		{map[string]string{"WARREN_LISTEN": "0.0.0.0:0"}, []string{"--tls-cert", pki.certFile, "--tls-key", pki.keyFile}, exitUsage, "refusing to listen"},
+		{map[string]string{"WARREN_LISTEN": "0.0.0.0:0"}, []string{"--tls-cert", pki.certFile, "--tls-key", pki.keyFile}, exitUsage,
+			`WARREN_LISTEN: refusing to listen on "0.0.0.0:0" without API tokens: set --api-tokens, or listen on a loopback address`},
 		{map[string]string{"WARREN_AMQP_URL": amqptest.URL(), "WARREN_LISTEN": "127.0.0.1:0", "WARREN_DATABASE_URL": db,
 			"WARREN_PREFIX": fmt.Sprintf("wt-%d-tls-", time.Now().UnixNano())}, // refused before the broker is touched, but never the default names
 			[]string{"--tls-cert", pki.caFile, "--tls-key", pki.caFile}, exitError, "TLS certificate " + pki.caFile},

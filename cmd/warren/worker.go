@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"sort"
@@ -35,9 +34,9 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	health := fs.String("health-listen", "", "serve /healthz and /readyz (connected to the broker) on this address, e.g. 127.0.0.1:9090")
 	metricsAddr := fs.String("metrics-listen", "",
 		"serve Prometheus metrics at /metrics (and /healthz) on this address, e.g. 127.0.0.1:9091 (default: off)")
-	maxMessage := fs.Int64("max-message-bytes", protocol.DefaultMaxMessageBytes,
+	maxMessage := fs.Int("max-message-bytes", protocol.DefaultMaxMessageBytes,
 		"largest task message taken and result message published; keep it equal to the server's")
-	maxResult := fs.Int64("max-task-result-bytes", protocol.DefaultMaxResultBytes,
+	maxResult := fs.Int("max-task-result-bytes", protocol.DefaultMaxResultBytes,
 		"largest result of one task in bytes of JSON; a larger one fails the task")
 	maxInflight := fs.Int64("max-inflight-bytes", 0,
 		"task message bytes held at once, which bounds the prefetch (default 256 MiB, or --concurrency messages when more)")
@@ -45,29 +44,13 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
-	from := fs.from
-	switch {
-	case *replicas < 0:
-		return usageErrorf("%s must be >= 0, got %d", from("quorum-replicas"), *replicas)
-	case *concurrency < 1:
-		return usageErrorf("%s must be >= 1, got %d", from("concurrency"), *concurrency)
-	case *maxMessage < 1 || *maxMessage > math.MaxInt32:
-		return usageErrorf("%s must be between 1 and %d, got %d", from("max-message-bytes"), math.MaxInt32, *maxMessage)
-	case *maxResult < 1 || *maxResult > math.MaxInt32:
-		return usageErrorf("%s must be between 1 and %d, got %d", from("max-task-result-bytes"), math.MaxInt32, *maxResult)
-	case *maxInflight < 0:
-		return usageErrorf("%s must be >= 0, got %d", from("max-inflight-bytes"), *maxInflight)
-	}
-	if err := checkAMQPURL(fs, c.amqpURL); err != nil {
-		return err
-	}
 	serve, err := selectBuiltins(*types)
 	if err != nil {
-		return usageErrorf("%s: %v", from("types"), err)
+		return usageErrorf("%s: %v", fs.from("types"), err)
 	}
 	consume, err := protocol.ParseQueues(*queues)
 	if err != nil {
-		return usageErrorf("%s: %v", from("queues"), err)
+		return usageErrorf("%s: %v", fs.from("queues"), err)
 	}
 	tiers, err := c.tiers()
 	if err != nil {
@@ -79,20 +62,13 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	}
 	defer flush()
 	var ready atomic.Bool
+	// observe is set before Run, the first to call OnEvent.
 	observe := func(worker.Event) {}
-	if *metricsAddr != "" {
-		m, stop, err := serveWorkerMetrics(*metricsAddr, env)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		observe = m.Observe
-	}
 	w, err := worker.New(worker.Config{
 		TracerProvider: tp,
 		AMQPURL:        c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency, Name: *name,
 		ShutdownTimeout: *shutdown, Logger: env.logger, RetryTiers: tiers, QuorumReplicas: *replicas,
-		Queues: consume, MaxMessageBytes: int(*maxMessage), MaxResultBytes: int(*maxResult), MaxInflightBytes: *maxInflight,
+		Queues: consume, MaxMessageBytes: *maxMessage, MaxResultBytes: *maxResult, MaxInflightBytes: *maxInflight,
 		OnEvent: func(e worker.Event) {
 			observe(e)
 			switch e.Kind {
@@ -104,7 +80,15 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 		},
 	})
 	if err != nil {
-		return err
+		return fs.configError(err, workerFields)
+	}
+	if *metricsAddr != "" {
+		m, stop, err := serveWorkerMetrics(*metricsAddr, env)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		observe = m.Observe
 	}
 	if *health != "" {
 		stop, err := serveHealth(*health, &ready, env)
@@ -119,6 +103,15 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	env.logger.Info("warren worker running", "types", strings.Join(serve, ","), "queues", strings.Join(consume, ","),
 		"concurrency", *concurrency, "prefix", c.prefix, "amqp", broker.Redact(c.amqpURL))
 	return w.Run(ctx)
+}
+
+// workerFields names the flag of each worker.Config field that has one,
+// or words for one that has none, for configError.
+var workerFields = map[string]string{
+	"AMQPURL": "amqp-url", "Prefix": "prefix", "Concurrency": "concurrency", "Name": "name",
+	"ShutdownTimeout": "shutdown-timeout", "RetryTiers": "retry-tiers", "QuorumReplicas": "quorum-replicas",
+	"Queues": "queues", "MaxMessageBytes": "max-message-bytes", "MaxResultBytes": "max-task-result-bytes",
+	"MaxInflightBytes": "max-inflight-bytes", "Prefetch": "the prefetch",
 }
 
 // selectBuiltins parses --types; empty means every built-in.

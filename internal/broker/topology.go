@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -95,6 +96,29 @@ func CheckRetryTiers(tiers []time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// CheckRetryTierOrder returns an error unless the tiers strictly
+// increase: a later retry never waits less than an earlier one, and two
+// equal tiers would be one queue. Servers and workers refuse tiers out of
+// order alike, since they must agree.
+func CheckRetryTierOrder(tiers []time.Duration) error {
+	for i := 1; i < len(tiers); i++ {
+		if tiers[i] <= tiers[i-1] {
+			return fmt.Errorf("retry tier %d (%s) is not longer than tier %d (%s); tiers must increase, such as %s",
+				i, tiers[i], i-1, tiers[i-1], tierList(protocol.DefaultRetryTiers))
+		}
+	}
+	return nil
+}
+
+// tierList writes tiers as --retry-tiers takes them.
+func tierList(tiers []time.Duration) string {
+	names := make([]string, len(tiers))
+	for i, d := range tiers {
+		names[i] = protocol.RetryTierName(d)
+	}
+	return strings.Join(names, ",")
 }
 
 // queueSpec is one queue of the topology and its binding.

@@ -9,6 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenhq/warren/internal/wire"
 	"github.com/warrenhq/warren/protocol"
 )
 
@@ -104,7 +105,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			if !ok {
 				return errors.New("heartbeats: the consumer's channel closed")
 			}
-			h, err := protocol.DecodeHeartbeat(d.Body)
+			h, err := wire.ReadHeartbeat(d)
 			if err != nil {
 				c.warn("heartbeats: dropping a malformed heartbeat (one line a minute at most)", "error", err)
 				continue

@@ -65,3 +65,16 @@ func TestCopyOfKeepsTheMessageButNotTheUser(t *testing.T) {
 	d.DeliveryTag = 7
 	require.Equal(t, "malformed:tag:7", copyOf(d, protocol.Task{}).MessageId)
 }
+
+func TestLookupIntAcceptsEveryIntegerType(t *testing.T) {
+	t.Parallel()
+	for _, v := range []any{int(2), int8(2), int16(2), int32(2), int64(2), uint8(2), uint16(2), uint32(2), uint64(2), float32(2), float64(2), "2"} {
+		n, ok := lookupInt(amqp.Table{"k": v}, "k")
+		require.True(t, ok, "%T", v)
+		require.Equal(t, 2, n, "%T", v)
+	}
+	for _, v := range []any{nil, int64(-1), 2.5, "two", true, int64(1) << 40, []byte("2")} {
+		_, ok := lookupInt(amqp.Table{"k": v}, "k")
+		require.False(t, ok, "%T %v", v, v)
+	}
+}

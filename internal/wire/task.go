@@ -174,7 +174,7 @@ func readTaskHeaders(d amqp.Delivery) TaskDelivery {
 		Trace:       Trace(d),
 		d:           d,
 	}
-	if n, ok := protocol.HeaderInt(d.Headers, protocol.HeaderMaxRetries); ok {
+	if n, ok := lookupInt(d.Headers, protocol.HeaderMaxRetries); ok {
 		m.MaxRetries = n
 	}
 	m.Timeout = time.Duration(headerInt(d.Headers, protocol.HeaderTaskTimeout)) * time.Millisecond

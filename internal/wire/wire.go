@@ -1,14 +1,16 @@
 // Package wire is warren's one mapping between its messages and AMQP:
 // it builds the publishings of tasks, task batches, results, retries,
-// dead letters and split batches, and reads a delivery, once, at the
-// entry of the component that consumes it, into one typed value
-// (TaskDelivery, DeadLetter, or the results of ReadResults). No other
-// package reads a warren header. The names and their meaning are those
+// dead letters, split batches, cancellations and heartbeats, and reads a
+// delivery, once, at the entry of the component that consumes it, into
+// one typed value (TaskDelivery, DeadLetter, a protocol.Heartbeat, or the
+// results of ReadResults). No other package reads a warren header. The names and their meaning are those
 // of docs/protocol.md, byte for byte: workers in other languages depend
 // on them.
 package wire
 
 import (
+	"math"
+	"strconv"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -34,10 +36,65 @@ const headerDeliveryCount = "x-delivery-count"
 const maxHeaderError = 4096
 
 // headerInt reads a non-negative integer header; 0 when it is absent or
-// not one (protocol.HeaderInt says what counts as one).
+// not one (lookupInt says what counts as one).
 func headerInt(h amqp.Table, key string) int {
-	n, _ := protocol.HeaderInt(h, key)
+	n, _ := lookupInt(h, key)
 	return n
+}
+
+// lookupInt reads a non-negative integer header (at most MaxInt32) of any
+// AMQP integer type (clients in other languages pick different widths), an
+// integral float, or a decimal string. ok is false when the header is
+// absent or anything else.
+func lookupInt(h amqp.Table, key string) (n int, ok bool) {
+	var v64 int64
+	switch v := h[key].(type) {
+	case int:
+		v64 = int64(v)
+	case int8:
+		v64 = int64(v)
+	case int16:
+		v64 = int64(v)
+	case int32:
+		v64 = int64(v)
+	case int64:
+		v64 = v
+	case uint8:
+		v64 = int64(v)
+	case uint16:
+		v64 = int64(v)
+	case uint32:
+		v64 = int64(v)
+	case uint64:
+		if v > math.MaxInt32 {
+			return 0, false
+		}
+		v64 = int64(v)
+	case float32:
+		return floatInt(float64(v))
+	case float64:
+		return floatInt(v)
+	case string:
+		p, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		v64 = p
+	default:
+		return 0, false
+	}
+	if v64 < 0 || v64 > math.MaxInt32 {
+		return 0, false
+	}
+	return int(v64), true
+}
+
+// floatInt is lookupInt of a float header: whole numbers only.
+func floatInt(f float64) (int, bool) {
+	if f < 0 || f > math.MaxInt32 || f != math.Trunc(f) {
+		return 0, false
+	}
+	return int(f), true
 }
 
 // Generation is the x-generation header of a delivery: the generation of

@@ -203,7 +203,7 @@ def header_int(headers, key):
     """A non-negative integer header (at most 2147483647), or None.
 
     Accepts any AMQP integer, an integral float or a decimal string, as
-    protocol.HeaderInt does.
+    the Go code does (internal/wire, lookupInt).
     """
     v = (headers or {}).get(key)
     if isinstance(v, bool):

@@ -1,0 +1,256 @@
+package aggregator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/reduce"
+	"github.com/warrenhq/warren/store"
+)
+
+// RequestClose asks the aggregator to close a job that is ready to close
+// (for example one whose last task the reconciler failed). It never
+// blocks: when its queue is full, the periodic scan finds the job.
+func (a *Aggregator) RequestClose(id string) { a.requestClose(closeRequest{id: id}) }
+
+// closeRequest is a job to close, and the span of the recording that made
+// it ready, which its close span continues (invalid when none did).
+type closeRequest struct {
+	id    string
+	trace trace.SpanContext
+}
+
+// requestClose queues a job for the closer without blocking the consumer;
+// if the queue is full, the periodic scan finds the job.
+func (a *Aggregator) requestClose(r closeRequest) {
+	select {
+	case a.close <- r:
+	default:
+	}
+}
+
+// closer closes jobs handed to it and, periodically, those the store says
+// are ready (left half-closed by a crash, or missed).
+func (a *Aggregator) closer(ctx context.Context) {
+	a.scan(ctx)
+	tick := time.NewTicker(a.cfg.ScanInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-a.close:
+			if err := a.CloseJob(trace.ContextWithSpanContext(ctx, r.trace), r.id); err != nil && ctx.Err() == nil {
+				a.cfg.Logger.Error("aggregator: closing job failed; the scan retries it", "job_id", r.id, "error", err)
+			}
+		case <-tick.C:
+			a.scan(ctx)
+		}
+	}
+}
+
+// scanWindow is how many jobs ready to close one scan asks the store for,
+// beyond those this aggregator cannot close.
+const scanWindow = 100
+
+// maxUnclosable bounds how many jobs this aggregator remembers it cannot
+// close; past it, the scan's window may fill with them again.
+const maxUnclosable = 10_000
+
+// scan closes the jobs the store says are ready, looking past those
+// whose reducer this aggregator does not have (reported once each).
+func (a *Aggregator) scan(ctx context.Context) {
+	a.unclosableMu.Lock()
+	skip := len(a.unclosable)
+	a.unclosableMu.Unlock()
+	ids, err := a.cfg.Store.JobsToClose(ctx, scanWindow+skip)
+	if err != nil {
+		if ctx.Err() == nil {
+			a.cfg.Logger.Warn("aggregator: looking for jobs to close failed", "error", err)
+		}
+		return
+	}
+	a.forgetClosedElsewhere(ids, len(ids) < scanWindow+skip)
+	for _, id := range ids {
+		if a.isUnclosable(id) {
+			continue
+		}
+		if err := a.CloseJob(ctx, id); err != nil && ctx.Err() == nil {
+			a.cfg.Logger.Error("aggregator: closing job failed", "job_id", id, "error", err)
+		}
+	}
+}
+
+// markUnclosable remembers that job id cannot be closed here; it reports
+// whether the job is new to the set.
+func (a *Aggregator) markUnclosable(id string) bool {
+	a.unclosableMu.Lock()
+	defer a.unclosableMu.Unlock()
+	if a.unclosable[id] || len(a.unclosable) >= maxUnclosable {
+		return !a.unclosable[id]
+	}
+	if a.unclosable == nil {
+		a.unclosable = map[string]bool{}
+	}
+	a.unclosable[id] = true
+	return true
+}
+
+func (a *Aggregator) isUnclosable(id string) bool {
+	a.unclosableMu.Lock()
+	defer a.unclosableMu.Unlock()
+	return a.unclosable[id]
+}
+
+// forgetClosedElsewhere drops the unclosable jobs the store no longer
+// lists as ready (another server closed them, or they were cancelled or
+// reopened), when ids is every job ready to close.
+func (a *Aggregator) forgetClosedElsewhere(ids []string, complete bool) {
+	if !complete {
+		return
+	}
+	ready := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		ready[id] = true
+	}
+	a.unclosableMu.Lock()
+	defer a.unclosableMu.Unlock()
+	for id := range a.unclosable {
+		if !ready[id] {
+			delete(a.unclosable, id)
+		}
+	}
+}
+
+// closeTries bounds how often CloseJob starts over when the job changed
+// between its read and its finish. A job that keeps changing (results
+// still arriving for a fail-fast job, replays in a row) is left to the
+// periodic scan.
+const closeTries = 5
+
+// CloseJob closes a job that is ready to close: completed, with its
+// reduced result, when its failures are within tolerance, else failed. It
+// is idempotent and safe to run from several aggregators at once: exactly
+// one of them closes the job; it returns nil when the job was already
+// closed or is not ready.
+//
+// The close applies only to the job as it was read: when the job changed
+// meanwhile (an outcome, a redrive, a replay, the reconciler), the store's
+// FinishJob refuses it and CloseJob reads the job again and starts over,
+// at most closeTries times; then it returns an error and the scan tries
+// later.
+//
+// Each try that finds the job ready makes a warren.job.close span, a
+// child of the span in ctx when there is one.
+func (a *Aggregator) CloseJob(ctx context.Context, id string) error {
+	for range closeTries {
+		again, err := a.closeOnce(ctx, id)
+		if err != nil || !again {
+			return err
+		}
+	}
+	return fmt.Errorf("aggregator: job %s changed under each of %d closes; the scan tries again", id, closeTries)
+}
+
+// closeOnce is one try of CloseJob. again says the job changed after it
+// was read, and the close was not applied.
+func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err error) {
+	job, err := a.cfg.Store.GetJob(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	if job.State.Terminal() || !store.ReadyToClose(job) {
+		return false, nil
+	}
+	ctx, span := a.startClose(ctx, job)
+	defer func() { endClose(span, again, err) }()
+	state, result, msg := warren.JobCompleted, []byte(nil), ""
+	if !job.Policy.Tolerates(job.FailedTasks, job.ExpectedTasks) {
+		state = warren.JobFailed
+		msg = fmt.Sprintf("%d of %d tasks failed, over the tolerance", job.FailedTasks, job.ExpectedTasks)
+	} else {
+		var refused error
+		result, refused, err = a.reduce(ctx, job)
+		switch {
+		case errors.Is(err, reduce.ErrUnknownReducer):
+			if !a.markUnclosable(id) {
+				return false, nil // reported already
+			}
+			a.cfg.Logger.Warn("aggregator: the job's reducer is not registered on this server; the job stays open for a server that has it",
+				"job_id", id, "reducer", reducerName(job), "error", err)
+			if a.cfg.Hooks.OnUnknownReducer != nil {
+				a.cfg.Hooks.OnUnknownReducer(id, reducerName(job))
+			}
+			return false, nil
+		case err != nil:
+			return false, err
+		case refused != nil:
+			state, result, msg = warren.JobFailed, nil, refused.Error()
+		case len(result) > a.cfg.MaxResultBytes:
+			state, msg = warren.JobFailed, fmt.Sprintf("the reduced result is %d bytes, over the limit of %d bytes", len(result), a.cfg.MaxResultBytes)
+			result = nil
+		}
+	}
+	closed, err := a.cfg.Store.FinishJob(ctx, id, job.Version, state, result, msg)
+	if err != nil {
+		return false, fmt.Errorf("aggregator: finish job %s: %w", id, err)
+	}
+	if !closed {
+		return true, nil // changed since the read, or closed by another: read it again
+	}
+	a.cfg.Logger.Info("job closed", "job_id", id, "state", state,
+		"completed", job.CompletedTasks, "failed", job.FailedTasks, "expected", job.ExpectedTasks)
+	closedSpan(span, state, msg)
+	if a.cfg.Hooks.OnJobFinished != nil {
+		a.cfg.Hooks.OnJobFinished(job, state)
+	}
+	if a.cfg.Hooks.OnJobClosed != nil {
+		a.cfg.Hooks.OnJobClosed(id, state)
+	}
+	return false, nil
+}
+
+// reduce runs the job's reducer over its results. refused is the reducer
+// refusing them (a *reduce.Error, or a result it cannot make): the job
+// fails with it. err is what leaves the job open instead: a reducer this
+// server does not know (it wraps reduce.ErrUnknownReducer), or the store
+// failing while the results were scanned (a connection reset, a
+// timeout), which the next close retries.
+func (a *Aggregator) reduce(ctx context.Context, job warren.Job) (result []byte, refused, err error) {
+	var storeErr error
+	result, err = a.cfg.Reducers.Reduce(reducerName(job), func(fn func(taskID int64, failed bool, result json.RawMessage) error) error {
+		var fnErr error
+		err := a.cfg.Store.ScanResults(ctx, job.ID, func(taskID int64, state warren.TaskState, result json.RawMessage) error {
+			fnErr = fn(taskID, state != warren.TaskCompleted, result)
+			return fnErr
+		})
+		// ScanResults returns fn's error as it is; any other is the store's.
+		if err != nil && (fnErr == nil || !errors.Is(err, fnErr)) {
+			storeErr = err
+		}
+		return err
+	})
+	switch {
+	case storeErr != nil:
+		return nil, nil, fmt.Errorf("aggregator: scan the results of job %s: %w", job.ID, storeErr)
+	case errors.Is(err, reduce.ErrUnknownReducer):
+		return nil, nil, err
+	case err != nil:
+		return nil, err, nil
+	}
+	return result, nil, nil
+}
+
+// reducerName is the name of job's reducer.
+func reducerName(job warren.Job) string {
+	if job.Policy.Reduce == "" {
+		return reduce.Default
+	}
+	return job.Policy.Reduce
+}
