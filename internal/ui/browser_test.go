@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,7 +32,6 @@ import (
 	"github.com/warrenhq/warren/internal/api"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/broker/amqptest"
-	"github.com/warrenhq/warren/internal/handlers"
 	"github.com/warrenhq/warren/server"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/sqlite"
@@ -104,7 +104,7 @@ func startInstallation(t *testing.T) *installation {
 		RetryTiers: topo.RetryTiers, DeliveryLimit: topo.DeliveryLimit, ShutdownTimeout: time.Second,
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	for typ, h := range handlers.Builtins {
+	for typ, h := range jobHandlers {
 		w.Handle(typ, h)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -115,6 +115,48 @@ func startInstallation(t *testing.T) *installation {
 		require.NoError(t, <-done)
 	})
 	return in
+}
+
+// jobHandlers run the test's jobs: the dashboard needs jobs that complete,
+// fail, can be redriven and run until cancelled. They are the test's own,
+// not the built-ins of `warren worker`, which belong to the command.
+var jobHandlers = map[string]worker.HandlerFunc{
+	// echo returns its payload.
+	"echo": func(_ context.Context, t worker.Task) (any, error) { return t.Payload, nil },
+	// sleep runs {"ms": N} milliseconds or until the worker stops it.
+	"sleep": func(ctx context.Context, t worker.Task) (any, error) {
+		var in struct{ MS int64 }
+		if err := json.Unmarshal(t.Payload, &in); err != nil {
+			return nil, worker.Permanent(err)
+		}
+		timer := time.NewTimer(time.Duration(in.MS) * time.Millisecond)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timer.C:
+			return nil, nil
+		}
+	},
+	// flaky fails transiently on its first fail_times attempts, for good
+	// if permanent, and otherwise returns value.
+	"flaky": func(_ context.Context, t worker.Task) (any, error) {
+		var in struct {
+			Value     json.RawMessage `json:"value"`
+			FailTimes int             `json:"fail_times"`
+			Permanent bool            `json:"permanent"`
+		}
+		if err := json.Unmarshal(t.Payload, &in); err != nil {
+			return nil, worker.Permanent(err)
+		}
+		switch {
+		case t.Attempt <= in.FailTimes:
+			return nil, fmt.Errorf("flaky: planned transient failure on attempt %d of %d", t.Attempt, in.FailTimes)
+		case in.Permanent:
+			return nil, worker.Permanent(errors.New("flaky: planned permanent failure"))
+		}
+		return in.Value, nil
+	},
 }
 
 // submit creates a job through the API with the admin token and returns
