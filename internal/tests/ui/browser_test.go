@@ -1,9 +1,11 @@
-package ui_test
+package ui
 
 // The dashboard in a real headless Chromium, driven with chromedp, against
 // a real server (API, relay, aggregator on SQLite) and a real worker on the
 // real broker. Screenshots of every page are saved in WARREN_UI_SCREENSHOTS
-// (or a temporary directory) and the path is logged.
+// (or a temporary directory) and the path is logged. The dashboard's files
+// are internal/ui; the test is here, in a module of its own, so that
+// chromedp is not a requirement of warren's.
 
 import (
 	"bytes"
