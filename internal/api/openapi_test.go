@@ -28,6 +28,10 @@ import (
 //     an error);
 //   - TestMain, after a full run: every status the document lists for an
 //     operation was produced by some test.
+//
+// The checker is openapidoc_test.go, on the standard library; that the
+// document is valid OpenAPI, and a real server's answers valid against it
+// by an implementation of OpenAPI, is internal/tests/api.
 
 //go:embed openapi.json
 var openAPIDocument []byte
