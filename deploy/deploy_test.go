@@ -176,10 +176,10 @@ func copyContext(dst string) error {
 func TestDockerignoreKeepsWhatTheBuildNeedsAndDropsTheRest(t *testing.T) {
 	t.Parallel()
 	patterns := dockerignore(t)
-	for _, rel := range []string{".git", "bin/warren", "warren", "warren.db", "docs/operations.md", "deploy/compose/compose.yaml", "x/node_modules/y"} {
+	for _, rel := range []string{".git", "bin/warren", "warren", "warren.db", "docs/operations.md", "deploy/compose/compose.yaml", "x/node_modules/y", "go.work", "internal/tests/go.mod"} {
 		require.True(t, ignored(patterns, rel), "%s should stay out of the build context", rel)
 	}
-	for _, rel := range []string{"go.mod", "go.sum", "cmd/warren/main.go", "cmd/warren", "internal/ui/static", "store/sqlite/migrations", "internal/demo/corpus"} {
+	for _, rel := range []string{"go.mod", "go.sum", "cmd/warren/main.go", "cmd/warren", "internal/ui/static", "store/sqlite/migrations", "cmd/warren/internal/demo/corpus"} {
 		require.False(t, ignored(patterns, rel), "%s is needed by the build", rel)
 	}
 	// The binary built from that context is the one every test below asks.

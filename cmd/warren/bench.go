@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/warrenhq/warren"
-	"github.com/warrenhq/warren/bench"
+	"github.com/warrenhq/warren/cmd/warren/internal/bench"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/server"
 )

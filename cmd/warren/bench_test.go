@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenhq/warren/bench"
+	"github.com/warrenhq/warren/cmd/warren/internal/bench"
 	"github.com/warrenhq/warren/internal/broker/amqptest"
 )
 

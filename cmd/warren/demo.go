@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/warrenhq/warren/client"
+	"github.com/warrenhq/warren/cmd/warren/internal/demo"
 	"github.com/warrenhq/warren/internal/broker"
-	"github.com/warrenhq/warren/internal/demo"
 )
 
 // demoFlags are `warren demo`'s settings.

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/warrenhq/warren/cmd/warren/internal/handlers"
 	"github.com/warrenhq/warren/internal/broker"
-	"github.com/warrenhq/warren/internal/handlers"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/worker"
 	"github.com/warrenhq/warren/worker/workermetrics"

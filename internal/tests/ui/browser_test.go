@@ -1,14 +1,17 @@
-package ui_test
+package ui
 
 // The dashboard in a real headless Chromium, driven with chromedp, against
 // a real server (API, relay, aggregator on SQLite) and a real worker on the
 // real broker. Screenshots of every page are saved in WARREN_UI_SCREENSHOTS
-// (or a temporary directory) and the path is logged.
+// (or a temporary directory) and the path is logged. The dashboard's files
+// are internal/ui; the test is here, in a module of its own, so that
+// chromedp is not a requirement of warren's.
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,7 +34,6 @@ import (
 	"github.com/warrenhq/warren/internal/api"
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/broker/amqptest"
-	"github.com/warrenhq/warren/internal/handlers"
 	"github.com/warrenhq/warren/server"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/sqlite"
@@ -104,7 +106,7 @@ func startInstallation(t *testing.T) *installation {
 		RetryTiers: topo.RetryTiers, DeliveryLimit: topo.DeliveryLimit, ShutdownTimeout: time.Second,
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	for typ, h := range handlers.Builtins {
+	for typ, h := range jobHandlers {
 		w.Handle(typ, h)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -115,6 +117,48 @@ func startInstallation(t *testing.T) *installation {
 		require.NoError(t, <-done)
 	})
 	return in
+}
+
+// jobHandlers run the test's jobs: the dashboard needs jobs that complete,
+// fail, can be redriven and run until cancelled. They are the test's own,
+// not the built-ins of `warren worker`, which belong to the command.
+var jobHandlers = map[string]worker.HandlerFunc{
+	// echo returns its payload.
+	"echo": func(_ context.Context, t worker.Task) (any, error) { return t.Payload, nil },
+	// sleep runs {"ms": N} milliseconds or until the worker stops it.
+	"sleep": func(ctx context.Context, t worker.Task) (any, error) {
+		var in struct{ MS int64 }
+		if err := json.Unmarshal(t.Payload, &in); err != nil {
+			return nil, worker.Permanent(err)
+		}
+		timer := time.NewTimer(time.Duration(in.MS) * time.Millisecond)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timer.C:
+			return nil, nil
+		}
+	},
+	// flaky fails transiently on its first fail_times attempts, for good
+	// if permanent, and otherwise returns value.
+	"flaky": func(_ context.Context, t worker.Task) (any, error) {
+		var in struct {
+			Value     json.RawMessage `json:"value"`
+			FailTimes int             `json:"fail_times"`
+			Permanent bool            `json:"permanent"`
+		}
+		if err := json.Unmarshal(t.Payload, &in); err != nil {
+			return nil, worker.Permanent(err)
+		}
+		switch {
+		case t.Attempt <= in.FailTimes:
+			return nil, fmt.Errorf("flaky: planned transient failure on attempt %d of %d", t.Attempt, in.FailTimes)
+		case in.Permanent:
+			return nil, worker.Permanent(errors.New("flaky: planned permanent failure"))
+		}
+		return in.Value, nil
+	},
 }
 
 // submit creates a job through the API with the admin token and returns

@@ -28,8 +28,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/warrenhq/warren/client"
+	"github.com/warrenhq/warren/cmd/warren/internal/handlers"
 	"github.com/warrenhq/warren/internal/broker"
-	"github.com/warrenhq/warren/internal/handlers"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/server"
 	"github.com/warrenhq/warren/worker"
