@@ -14,6 +14,25 @@ import (
 	"github.com/warrenhq/warren/store/internal/engine"
 )
 
+// readOutcomeTasksSQL reads what judging an outcome needs of the tasks
+// ?2 (a JSON array of task ids) of job ?1, each by primary key.
+const readOutcomeTasksSQL = `SELECT task_id, state, generation, attempts, worker, started_at FROM tasks
+	WHERE job_id = ?1 AND task_id IN (SELECT value FROM json_each(?2))`
+
+// readJobStateSQL reads a job's state.
+const readJobStateSQL = `SELECT state FROM jobs WHERE id = ?`
+
+// writeOutcomeSQL writes one outcome to its task row if the row is still
+// open at the generation the outcome was judged at.
+const writeOutcomeSQL = `UPDATE tasks SET state = ?, result = ?, error = ?, attempts = ?, worker = ?,
+		started_at = ?, finished_at = ?
+	WHERE job_id = ? AND task_id = ? AND generation = ? AND state IN ('pending', 'queued')`
+
+// bumpCountersSQL adds to one job's counters and returns its row.
+const bumpCountersSQL = `UPDATE jobs
+	SET completed_tasks = completed_tasks + ?, failed_tasks = failed_tasks + ?, version = version + 1
+	WHERE id = ? RETURNING ` + jobColumns
+
 // LockOutcomeTasks implements engine.OutcomeTx. Write transactions are
 // serialised on the writer connection, so reading is locking here. The
 // rows are read job by job, one statement for each job's tasks (their ids
@@ -29,13 +48,12 @@ func (t *tx) LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) ([]engi
 		}
 		byJob[r.JobID] = append(byJob[r.JobID], r.TaskID)
 	}
-	readTasks, err := t.tx.PrepareContext(ctx, `SELECT task_id, state, generation, attempts, worker, started_at FROM tasks
-		WHERE job_id = ?1 AND task_id IN (SELECT value FROM json_each(?2))`)
+	readTasks, err := t.stmt(ctx, readOutcomeTasksSQL)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer readTasks.Close()
-	readJob, err := t.tx.PrepareContext(ctx, `SELECT state FROM jobs WHERE id = ?`)
+	readJob, err := t.stmt(ctx, readJobStateSQL)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -96,9 +114,7 @@ func appendOutcomeTasks(ctx context.Context, readTasks *sql.Stmt, jobID string, 
 // WriteOutcomes implements engine.OutcomeTx: one guarded update by
 // primary key per write, with one prepared statement, then the counters.
 func (t *tx) WriteOutcomes(ctx context.Context, writes []engine.TaskWrite, deltas []engine.CounterDelta) (int, []warren.Job, error) {
-	setTask, err := t.tx.PrepareContext(ctx, `UPDATE tasks SET state = ?, result = ?, error = ?, attempts = ?, worker = ?,
-			started_at = ?, finished_at = ?
-		WHERE job_id = ? AND task_id = ? AND generation = ? AND state IN ('pending', 'queued')`)
+	setTask, err := t.stmt(ctx, writeOutcomeSQL)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -131,9 +147,7 @@ func (t *tx) BumpCounters(ctx context.Context, deltas []engine.CounterDelta) ([]
 		return nil, nil
 	}
 	deltas = slices.SortedFunc(slices.Values(deltas), func(a, b engine.CounterDelta) int { return cmp.Compare(a.JobID, b.JobID) })
-	bump, err := t.tx.PrepareContext(ctx, `UPDATE jobs
-		SET completed_tasks = completed_tasks + ?, failed_tasks = failed_tasks + ?, version = version + 1
-		WHERE id = ? RETURNING `+jobColumns)
+	bump, err := t.stmt(ctx, bumpCountersSQL)
 	if err != nil {
 		return nil, err
 	}

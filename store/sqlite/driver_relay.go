@@ -111,7 +111,7 @@ func (r *relayTx) write(ctx context.Context) (*tx, error) {
 		if err != nil {
 			return nil, err
 		}
-		r.w = &tx{tx: t}
+		r.w = &tx{tx: t, s: r.s}
 	}
 	return r.w, nil
 }
@@ -160,7 +160,7 @@ func (t *tx) ClaimTasks(ctx context.Context, claims []engine.RelayClaim, bytes i
 // consecutive task ids of one job at one generation, then one for the
 // jobs left idle.
 func (t *tx) MarkQueued(ctx context.Context, marks []engine.RelayMark, at time.Time) (int, []string, error) {
-	mark, err := t.tx.PrepareContext(ctx, markQueuedSQL)
+	mark, err := t.stmt(ctx, markQueuedSQL)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite" // also registers the "sqlite" driver
@@ -43,7 +44,10 @@ type Store struct {
 	// Relay runs the relay rounds (RelayRound, RelayBatch) on the engine.
 	*engine.Relay
 	w *sql.DB // one connection: every write transaction
-	r *sql.DB // a pool for reads
+	// stmts are the writer's prepared statements by query (writerStmt).
+	stmtsMu sync.Mutex
+	stmts   map[string]*sql.Stmt
+	r       *sql.DB // a pool for reads
 	// relay serialises the relay rounds: a task is offered to one
 	// publisher at a time (see engineDriver.BeginRelay).
 	relay chan struct{}
@@ -106,6 +110,10 @@ func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	if err := s.prepareWriter(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -147,7 +155,41 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close closes every connection of the store. Calls in flight fail.
 func (s *Store) Close() error {
+	s.stmtsMu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = nil
+	s.stmtsMu.Unlock()
 	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+// writerStmt returns query as the writer prepared it at open
+// (prepareWriter), or nil when it is not one of writerQueries.
+func (s *Store) writerStmt(query string) *sql.Stmt {
+	s.stmtsMu.Lock()
+	defer s.stmtsMu.Unlock()
+	return s.stmts[query]
+}
+
+// writerQueries are the statements of the store's hot paths (recording
+// outcomes, marking tasks queued), which the writer prepares once.
+var writerQueries = []string{readOutcomeTasksSQL, readJobStateSQL, writeOutcomeSQL, bumpCountersSQL, markQueuedSQL}
+
+// prepareWriter prepares writerQueries on the writer connection. It runs
+// at open, before any transaction could hold the one connection.
+func (s *Store) prepareWriter(ctx context.Context) error {
+	s.stmtsMu.Lock()
+	defer s.stmtsMu.Unlock()
+	s.stmts = make(map[string]*sql.Stmt, len(writerQueries))
+	for _, q := range writerQueries {
+		st, err := s.w.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("sqlite: prepare: %w", err)
+		}
+		s.stmts[q] = st
+	}
+	return nil
 }
 
 // inTx runs fn in a write transaction (BEGIN IMMEDIATE on the single
