@@ -57,6 +57,9 @@ type testBundle struct {
 	reconcileInterval, reconcileGrace time.Duration
 	// relayWindow, when set, is the servers' RelayWindow.
 	relayWindow int
+	// closeScanInterval, when set, is the servers' CloseScanInterval
+	// (200 ms when not).
+	closeScanInterval time.Duration
 	// passes, requeued and lost add up the reconcilers' passes and what
 	// they did.
 	passes, requeued, lost atomic.Int64
@@ -114,9 +117,13 @@ func setupWith(t *testing.T, kind string, opts *broker.TopologyOptions) *testBun
 // until the test ends.
 func (b *testBundle) startServer(t *testing.T, st store.Store) *server.Server {
 	t.Helper()
+	scan := b.closeScanInterval
+	if scan == 0 {
+		scan = 200 * time.Millisecond
+	}
 	cfg := server.Config{
 		AMQPURL: amqptest.URL(), Store: st, Prefix: b.names.Prefix, Listen: "127.0.0.1:0",
-		RelayPollInterval: 20 * time.Millisecond, CloseScanInterval: 200 * time.Millisecond,
+		RelayPollInterval: 20 * time.Millisecond, CloseScanInterval: scan,
 		AggregatorBatchSize: b.aggBatch, AggregatorLinger: b.aggLinger,
 		ReconcileInterval: b.reconcileInterval, ReconcileGrace: b.reconcileGrace, RelayWindow: b.relayWindow,
 		TracerProvider: b.tracerProvider,
