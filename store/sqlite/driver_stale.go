@@ -168,8 +168,8 @@ const expiringByOwnSQL = `SELECT id, finished_at, retention_ms FROM jobs INDEXED
 // or a reader connection (Peek).
 type retentionReader struct{ q querier }
 
-// Peek implements engine.Peeker: the candidates are read on a reader
-// connection.
+// Peek implements engine.Driver: the candidates are read on a reader
+// connection, so that a sweep with nothing to do never takes the writer.
 func (d engineDriver) Peek() engine.RetentionReader { return retentionReader{d.s.r} }
 
 // ExpiringJobs implements engine.RetentionReader.
@@ -345,7 +345,7 @@ func (t *tx) purgeRange(ctx context.Context, r store.PurgeRange) (int64, error) 
 	return n, err
 }
 
-// BeginDelete implements engine.Deleter: a write transaction, as Begin
+// BeginDelete implements engine.Driver: a write transaction, as Begin
 // starts, on the writer connection with its foreign keys off, turned on
 // again when it ends, before any other write may use the connection. The
 // tasks table's foreign key deletes a job's tasks with its row (ON DELETE

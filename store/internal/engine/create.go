@@ -74,26 +74,23 @@ type KeyedJob struct {
 	RequestHash string
 }
 
-// Stager is a Driver that reads a new job's tasks to their end before
-// its write transaction begins. SQLite has one writer: a slow upload
-// read inside the write transaction would stall every other writer of
-// the process. CreateJob looks for a replay first (a replay reads no
-// task), outside any write transaction, then stages.
-type Stager interface {
-	// ReadJobByKey is CreateTx.JobByKey outside any write transaction.
-	ReadJobByKey(ctx context.Context, key string) (KeyedJob, bool, error)
-	// StageTasks reads tasks to their end into storage of its own (disk
-	// past a bound, not memory) and returns them, to be read once in the
-	// transaction, and a func that releases them. The first error tasks
-	// yields is returned as it is.
-	StageTasks(tasks iter.Seq2[json.RawMessage, error]) (iter.Seq2[json.RawMessage, error], func(), error)
+// StagedJob is what Driver.StageJob readied for a create.
+type StagedJob struct {
+	// Holder is the job that holds the key, when the driver looked it up
+	// and one does; nil otherwise. Tasks are then not read.
+	Holder *KeyedJob
+	// Tasks are the tasks to write, to be read once in the transaction
+	// (nil with a Holder).
+	Tasks iter.Seq2[json.RawMessage, error]
+	// Release frees what staging the tasks held; nil when it held
+	// nothing.
+	Release func()
 }
 
 // DeliveryExecutor holds the primitives that settle webhook deliveries
-// (ClaimDeliveries, RecordDeliveryAttempt). Each is atomic by itself, so
-// a Driver runs it outside any explicit transaction (River's Executor
-// beside its ExecutorTx): a poll of the deliverer is one statement on
-// PostgreSQL. Every Driver implements it.
+// (ClaimDeliveries, RecordDeliveryAttempt), part of a Driver's Executor:
+// each is atomic by itself, so a poll of the deliverer is one statement
+// on PostgreSQL.
 type DeliveryExecutor interface {
 	// ClaimDeliveries claims up to c.Limit deliveries that are pending and
 	// due at c.Due (next attempt not after it), the longest due first,
@@ -139,8 +136,8 @@ type DeliveryRecord struct {
 // store.Store.CreateJob promises: an invalid spec (store.ValidateNewJob)
 // is refused before anything is read or written; an idempotency key that
 // names a job is a replay of it (store.Replay), whatever id spec asks
-// for, and reads no task (on a Stager, it is looked up before the tasks
-// are staged too); an explicit id that a job, or a deleted job whose
+// for, and reads no task (Driver.StageJob may look it up before the
+// transaction); an explicit id that a job, or a deleted job whose
 // tasks are not purged yet, holds is warren.ErrConflict; an empty id is a
 // new ULID. The job is created now, by the engine's clock; an empty
 // payload is stored as JSON null. An error of the tasks iterator is
@@ -150,38 +147,31 @@ func (e *Engine) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Se
 		return warren.Job{}, false, e.errorf(err, "create job")
 	}
 	src := &taskSource{tasks: tasks}
-	payloads := src.all()
-	if st, ok := e.drv.(Stager); ok {
-		if spec.IdempotencyKey != "" {
-			first, found, err := st.ReadJobByKey(ctx, spec.IdempotencyKey)
-			if err != nil {
-				return warren.Job{}, false, e.errorf(err, "create job")
-			}
-			if found {
-				job, err := store.Replay(first.Job, first.RequestHash, spec)
-				if err != nil {
-					return warren.Job{}, false, e.errorf(err, "create job")
-				}
-				return job, false, nil
-			}
-		}
-		staged, release, err := st.StageTasks(payloads)
-		if src.err != nil {
-			return warren.Job{}, false, src.err
-		}
+	staged, err := e.drv.StageJob(ctx, spec.IdempotencyKey, src.all())
+	if src.err != nil {
+		return warren.Job{}, false, src.err
+	}
+	if err != nil {
+		return warren.Job{}, false, e.errorf(err, "create job")
+	}
+	if staged.Release != nil {
+		defer staged.Release()
+	}
+	if first := staged.Holder; first != nil {
+		job, err := store.Replay(first.Job, first.RequestHash, spec)
 		if err != nil {
 			return warren.Job{}, false, e.errorf(err, "create job")
 		}
-		defer release()
-		payloads = staged
+		return job, false, nil
 	}
+	payloads := staged.Tasks
 	row := newJobRow(spec, e.now())
 	id := row.Job.ID
 	var (
 		job     warren.Job
 		created bool
 	)
-	err := e.inTx(ctx, func(tx Tx) error {
+	err = e.inTx(ctx, func(tx Tx) error {
 		inserted, err := tx.InsertJob(ctx, row)
 		if errors.Is(err, ErrIDTaken) {
 			return fmt.Errorf("job %s already exists: %w", id, warren.ErrConflict)
@@ -306,12 +296,8 @@ func (s *taskSource) all() iter.Seq2[json.RawMessage, error] {
 // claim.Lease, at most claim.Limit of them (store.PageSize), returned in
 // id order.
 func (e *Engine) ClaimDeliveries(ctx context.Context, claim store.DeliveryClaim) ([]store.ClaimedDelivery, error) {
-	x, err := e.deliveries()
-	if err != nil {
-		return nil, e.errorf(err, "claim webhook deliveries")
-	}
 	due := claim.Now.UTC().Truncate(time.Microsecond)
-	claimed, err := x.ClaimDeliveries(ctx, DeliveryClaim{Due: due, Until: due.Add(claim.Lease), Limit: store.PageSize(claim.Limit)})
+	claimed, err := e.drv.ClaimDeliveries(ctx, DeliveryClaim{Due: due, Until: due.Add(claim.Lease), Limit: store.PageSize(claim.Limit)})
 	if err != nil {
 		return nil, e.errorf(err, "claim webhook deliveries")
 	}
@@ -330,10 +316,6 @@ func (e *Engine) RecordDeliveryAttempt(ctx context.Context, a store.DeliveryAtte
 	if err := a.Validate(); err != nil {
 		return false, e.errorf(err, "record webhook attempt")
 	}
-	x, err := e.deliveries()
-	if err != nil {
-		return false, e.errorf(err, "record webhook attempt of %s", a.ID)
-	}
 	r := DeliveryRecord{ID: a.ID, Attempt: a.Attempt, State: a.State, Status: a.Status, Error: store.StoredText(a.Error)}
 	switch a.State {
 	case store.DeliveryPending:
@@ -341,20 +323,11 @@ func (e *Engine) RecordDeliveryAttempt(ctx context.Context, a store.DeliveryAtte
 	case store.DeliveryDelivered:
 		r.DeliveredAt = storedTime(a.At)
 	}
-	ok, err := x.RecordDelivery(ctx, r)
+	ok, err := e.drv.RecordDelivery(ctx, r)
 	if err != nil {
 		return false, e.errorf(err, "record webhook attempt of %s", a.ID)
 	}
 	return ok, nil
-}
-
-// deliveries returns the driver's DeliveryExecutor.
-func (e *Engine) deliveries() (DeliveryExecutor, error) {
-	x, ok := e.drv.(DeliveryExecutor)
-	if !ok {
-		return nil, errors.New("the driver settles no webhook delivery")
-	}
-	return x, nil
 }
 
 // storedTime is t at the precision the drivers store (microseconds,

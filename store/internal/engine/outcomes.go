@@ -3,7 +3,6 @@ package engine
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -44,8 +43,8 @@ type OutcomeTx interface {
 
 // CloseCandidateReader reads JobsToClose's candidates outside any write
 // transaction (SQLite's read pool, PostgreSQL's pool), so that looking
-// for half-closed jobs never holds the writer. Every Driver implements
-// it.
+// for half-closed jobs never holds the writer; it is part of a Driver's
+// Executor.
 type CloseCandidateReader interface {
 	// CloseCandidates returns up to limit open jobs, oldest first, that
 	// may be ready to close: every task finished, or fail-fast with at
@@ -267,15 +266,11 @@ func becameReady(bumped []warren.Job, deltas []CounterDelta) []string {
 // within its tolerance is a candidate that is not ready, and must not
 // take the place of one that is.
 func (e *Engine) JobsToClose(ctx context.Context, limit int) ([]string, error) {
-	r, ok := e.drv.(CloseCandidateReader)
-	if !ok {
-		return nil, e.errorf(errors.New("the driver reads no close candidates"), "jobs to close")
-	}
 	limit = store.PageSize(limit)
 	var ids []string
 	after := ""
 	for len(ids) < limit {
-		candidates, next, err := r.CloseCandidates(ctx, after, limit)
+		candidates, next, err := e.drv.CloseCandidates(ctx, after, limit)
 		if err != nil {
 			return nil, e.errorf(err, "jobs to close")
 		}

@@ -63,8 +63,9 @@ type RelayMark struct {
 	Generation int
 }
 
-// RelayRoundTx is the transaction of a relay round: what it claims, no
-// other round of the store is offered until it ends.
+// RelayRoundTx is the transaction of a relay round (Driver.BeginRelay):
+// what it claims, no other round of the store is offered until it ends.
+// A Tx is one.
 type RelayRoundTx interface {
 	RelayTx
 	// Commit makes the round's writes durable and ends its claim.
@@ -72,19 +73,6 @@ type RelayRoundTx interface {
 	// Rollback discards the round's writes and ends its claim. After
 	// Commit it wraps ErrTxDone.
 	Rollback(ctx context.Context) error
-}
-
-// RelayBeginner is implemented by a Driver whose relay rounds must not
-// hold its write transaction while they publish (SQLite: one writer for
-// the whole store, which a round would hold for as long as the broker
-// takes to confirm). Its BeginRelay serialises the store's rounds, so
-// that each claim is offered to one round only, reads the claim outside
-// any write transaction, and writes the marks in a transaction of their
-// own; MarkQueued's generation guard leaves alone a task redriven
-// meanwhile. A driver without it runs a round in one transaction of
-// Begin, holding its claim's row locks while the round publishes.
-type RelayBeginner interface {
-	BeginRelay(ctx context.Context) (RelayRoundTx, error)
 }
 
 // Relay runs the relay rounds of a store (store.Store's RelayRound and
@@ -125,7 +113,7 @@ func (r *Relay) RelayBatch(ctx context.Context, limit int, publish func(ctx cont
 // it is. A ref publish returns that was not claimed is not this round's
 // to mark (another round may hold it) and is ignored.
 func (r *Relay) RelayRound(ctx context.Context, round store.Round, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
-	tx, err := r.begin(ctx)
+	tx, err := r.e.drv.BeginRelay(ctx)
 	if err != nil {
 		return 0, r.e.errorf(err, "relay")
 	}
@@ -160,14 +148,6 @@ func (r *Relay) RelayRound(ctx context.Context, round store.Round, publish func(
 		return 0, r.e.errorf(err, "relay: commit")
 	}
 	return n, nil
-}
-
-// begin starts a round: BeginRelay's, or a transaction of Begin.
-func (r *Relay) begin(ctx context.Context) (RelayRoundTx, error) {
-	if b, ok := r.e.drv.(RelayBeginner); ok {
-		return b.BeginRelay(ctx)
-	}
-	return r.e.drv.Begin(ctx)
 }
 
 // claim claims the round's tasks: the open jobs with pending tasks

@@ -22,8 +22,8 @@ type RetentionTx interface {
 	// with their reduced results and webhook deliveries, and records each
 	// in deleted_jobs, deleted at at, with its number of tasks. Their
 	// task rows stay, for PurgeTasks. It returns how many jobs it
-	// deleted. A driver that is a Deleter runs it only in a transaction
-	// of BeginDelete.
+	// deleted. The engine runs it only in a transaction of
+	// Driver.BeginDelete.
 	DeleteJobs(ctx context.Context, ids []string, at time.Time) (int, error)
 	// PurgeTasks deletes the task rows of each range of plan, in the
 	// order given, through the tasks' primary key, and records it: a
@@ -35,7 +35,8 @@ type RetentionTx interface {
 
 // RetentionReader reads the candidates of retention, each query through
 // an index in the order it returns, so that it reads no more than it
-// returns.
+// returns: in a transaction (RetentionTx), or first, outside any
+// (Driver.Peek).
 type RetentionReader interface {
 	// ExpiringJobs reads the candidates of q, each kind in the order it
 	// expires: up to q.Limit closed jobs without a retention of their own
@@ -62,22 +63,6 @@ type ExpiringQuery struct {
 	Limit int
 }
 
-// A Peeker is a Driver whose writes all go through one writer (SQLite).
-// Retention reads its candidates through Peek first, locking nothing, and
-// takes the writer only when they show work, so that a sweep with nothing
-// to do never holds up a write.
-type Peeker interface {
-	Peek() RetentionReader
-}
-
-// A Deleter is a Driver that deletes job rows without their task rows
-// only in a transaction of its own kind (SQLite: with foreign keys off, or
-// their cascade would delete every task row of a job at once, holding the
-// writer for as long).
-type Deleter interface {
-	BeginDelete(ctx context.Context) (Tx, error)
-}
-
 // deleteTries bounds how often DeleteJob reads the job again when it
 // changed between its read and its deletion.
 const deleteTries = 3
@@ -101,8 +86,8 @@ func (e *Engine) DeleteExpiredJobs(ctx context.Context, at store.Expiry, limit i
 	if cutoff, ok := at.DefaultCutoff(); ok {
 		q.ByDefault, q.DefaultCutoff = true, asStored(cutoff)
 	}
-	if p, ok := e.drv.(Peeker); ok {
-		jobs, err := p.Peek().ExpiringJobs(ctx, q)
+	if p := e.drv.Peek(); p != nil {
+		jobs, err := p.ExpiringJobs(ctx, q)
 		if err != nil {
 			return 0, e.errorf(err, "delete expired jobs")
 		}
@@ -170,8 +155,8 @@ func (e *Engine) DeleteJob(ctx context.Context, id string) error {
 // returns how many task rows it deleted.
 func (e *Engine) PurgeDeletedTasks(ctx context.Context, limit int) (int, error) {
 	limit = store.PageSize(limit)
-	if p, ok := e.drv.(Peeker); ok {
-		jobs, err := p.Peek().DeletedJobs(ctx, 1)
+	if p := e.drv.Peek(); p != nil {
+		jobs, err := p.DeletedJobs(ctx, 1)
 		if err != nil {
 			return 0, e.errorf(err, "purge tasks of deleted jobs")
 		}
@@ -200,11 +185,8 @@ func (e *Engine) PurgeDeletedTasks(ctx context.Context, limit int) (int, error) 
 	return purged, nil
 }
 
-// inDeleteTx is inTx in a transaction that may delete job rows (Deleter).
+// inDeleteTx is inTx in a transaction that may delete job rows
+// (Driver.BeginDelete).
 func (e *Engine) inDeleteTx(ctx context.Context, fn func(tx Tx) error) error {
-	begin := e.drv.Begin
-	if d, ok := e.drv.(Deleter); ok {
-		begin = d.BeginDelete
-	}
-	return e.inTxBegun(ctx, begin, fn)
+	return e.inTxBegun(ctx, e.drv.BeginDelete, fn)
 }
