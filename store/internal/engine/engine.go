@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"sync/atomic"
 	"time"
 )
 
@@ -126,10 +127,18 @@ type Options struct {
 }
 
 // Engine runs the store's decision trees over a Driver. It is safe for
-// concurrent use: every call runs in a transaction of its own.
+// concurrent use: every call runs in a transaction of its own. A store
+// has one: besides its clock, it keeps what one relay round passes to the
+// next.
 type Engine struct {
 	drv   Driver
 	clock *Clock
+	// turn is the next relay round's turn (store.Served): it moves by one per
+	// round, so that the jobs take turns at being served first.
+	turn atomic.Int64
+	// openJobs is how many open jobs the last relay round found, for the
+	// next one's store.PendingCap.
+	openJobs atomic.Int64
 }
 
 // New returns the engine of drv. Its clock tells the process's time until
@@ -151,10 +160,6 @@ func (e *Engine) Now(ctx context.Context) (time.Time, error) {
 	}
 	return e.clock.Now(), nil
 }
-
-// Time reads e's clock without syncing it, for the driver code that still
-// writes times outside the engine's transactions.
-func Time(e *Engine) time.Time { return e.clock.Now() }
 
 // now reads the engine's clock at the precision both drivers store
 // (microseconds, UTC), so that a time written and read back compares

@@ -5,7 +5,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/warrenhq/warren"
@@ -75,28 +74,11 @@ type RelayRoundTx interface {
 	Rollback(ctx context.Context) error
 }
 
-// Relay runs the relay rounds of a store (store.Store's RelayRound and
-// RelayBatch) on its Engine, and keeps what one round passes to the next.
-// A store has one; it is safe for concurrent use.
-type Relay struct {
-	e *Engine
-	// turn is the next round's turn (store.Shares).
-	turn atomic.Int64
-	// openJobs is how many open jobs the last round found, for the next
-	// one's store.PendingCap.
-	openJobs atomic.Int64
-}
-
-// NewRelay returns the relay of e's store.
-func NewRelay(e *Engine) *Relay {
-	return &Relay{e: e}
-}
-
 // RelayBatch is RelayRound with a round of limit tasks and messages;
 // limit <= 0 means store.DefaultPageSize.
-func (r *Relay) RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
+func (e *Engine) RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
 	limit = store.PageSize(limit)
-	return r.RelayRound(ctx, store.Round{Messages: limit, Tasks: limit}, publish)
+	return e.RelayRound(ctx, store.Round{Messages: limit, Tasks: limit}, publish)
 }
 
 // RelayRound claims the pending tasks of open jobs that round allows,
@@ -112,20 +94,20 @@ func (r *Relay) RelayBatch(ctx context.Context, limit int, publish func(ctx cont
 // duplicate results a second publish can cause. The error is returned as
 // it is. A ref publish returns that was not claimed is not this round's
 // to mark (another round may hold it) and is ignored.
-func (r *Relay) RelayRound(ctx context.Context, round store.Round, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
-	tx, err := r.e.drv.BeginRelay(ctx)
+func (e *Engine) RelayRound(ctx context.Context, round store.Round, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
+	tx, err := e.drv.BeginRelay(ctx)
 	if err != nil {
-		return 0, r.e.errorf(err, "relay")
+		return 0, e.errorf(err, "relay")
 	}
 	defer func() { _ = ignoreDone(tx.Rollback(context.WithoutCancel(ctx))) }()
-	tasks, err := r.claim(ctx, tx, round)
+	tasks, err := e.claim(ctx, tx, round)
 	if err != nil {
-		return 0, r.e.errorf(err, "relay")
+		return 0, e.errorf(err, "relay")
 	}
 	if len(tasks) == 0 {
 		return 0, nil
 	}
-	at := r.e.now()
+	at := e.now()
 	refs, err := publish(ctx, tasks)
 	if err != nil {
 		return 0, err
@@ -136,16 +118,16 @@ func (r *Relay) RelayRound(ctx context.Context, round store.Round, publish func(
 	}
 	n, idle, err := tx.MarkQueued(ctx, marks, at)
 	if err != nil {
-		return 0, r.e.errorf(err, "relay: mark tasks queued")
+		return 0, e.errorf(err, "relay: mark tasks queued")
 	}
 	// A job whose tasks are all out has started.
 	if len(idle) > 0 {
 		if err := tx.StartJobs(ctx, idle, at); err != nil {
-			return 0, r.e.errorf(err, "relay: start jobs")
+			return 0, e.errorf(err, "relay: start jobs")
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, r.e.errorf(err, "relay: commit")
+		return 0, e.errorf(err, "relay: commit")
 	}
 	return n, nil
 }
@@ -155,13 +137,13 @@ func (r *Relay) RelayRound(ctx context.Context, round store.Round, publish func(
 // the order it served them, and each task given what its job's share
 // says (batch size, whether the round cut it) and the defaults of what
 // its job leaves unset (queue, task timeout).
-func (r *Relay) claim(ctx context.Context, tx RelayTx, round store.Round) ([]store.OutboxTask, error) {
-	limit := store.PendingCap(round.Tasks, int(r.openJobs.Load()))
+func (e *Engine) claim(ctx context.Context, tx RelayTx, round store.Round) ([]store.OutboxTask, error) {
+	limit := store.PendingCap(round.Tasks, int(e.openJobs.Load()))
 	open, err := tx.PendingJobs(ctx, limit)
 	if err != nil {
 		return nil, err
 	}
-	r.openJobs.Store(int64(len(open)))
+	e.openJobs.Store(int64(len(open)))
 	var jobs []store.PendingJob
 	for _, j := range open {
 		if j.Pending > 0 {
@@ -179,7 +161,7 @@ func (r *Relay) claim(ctx context.Context, tx RelayTx, round store.Round) ([]sto
 	for _, j := range jobs {
 		counted[j.ID] = j
 	}
-	shares, order := store.Served(round, jobs, int(r.turn.Add(1)-1))
+	shares, order := store.Served(round, jobs, int(e.turn.Add(1)-1))
 	claims := make([]RelayClaim, len(order))
 	for k, i := range order {
 		claims[k] = RelayClaim{JobID: jobs[i].ID, N: shares[i]}
