@@ -10,6 +10,7 @@ import (
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/internal/engine"
 )
 
 // hook is the webhook of the tests' jobs.
@@ -65,7 +66,7 @@ func testWebhooks(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, hook.URL, c.URL)
 		require.Equal(t, hook.Secret, c.Secret)
 		require.Equal(t, 1, c.Attempts, "the claim counts the attempt")
-		require.Equal(t, string(store.ClosedPayload(d.ID, job)), string(c.Body), "the body is the closed job's")
+		require.Equal(t, string(engine.ClosedPayload(d.ID, job)), string(c.Body), "the body is the closed job's")
 		var body struct {
 			ID    string         `json:"id"`
 			Event string         `json:"event"`
@@ -229,7 +230,7 @@ func testWebhooks(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.True(t, record(t, s, store.DeliveryAttempt{ID: c[0].ID, Attempt: 1, State: store.DeliveryFailed, Error: "dial: refused\x00", At: storeNow(t, s)}))
 		d := deliveries(t, s, job.ID)[0]
 		require.Equal(t, store.DeliveryFailed, d.State)
-		require.Equal(t, "dial: refused\uFFFD", d.LastError, "stored as StoredText makes it")
+		require.Equal(t, "dial: refused\uFFFD", d.LastError, "stored as valid UTF-8 without NUL")
 		require.Nil(t, d.NextAttemptAt)
 		require.Nil(t, d.DeliveredAt)
 		require.Empty(t, claim(t, s, storeNow(t, s).Add(48*time.Hour), time.Minute, 10))

@@ -133,9 +133,9 @@ type DeliveryRecord struct {
 }
 
 // CreateJob writes a job and its tasks in one transaction, as
-// store.Store.CreateJob promises: an invalid spec (store.ValidateNewJob)
+// store.Store.CreateJob promises: an invalid spec (validateNewJob)
 // is refused before anything is read or written; an idempotency key that
-// names a job is a replay of it (store.Replay), whatever id spec asks
+// names a job is a replay of it (replayOf), whatever id spec asks
 // for, and reads no task (Driver.StageJob may look it up before the
 // transaction); an explicit id that a job, or a deleted job whose
 // tasks are not purged yet, holds is warren.ErrConflict; an empty id is a
@@ -143,7 +143,7 @@ type DeliveryRecord struct {
 // payload is stored as JSON null. An error of the tasks iterator is
 // returned as it is, with nothing written.
 func (e *Engine) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
-	if err := store.ValidateNewJob(spec); err != nil {
+	if err := validateNewJob(spec); err != nil {
 		return warren.Job{}, false, e.errorf(err, "create job")
 	}
 	src := &taskSource{tasks: tasks}
@@ -158,7 +158,7 @@ func (e *Engine) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Se
 		defer staged.Release()
 	}
 	if first := staged.Holder; first != nil {
-		job, err := store.Replay(first.Job, first.RequestHash, spec)
+		job, err := replayOf(*first, spec)
 		if err != nil {
 			return warren.Job{}, false, e.errorf(err, "create job")
 		}
@@ -251,7 +251,42 @@ func replay(ctx context.Context, tx Tx, spec store.NewJob) (warren.Job, error) {
 		return warren.Job{}, fmt.Errorf("the job of idempotency key %q was deleted as this one was created: %w",
 			spec.IdempotencyKey, warren.ErrConflict)
 	}
-	return store.Replay(first.Job, first.RequestHash, spec)
+	return replayOf(first, spec)
+}
+
+// replayOf decides CreateJob's answer to a submission whose idempotency
+// key names first.Job, created by a request whose digest was
+// first.RequestHash: that job when the requests match (or either has no
+// digest), else store.ErrKeyReused.
+func replayOf(first KeyedJob, spec store.NewJob) (warren.Job, error) {
+	if first.RequestHash != "" && spec.RequestHash != "" && first.RequestHash != spec.RequestHash {
+		return warren.Job{}, fmt.Errorf("job %s: %w", first.Job.ID, store.ErrKeyReused)
+	}
+	return first.Job, nil
+}
+
+// validateNewJob returns an error saying what is wrong with spec when it
+// cannot become a job: its policy is not valid (warren.Policy.Validate),
+// or its webhook has no URL or secret, or one too long
+// (store.MaxWebhookURLBytes, store.MaxWebhookSecretBytes), or one that is
+// not UTF-8 without NUL. CreateJob refuses such a spec before it reads or
+// writes anything: its tasks are not consumed, and its idempotency key
+// is not looked up.
+func validateNewJob(spec store.NewJob) error {
+	if err := spec.Policy.Validate(); err != nil {
+		return fmt.Errorf("invalid policy: %w", err)
+	}
+	if w := spec.Webhook; w != nil {
+		switch {
+		case w.URL == "" || len(w.URL) > store.MaxWebhookURLBytes:
+			return fmt.Errorf("invalid webhook: the url must be 1 to %d bytes", store.MaxWebhookURLBytes)
+		case w.Secret == "" || len(w.Secret) > store.MaxWebhookSecretBytes:
+			return fmt.Errorf("invalid webhook: the secret must be 1 to %d bytes", store.MaxWebhookSecretBytes)
+		case storedText(w.URL) != w.URL || storedText(w.Secret) != w.Secret:
+			return fmt.Errorf("invalid webhook: the url and the secret must be UTF-8 without NUL")
+		}
+	}
+	return nil
 }
 
 // deletedConflict is CreateJob's error for the id of a deleted job whose
@@ -293,11 +328,11 @@ func (s *taskSource) all() iter.Seq2[json.RawMessage, error] {
 
 // ClaimDeliveries claims the webhook deliveries due at claim.Now, as
 // store.Store.ClaimDeliveries promises: leased until claim.Now plus
-// claim.Lease, at most claim.Limit of them (store.PageSize), returned in
+// claim.Lease, at most claim.Limit of them (PageSize), returned in
 // id order.
 func (e *Engine) ClaimDeliveries(ctx context.Context, claim store.DeliveryClaim) ([]store.ClaimedDelivery, error) {
 	due := claim.Now.UTC().Truncate(time.Microsecond)
-	claimed, err := e.drv.ClaimDeliveries(ctx, DeliveryClaim{Due: due, Until: due.Add(claim.Lease), Limit: store.PageSize(claim.Limit)})
+	claimed, err := e.drv.ClaimDeliveries(ctx, DeliveryClaim{Due: due, Until: due.Add(claim.Lease), Limit: PageSize(claim.Limit)})
 	if err != nil {
 		return nil, e.errorf(err, "claim webhook deliveries")
 	}
@@ -307,16 +342,16 @@ func (e *Engine) ClaimDeliveries(ctx context.Context, claim store.DeliveryClaim)
 
 // RecordDeliveryAttempt records how attempt a ended, as
 // store.Store.RecordDeliveryAttempt promises: a is validated
-// (store.DeliveryAttempt.Validate) before anything is written; a
+// (validateAttempt) before anything is written; a
 // delivered attempt keeps a.At as its delivery time, a pending one is
 // due again at a.NextAttemptAt, a failed one is due never; its error is
-// stored as store.StoredText makes it; and it applies only while the
+// stored as storedText makes it; and it applies only while the
 // delivery is pending and still at a.Attempt attempts.
 func (e *Engine) RecordDeliveryAttempt(ctx context.Context, a store.DeliveryAttempt) (bool, error) {
-	if err := a.Validate(); err != nil {
+	if err := validateAttempt(a); err != nil {
 		return false, e.errorf(err, "record webhook attempt")
 	}
-	r := DeliveryRecord{ID: a.ID, Attempt: a.Attempt, State: a.State, Status: a.Status, Error: store.StoredText(a.Error)}
+	r := DeliveryRecord{ID: a.ID, Attempt: a.Attempt, State: a.State, Status: a.Status, Error: storedText(a.Error)}
 	switch a.State {
 	case store.DeliveryPending:
 		r.NextAttemptAt = storedTime(a.NextAttemptAt)
@@ -328,6 +363,22 @@ func (e *Engine) RecordDeliveryAttempt(ctx context.Context, a store.DeliveryAtte
 		return false, e.errorf(err, "record webhook attempt of %s", a.ID)
 	}
 	return ok, nil
+}
+
+// validateAttempt returns an error naming what is wrong with a: a state
+// that is not pending, delivered or failed, or a pending one without its
+// NextAttemptAt.
+func validateAttempt(a store.DeliveryAttempt) error {
+	switch a.State {
+	case store.DeliveryDelivered, store.DeliveryFailed:
+	case store.DeliveryPending:
+		if a.NextAttemptAt.IsZero() {
+			return fmt.Errorf("delivery %s: a pending attempt needs NextAttemptAt", a.ID)
+		}
+	default:
+		return fmt.Errorf("delivery %s: state %q is not pending, delivered or failed", a.ID, a.State)
+	}
+	return nil
 }
 
 // storedTime is t at the precision the drivers store (microseconds,

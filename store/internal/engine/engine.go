@@ -133,11 +133,11 @@ type Options struct {
 type Engine struct {
 	drv   Driver
 	clock *Clock
-	// turn is the next relay round's turn (store.Served): it moves by one per
+	// turn is the next relay round's turn (served): it moves by one per
 	// round, so that the jobs take turns at being served first.
 	turn atomic.Int64
 	// openJobs is how many open jobs the last relay round found, for the
-	// next one's store.PendingCap.
+	// next one's pendingCap.
 	openJobs atomic.Int64
 }
 

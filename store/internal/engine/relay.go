@@ -77,12 +77,12 @@ type RelayRoundTx interface {
 // RelayBatch is RelayRound with a round of limit tasks and messages;
 // limit <= 0 means store.DefaultPageSize.
 func (e *Engine) RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
-	limit = store.PageSize(limit)
+	limit = PageSize(limit)
 	return e.RelayRound(ctx, store.Round{Messages: limit, Tasks: limit}, publish)
 }
 
 // RelayRound claims the pending tasks of open jobs that round allows,
-// shared between the jobs by store.Served and claimed in the order it
+// shared between the jobs by served and claimed in the order it
 // served them, calls publish with them, and marks queued, at the time
 // publish was called, exactly the claimed tasks publish returns; a job
 // left with no pending task moves from pending to running. queued_at is
@@ -133,12 +133,12 @@ func (e *Engine) RelayRound(ctx context.Context, round store.Round, publish func
 }
 
 // claim claims the round's tasks: the open jobs with pending tasks
-// counted, their shares chosen by store.Served, the shares claimed in
+// counted, their shares chosen by served, the shares claimed in
 // the order it served them, and each task given what its job's share
 // says (batch size, whether the round cut it) and the defaults of what
 // its job leaves unset (queue, task timeout).
 func (e *Engine) claim(ctx context.Context, tx RelayTx, round store.Round) ([]store.OutboxTask, error) {
-	limit := store.PendingCap(round.Tasks, int(e.openJobs.Load()))
+	limit := pendingCap(round.Tasks, int(e.openJobs.Load()))
 	open, err := tx.PendingJobs(ctx, limit)
 	if err != nil {
 		return nil, err
@@ -155,13 +155,13 @@ func (e *Engine) claim(ctx context.Context, tx RelayTx, round store.Round) ([]st
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	// What each job has pending before Shares cuts it to what Round.Batch
+	// What each job has pending before served cuts it to what Round.Batch
 	// lets it take: a job offered less than that has more.
 	counted := make(map[string]store.PendingJob, len(jobs))
 	for _, j := range jobs {
 		counted[j.ID] = j
 	}
-	shares, order := store.Served(round, jobs, int(e.turn.Add(1)-1))
+	shares, order := served(round, jobs, int(e.turn.Add(1)-1))
 	claims := make([]RelayClaim, len(order))
 	for k, i := range order {
 		claims[k] = RelayClaim{JobID: jobs[i].ID, N: shares[i]}

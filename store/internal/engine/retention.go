@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -30,7 +31,7 @@ type RetentionTx interface {
 	// range that is not its job's Last as the job's progress (purged
 	// through Through), a Last one by forgetting the job. It returns how
 	// many task rows it deleted.
-	PurgeTasks(ctx context.Context, plan []store.PurgeRange) (int, error)
+	PurgeTasks(ctx context.Context, plan []PurgeRange) (int, error)
 }
 
 // RetentionReader reads the candidates of retention, each query through
@@ -43,17 +44,16 @@ type RetentionReader interface {
 	// that closed at or before q.DefaultCutoff (none unless
 	// q.ByDefault), and up to q.Limit closed jobs whose own retention
 	// ended at or before q.Now.
-	ExpiringJobs(ctx context.Context, q ExpiringQuery) ([]store.ExpiringJob, error)
+	ExpiringJobs(ctx context.Context, q ExpiringQuery) ([]ExpiringJob, error)
 	// DeletedJobs reads up to limit deleted jobs whose task rows are not
 	// all purged, the first deleted first.
-	DeletedJobs(ctx context.Context, limit int) ([]store.DeletedJob, error)
+	DeletedJobs(ctx context.Context, limit int) ([]DeletedJob, error)
 }
 
 // ExpiringQuery says which candidates ExpiringJobs reads.
 type ExpiringQuery struct {
 	// ByDefault says whether jobs without a retention of their own expire
-	// (store.Expiry.DefaultCutoff), and DefaultCutoff when they must have
-	// closed by.
+	// (defaultCutoff), and DefaultCutoff when they must have closed by.
 	ByDefault     bool
 	DefaultCutoff time.Time
 	// Now is the time of the sweep, which a job's own retention must have
@@ -63,6 +63,39 @@ type ExpiringQuery struct {
 	Limit int
 }
 
+// ExpiringJob is a closed job a driver found as a candidate for
+// DeleteExpiredJobs (ExpiringJobs), with what pickExpired decides by.
+type ExpiringJob struct {
+	ID string
+	// FinishedAt is when the job closed.
+	FinishedAt time.Time
+	// Retention is the job's own retention (warren.Policy.Retention), 0
+	// for the default.
+	Retention time.Duration
+}
+
+// DeletedJob is a job that DeleteExpiredJobs or DeleteJob deleted and
+// whose task rows PurgeDeletedTasks has not all deleted yet (DeletedJobs).
+// A job's task ids are its positions 1..Tasks, so what is left of them is
+// the range Purged+1..Tasks.
+type DeletedJob struct {
+	ID string
+	// Tasks is the job's number of tasks (warren.Job.ExpectedTasks).
+	Tasks int64
+	// Purged is how many of its tasks, from the first, are deleted.
+	Purged int64
+}
+
+// PurgeRange is the task rows of one deleted job that a purge deletes
+// (PurgeTasks): those of task ids After+1..Through, or, when Last, every
+// one after After (Through is then the job's last task id), after which
+// the job has no task left and is forgotten.
+type PurgeRange struct {
+	JobID          string
+	After, Through int64
+	Last           bool
+}
+
 // deleteTries bounds how often DeleteJob reads the job again when it
 // changed between its read and its deletion.
 const deleteTries = 3
@@ -70,7 +103,7 @@ const deleteTries = 3
 // DeleteExpiredJobs deletes, in one transaction, up to limit closed jobs
 // that have expired at at, those that expired first first (limit <= 0
 // means store.DefaultPageSize): ExpiringJobs reads the candidates through
-// their indexes, store.Expiry.PickExpired picks among them, and DeleteJobs
+// their indexes, pickExpired picks among them, and DeleteJobs
 // deletes them, leaving their tasks for PurgeDeletedTasks. A reopened job
 // has no finished_at and is open, so it is not a candidate until it
 // closes again.
@@ -81,9 +114,9 @@ const deleteTries = 3
 // never waits: a transaction that holds a job's tasks and waits for its
 // row (a redrive) waits for the commit, then finds the job gone.
 func (e *Engine) DeleteExpiredJobs(ctx context.Context, at store.Expiry, limit int) (int, error) {
-	limit = store.PageSize(limit)
+	limit = PageSize(limit)
 	q := ExpiringQuery{Now: asStored(at.Now), Limit: limit}
-	if cutoff, ok := at.DefaultCutoff(); ok {
+	if cutoff, ok := defaultCutoff(at); ok {
 		q.ByDefault, q.DefaultCutoff = true, asStored(cutoff)
 	}
 	if p := e.drv.Peek(); p != nil {
@@ -91,7 +124,7 @@ func (e *Engine) DeleteExpiredJobs(ctx context.Context, at store.Expiry, limit i
 		if err != nil {
 			return 0, e.errorf(err, "delete expired jobs")
 		}
-		if len(at.PickExpired(jobs, limit)) == 0 {
+		if len(pickExpired(at, jobs, limit)) == 0 {
 			return 0, nil
 		}
 	}
@@ -102,7 +135,7 @@ func (e *Engine) DeleteExpiredJobs(ctx context.Context, at store.Expiry, limit i
 		if err != nil {
 			return err
 		}
-		ids := at.PickExpired(jobs, limit)
+		ids := pickExpired(at, jobs, limit)
 		if len(ids) == 0 {
 			return nil
 		}
@@ -147,14 +180,14 @@ func (e *Engine) DeleteJob(ctx context.Context, id string) error {
 // PurgeDeletedTasks deletes, in one transaction, up to limit task rows of
 // deleted jobs (limit <= 0 means store.DefaultPageSize): DeletedJobs reads
 // up to limit of the jobs, the first deleted first, skipping those
-// another purge holds; store.PlanPurge decides which task id ranges of
+// another purge holds; planPurge decides which task id ranges of
 // which of them; and PurgeTasks deletes the ranges job by job in id order
 // (the lock order of task rows, which an aggregator recording a late
 // outcome for one of them follows too), recording each job's progress and
 // forgetting the jobs left without a task. It locks no job row. It
 // returns how many task rows it deleted.
 func (e *Engine) PurgeDeletedTasks(ctx context.Context, limit int) (int, error) {
-	limit = store.PageSize(limit)
+	limit = PageSize(limit)
 	if p := e.drv.Peek(); p != nil {
 		jobs, err := p.DeletedJobs(ctx, 1)
 		if err != nil {
@@ -171,11 +204,11 @@ func (e *Engine) PurgeDeletedTasks(ctx context.Context, limit int) (int, error) 
 		if err != nil {
 			return err
 		}
-		plan := store.PlanPurge(jobs, limit)
+		plan := planPurge(jobs, limit)
 		if len(plan) == 0 {
 			return nil
 		}
-		slices.SortFunc(plan, func(a, b store.PurgeRange) int { return strings.Compare(a.JobID, b.JobID) })
+		slices.SortFunc(plan, func(a, b PurgeRange) int { return strings.Compare(a.JobID, b.JobID) })
 		purged, err = tx.PurgeTasks(ctx, plan)
 		return err
 	})
@@ -189,4 +222,70 @@ func (e *Engine) PurgeDeletedTasks(ctx context.Context, limit int) (int, error) 
 // (Driver.BeginDelete).
 func (e *Engine) inDeleteTx(ctx context.Context, fn func(tx Tx) error) error {
 	return e.inTxBegun(ctx, e.drv.BeginDelete, fn)
+}
+
+// defaultCutoff returns the time before which (or at which) a job without
+// a retention of its own must have closed to be expired at e.Now, and
+// false when such jobs never expire (e.Retention <= 0). ExpiringJobs
+// selects those candidates by it.
+func defaultCutoff(e store.Expiry) (time.Time, bool) {
+	if e.Retention <= 0 {
+		return time.Time{}, false
+	}
+	return e.Now.Add(-e.Retention), true
+}
+
+// pickExpired returns the ids of up to limit of jobs that have expired at
+// e.Now (store.ExpiresAt, e.Retention the default; limit <= 0 meaning
+// store.DefaultPageSize), those that expired first first, and of two that
+// expired at once the one with the smaller id first. Jobs that have not
+// expired are left out, so a driver may offer more candidates than
+// expired.
+func pickExpired(e store.Expiry, jobs []ExpiringJob, limit int) []string {
+	type expired struct {
+		id string
+		at time.Time
+	}
+	var picked []expired
+	for _, j := range jobs {
+		closed := warren.Job{State: warren.JobCompleted, FinishedAt: &j.FinishedAt, Policy: warren.Policy{Retention: j.Retention}}
+		at, ok := store.ExpiresAt(closed, e.Retention)
+		if ok && !at.After(e.Now) {
+			picked = append(picked, expired{id: j.ID, at: at})
+		}
+	}
+	slices.SortFunc(picked, func(a, b expired) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	picked = picked[:min(len(picked), PageSize(limit))]
+	ids := make([]string, len(picked))
+	for i, p := range picked {
+		ids[i] = p.id
+	}
+	return ids
+}
+
+// planPurge decides what one PurgeDeletedTasks deletes of jobs, taken in
+// their order: up to limit task rows (limit <= 0 meaning
+// store.DefaultPageSize), each job's from its first left, a job finished
+// before the next is started. A job with no task left gets a Last range
+// that deletes nothing, whatever the limit, so that it is forgotten.
+// PurgeTasks deletes by task id range, through the tasks' primary key,
+// never reading more than it deletes.
+func planPurge(jobs []DeletedJob, limit int) []PurgeRange {
+	budget := int64(PageSize(limit))
+	var plan []PurgeRange
+	for _, j := range jobs {
+		left := max(j.Tasks-j.Purged, 0)
+		if left > 0 && budget == 0 {
+			break
+		}
+		n := min(left, budget)
+		budget -= n
+		plan = append(plan, PurgeRange{JobID: j.ID, After: j.Purged, Through: j.Purged + n, Last: n == left})
+	}
+	return plan
 }
