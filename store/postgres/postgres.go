@@ -10,8 +10,8 @@
 // Lock order: every transaction that locks both tasks and jobs locks the
 // task rows first (in (job_id, task_id) order) and the job rows after (in id
 // order). Keeping that one order everywhere is what keeps relays,
-// aggregators, reconcilers and FinishJob/CancelJob/RedriveJob/ReopenTask
-// from deadlocking one another. A claim with FOR UPDATE SKIP LOCKED (the
+// aggregators, reconcilers and FinishJob, CancelJob, RedriveJob,
+// ReopenTasks (ReopenTask) and UndoReopen from deadlocking one another. A claim with FOR UPDATE SKIP LOCKED (the
 // relay's, the reconciler's) never waits for a task row, so the order it
 // takes them in cannot close a cycle; it still locks job rows only after.
 package postgres
