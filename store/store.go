@@ -44,10 +44,12 @@ type Store interface {
 	// 1..N); an empty payload is stored as JSON null. If tasks yields an
 	// error, nothing is written and that error is returned. When spec.IdempotencyKey names an existing job, that job is
 	// returned with created == false and nothing is written (tasks is not
-	// consumed), unless the job was created by another request (Replay:
-	// ErrKeyReused). A spec with an invalid policy (ValidateNewJob) is an
-	// error before anything is read or written, whatever its idempotency
-	// key (tasks is not consumed). An explicit spec.ID that names a job,
+	// consumed), unless the job was created by another request (another
+	// RequestHash, both not empty): ErrKeyReused. A spec that cannot
+	// become a job (an invalid policy, warren.Policy.Validate; a webhook
+	// without its URL or secret, one too long, or not UTF-8 without NUL)
+	// is an error before anything is read or written, whatever its
+	// idempotency key (tasks is not consumed). An explicit spec.ID that names a job,
 	// or a deleted job whose tasks are not purged yet
 	// (PurgeDeletedTasks), is warren.ErrConflict.
 	CreateJob(ctx context.Context, spec NewJob, tasks iter.Seq2[json.RawMessage, error]) (job warren.Job, created bool, err error)
@@ -61,8 +63,9 @@ type Store interface {
 	ListTasks(ctx context.Context, jobID string, opts ListTasksOpts) ([]warren.TaskRecord, string, error)
 	// TaskTimeline counts a job's tasks that finished (completed or
 	// failed; cancelled tasks are not counted) by when they finished, in
-	// span's buckets (span.Buckets), a task that finished before the span
-	// in its first bucket and one after it in its last (span.Index).
+	// span.N buckets of span.Bucket from span.Start, in order, a task
+	// that finished before the span in its first bucket and one after it
+	// in its last (span.Index).
 	// Unknown job: warren.ErrNotFound.
 	TaskTimeline(ctx context.Context, jobID string, span TimelineSpan) ([]TimelineBucket, error)
 	// JobErrors returns up to limit failed tasks of a job with their errors,
@@ -81,7 +84,8 @@ type Store interface {
 	// CancelJob moves an open job to cancelled, with the error
 	// CancelledError, and its unfinished tasks to cancelled, in one
 	// transaction, which also makes the job's webhook delivery (a pending
-	// Delivery of EventJobClosed, due at once, its body ClosedPayload)
+	// Delivery of EventJobClosed, due at once, its body the job as it
+	// closed: ClaimedDelivery.Body)
 	// when the job has a webhook. A closed job: warren.ErrConflict.
 	CancelJob(ctx context.Context, id string) (warren.Job, error)
 
@@ -90,12 +94,15 @@ type Store interface {
 	// methods).
 	RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []OutboxTask) ([]TaskRef, error)) (int, error)
 	// RelayRound claims unpublished (pending) tasks of open jobs, as much
-	// as round allows, shared between the jobs by Shares (in proportion
-	// to their priorities, a job's tasks in task id order, the jobs in
-	// turn), and calls publish with them, grouped by job, the jobs in the
-	// order Shares served them (Served), each task with
-	// the batch size Shares set for its job and whether the round cut
-	// its share (OutboxTask.More).
+	// as round allows, shared between the jobs (each work queue's room
+	// between its jobs in proportion to their priorities, in whole
+	// messages of their batch sizes, never more than a job has pending;
+	// a job's tasks in task id order; which queue and which job is served
+	// first moving by one each round, so that they take turns), and calls
+	// publish with them, grouped by job, the jobs in the order the round
+	// served them, each task with the batch size the round chose for its
+	// job (Round.Batch) and whether the round cut its share
+	// (OutboxTask.More).
 	// publish returns the tasks whose publishing the broker confirmed;
 	// exactly those are marked queued (with their queued_at), and a job
 	// whose tasks are all out moves from pending to running. Tasks publish
@@ -117,10 +124,10 @@ type Store interface {
 	// no-op the second time. An outcome without Attempts records at least
 	// one (see Outcome.Attempts); one without Worker keeps the task's
 	// recorded worker (see Outcome.Worker). Error and Worker are stored as
-	// StoredText makes them (valid UTF-8 without NUL), results byte for
-	// byte. A batch with an outcome whose State is
-	// neither completed nor failed (ValidateOutcomes) is an error, and
-	// nothing of it is written.
+	// valid UTF-8 without NUL bytes (each run of bytes that is not valid
+	// UTF-8, and each NUL, becomes U+FFFD), results byte for byte. A
+	// batch with an outcome whose State is neither completed nor failed
+	// is an error, and nothing of it is written.
 	ApplyOutcomes(ctx context.Context, outcomes []Outcome) (ApplyReport, error)
 	// JobsToClose returns up to limit ids of open jobs that are ready to
 	// close (ReadyToClose: every task finished, or fail-fast with failures
@@ -137,12 +144,12 @@ type Store interface {
 	// finished, and, when result is not nil, stores result (byte for byte)
 	// and records its location, all in one transaction, which also makes
 	// the job's webhook delivery, as CancelJob does; errMsg is stored as
-	// StoredText makes it. It returns false, changing
+	// Outcome.Error is. It returns false, changing
 	// nothing, when the job was already closed or is no longer at version
 	// (an outcome, a redrive, a replay or the reconciler moved it since):
 	// the caller reads the job again and starts over. Of several
 	// concurrent callers at one version exactly one gets true. Any other
-	// state than completed or failed (ValidateFinishState) is an error
+	// state than completed or failed is an error
 	// that changes nothing, whatever the job: a job is cancelled by
 	// CancelJob.
 	//
@@ -206,7 +213,7 @@ type Store interface {
 	// queued (not terminal) and stale at at (limit <= 0 means
 	// DefaultPageSize): max(queued_at, at.Busy) is more than their job's
 	// task timeout plus at.Grace before at.Now (Staleness). The lost run
-	// counts as an attempt (SplitLost): a task whose attempts+1 is at most
+	// counts as an attempt: a task whose attempts+1 is at most
 	// its job's max_retries goes back to pending with attempts+1 and its
 	// generation bumped (the lost copy's outcome, should it come after
 	// all, no longer counts), for the relay to publish again (the relay's
@@ -217,7 +224,7 @@ type Store interface {
 	ReconcileStale(ctx context.Context, at Staleness, limit int) (ReconcileReport, error)
 
 	// DeleteExpiredJobs deletes, in one transaction, up to limit closed
-	// jobs that have expired at at (Expiry, PickExpired), those that
+	// jobs that have expired at at (Expiry, ExpiresAt), those that
 	// expired first first; limit <= 0 means DefaultPageSize. Each job's
 	// row, reduced result and idempotency key go at once: every read of
 	// the job then answers warren.ErrNotFound, an outcome for one of its
@@ -254,9 +261,10 @@ type Store interface {
 	// servers may claim at once on a store shared by several processes
 	// (PostgreSQL) without being handed the same delivery.
 	ClaimDeliveries(ctx context.Context, claim DeliveryClaim) ([]ClaimedDelivery, error)
-	// RecordDeliveryAttempt records how an attempt ended (Validate):
-	// delivered (at a.At), pending again (due at a.NextAttemptAt) or
-	// failed for good, with its status and error. It changes the delivery
+	// RecordDeliveryAttempt records how an attempt ended:
+	// delivered (at a.At), pending again (due at a.NextAttemptAt, which a
+	// pending attempt must give) or failed for good, with its status and
+	// error; any other state is an error that changes nothing. It changes the delivery
 	// and returns true only while the delivery is pending and its
 	// Attempts is still a.Attempt: the record of an attempt whose lease
 	// passed and whose delivery another claim took is ignored (false). An
@@ -302,7 +310,8 @@ type ReconcileReport struct {
 	// Failed counts tasks failed as lost.
 	Failed int
 	// ReadyToClose lists jobs that failing tasks made ready to close
-	// (BecameReady), each once.
+	// (ReadyToClose, which did not hold before the pass), each once: a
+	// job is listed once, by the pass or the batch that made it ready.
 	ReadyToClose []string
 }
 
@@ -320,7 +329,7 @@ type NewJob struct {
 	// the job created first.
 	IdempotencyKey string
 	// Webhook, when not nil, is POSTed to when the job closes
-	// (ValidateNewJob: a URL and a secret, within MaxWebhookURLBytes and
+	// (CreateJob: a URL and a secret, within MaxWebhookURLBytes and
 	// MaxWebhookSecretBytes). Whether its address may be reached is the
 	// caller's to check.
 	Webhook *Webhook
@@ -343,7 +352,7 @@ type ListJobsOpts struct {
 	// Type keeps only jobs of that type (warren.Job.Type, exactly) when
 	// not empty.
 	Type string
-	// Limit is the page size; <= 0 means DefaultPageSize (PageSize).
+	// Limit is the page size; <= 0 means DefaultPageSize.
 	Limit int
 	// Cursor is a next cursor from a previous page, or "".
 	Cursor string
@@ -353,7 +362,7 @@ type ListJobsOpts struct {
 type ListTasksOpts struct {
 	// State keeps only tasks in that state when not empty.
 	State warren.TaskState
-	// Limit is the page size; <= 0 means DefaultPageSize (PageSize).
+	// Limit is the page size; <= 0 means DefaultPageSize.
 	Limit int
 	// Cursor is a next cursor from a previous page, or "".
 	Cursor string
@@ -418,7 +427,7 @@ type Outcome struct {
 	// Result is the handler's result (completed tasks).
 	Result json.RawMessage
 	// Error is the failure's text (failed tasks). The store keeps it as
-	// StoredText makes it.
+	// valid UTF-8 without NUL bytes (ApplyOutcomes).
 	Error string
 	// Attempts is the number of runs the task had, when known (> 0). 0
 	// means unknown: the store keeps the task's recorded attempts, but
@@ -455,6 +464,8 @@ type ApplyReport struct {
 	// job or task does not exist; nothing was recorded for them.
 	Unknown []int
 	// ReadyToClose lists the jobs this batch made ready to close
-	// (BecameReady), each once.
+	// (ReadyToClose, which did not hold before the batch), each once: a
+	// job is listed once, by the batch that made it ready, however many
+	// batches touch it afterwards.
 	ReadyToClose []string
 }

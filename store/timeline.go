@@ -1,10 +1,6 @@
 package store
 
-import (
-	"time"
-
-	"github.com/warrenhq/warren"
-)
+import "time"
 
 // MaxTimelineBuckets is the most buckets TimelineSpanOf gives a timeline.
 const MaxTimelineBuckets = 60
@@ -74,45 +70,4 @@ func (s TimelineSpan) Index(t time.Time) int {
 		return 0
 	}
 	return min(int(t.Sub(s.Start)/s.Bucket), s.N-1)
-}
-
-// Buckets returns span's N empty buckets, for a driver to fill.
-func (s TimelineSpan) Buckets() []TimelineBucket {
-	out := make([]TimelineBucket, s.N)
-	for i := range out {
-		out[i].Start = s.Start.Add(time.Duration(i) * s.Bucket)
-	}
-	return out
-}
-
-// TimelineRows are the rows of a driver's grouped count of a job's
-// finished tasks, each (bucket index, task state, count): *sql.Rows and
-// pgx.Rows are.
-type TimelineRows interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-}
-
-// Fill returns span's buckets (Buckets) with the counts of rows added,
-// each row's bucket index clamped into the span, its tasks counted as
-// completed or else failed. The caller closes rows.
-func (s TimelineSpan) Fill(rows TimelineRows) ([]TimelineBucket, error) {
-	buckets := s.Buckets()
-	for rows.Next() {
-		var (
-			i, n  int64
-			state string
-		)
-		if err := rows.Scan(&i, &state, &n); err != nil {
-			return nil, err
-		}
-		b := &buckets[min(max(i, 0), int64(s.N-1))]
-		if warren.TaskState(state) == warren.TaskCompleted {
-			b.Completed += n
-		} else {
-			b.Failed += n
-		}
-	}
-	return buckets, rows.Err()
 }

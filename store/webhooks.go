@@ -1,14 +1,6 @@
 package store
 
-import (
-	"encoding/json"
-	"fmt"
-	"time"
-
-	"github.com/oklog/ulid/v2"
-
-	"github.com/warrenhq/warren"
-)
+import "time"
 
 // Webhooks: a job may name a URL that warren POSTs to when the job
 // closes. The delivery is written in the transaction that closes the job
@@ -80,8 +72,11 @@ type ClaimedDelivery struct {
 	// URL and Secret are the job's webhook.
 	URL    string
 	Secret string
-	// Body is the exact body to POST (ClosedPayload), the same bytes on
-	// every attempt.
+	// Body is the exact body to POST, the same bytes on every attempt:
+	// the JSON of the job.closed event, with the delivery's id, the event
+	// and the job as it closed (its id, type, state, counters, times,
+	// error and, completed with a result, result_url), as the API names
+	// its fields.
 	Body []byte
 }
 
@@ -113,7 +108,8 @@ type DeliveryAttempt struct {
 	// Status is the answer's HTTP status, 0 for none.
 	Status int
 	// Error says why the attempt failed; "" for a delivered one. It is
-	// stored as StoredText makes it.
+	// stored as valid UTF-8 without NUL bytes: each run of bytes that is
+	// not valid UTF-8, and each NUL, becomes U+FFFD.
 	Error string
 	// At is when the attempt ended (DeliveredAt of a delivered one),
 	// read from Store.Now.
@@ -121,63 +117,4 @@ type DeliveryAttempt struct {
 	// NextAttemptAt is when a pending delivery is due again, on the
 	// store's clock (Store.Now), which the next claim compares it with.
 	NextAttemptAt time.Time
-}
-
-// Validate returns an error naming what is wrong with a.
-func (a DeliveryAttempt) Validate() error {
-	switch a.State {
-	case DeliveryDelivered, DeliveryFailed:
-	case DeliveryPending:
-		if a.NextAttemptAt.IsZero() {
-			return fmt.Errorf("delivery %s: a pending attempt needs NextAttemptAt", a.ID)
-		}
-	default:
-		return fmt.Errorf("delivery %s: state %q is not pending, delivered or failed", a.ID, a.State)
-	}
-	return nil
-}
-
-// NewDeliveryID returns a new delivery id: a ULID.
-func NewDeliveryID() string { return ulid.Make().String() }
-
-// closedJob is the job in a job.closed body: the fields, and field
-// names, of the API's job JSON that say how it closed.
-type closedJob struct {
-	ID             string          `json:"id"`
-	Type           string          `json:"type"`
-	State          warren.JobState `json:"state"`
-	ExpectedTasks  int64           `json:"expected_tasks"`
-	CompletedTasks int64           `json:"completed_tasks"`
-	FailedTasks    int64           `json:"failed_tasks"`
-	CreatedAt      time.Time       `json:"created_at"`
-	FinishedAt     *time.Time      `json:"finished_at"`
-	Error          string          `json:"error"`
-	ResultURL      string          `json:"result_url,omitempty"`
-}
-
-// closedBody is the body of a job.closed delivery.
-type closedBody struct {
-	ID    string    `json:"id"`
-	Event string    `json:"event"`
-	Job   closedJob `json:"job"`
-}
-
-// ClosedPayload returns the body of delivery id of the job.closed event
-// of job, as it just closed. The drivers store it with the delivery, so
-// that every attempt sends the same bytes.
-func ClosedPayload(id string, job warren.Job) []byte {
-	j := closedJob{ID: job.ID, Type: job.Type, State: job.State, ExpectedTasks: job.ExpectedTasks,
-		CompletedTasks: job.CompletedTasks, FailedTasks: job.FailedTasks, CreatedAt: job.CreatedAt.UTC(), Error: job.Error}
-	if job.FinishedAt != nil {
-		at := job.FinishedAt.UTC()
-		j.FinishedAt = &at
-	}
-	if job.State == warren.JobCompleted && job.ResultLocation != "" {
-		j.ResultURL = job.ResultLocation
-	}
-	body, err := json.Marshal(closedBody{ID: id, Event: EventJobClosed, Job: j})
-	if err != nil { // strings, numbers and times: cannot fail
-		panic(fmt.Sprintf("store: encode a job.closed body: %v", err))
-	}
-	return body
 }

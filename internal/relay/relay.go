@@ -81,8 +81,8 @@ type Config struct {
 	// Window is how many task messages the relay keeps ready in each work
 	// queue at most, ahead of the workers: it publishes only what brings
 	// the queue's ready messages (Depth) up to Window, shared between the
-	// queue's open jobs by priority (store.Shares), and leaves the rest of
-	// the backlog in the store. A small job submitted behind a big one
+	// queue's open jobs by priority (store.Store.RelayRound), and leaves
+	// the rest of the backlog in the store. A small job submitted behind a big one
 	// thus waits behind at most Window messages. 0 means DefaultWindow; it
 	// applies only when Depth is set.
 	Window int

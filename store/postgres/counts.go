@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/warrenhq/warren"
-	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/internal/engine"
 	"github.com/warrenhq/warren/store/internal/sqlstore"
 )
 
@@ -45,5 +45,5 @@ func (s *Store) OpenQueues(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open queues: %w", err)
 	}
-	return store.SortQueues(queues), nil
+	return engine.SortQueues(queues), nil
 }

@@ -2,8 +2,10 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +30,32 @@ func (d engineDriver) Begin(ctx context.Context) (engine.Tx, error) {
 	}
 	return &tx{tx: t}, nil
 }
+
+// BeginRelay implements engine.Driver plainly: a transaction of Begin,
+// whose claim's row locks (FOR UPDATE SKIP LOCKED) keep other rounds, in
+// any process, off its tasks until it ends.
+func (d engineDriver) BeginRelay(ctx context.Context) (engine.RelayRoundTx, error) {
+	return d.Begin(ctx)
+}
+
+// BeginDelete implements engine.Driver plainly: a transaction of Begin.
+// Task rows have no foreign key to their job, so deleting a job's row
+// leaves them for PurgeDeletedTasks.
+func (d engineDriver) BeginDelete(ctx context.Context) (engine.Tx, error) {
+	return d.Begin(ctx)
+}
+
+// StageJob implements engine.Driver plainly: the tasks are copied in as
+// they come (COPY), and InsertJob finds a taken key itself, so a create
+// costs no lookup first.
+func (engineDriver) StageJob(_ context.Context, _ string, tasks iter.Seq2[json.RawMessage, error]) (engine.StagedJob, error) {
+	return engine.StagedJob{Tasks: tasks}, nil
+}
+
+// Peek implements engine.Driver plainly: no look first. Retention's
+// reads in its transaction skip the rows others hold, and a look would
+// only add a round trip to a sweep.
+func (engineDriver) Peek() engine.RetentionReader { return nil }
 
 // tx is a transaction with the engine's primitives.
 type tx struct{ tx pgx.Tx }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/internal/engine"
 )
 
@@ -26,7 +25,7 @@ func (d engineDriver) ReadClock(ctx context.Context) (time.Time, error) {
 // (engine.StaleQuery): greatest(queued_at, $4) is more than their job's
 // task timeout before $1, the cutoff; $2 is the default timeout in
 // milliseconds, $4 the busy time. Oldest publish first, skipping rows
-// another transaction holds; it returns what store.SplitLost needs.
+// another transaction holds; it returns what the engine splits lost tasks by.
 //
 // The first queued_at bound, with the shortest timeout of any open job,
 // lets tasks_queued_idx yield only the tasks queued before it, in order;
@@ -54,13 +53,13 @@ const claimStaleSQL = `
 	FOR UPDATE OF t SKIP LOCKED`
 
 // ClaimStale implements engine.StaleTx: one statement.
-func (t *tx) ClaimStale(ctx context.Context, q engine.StaleQuery) ([]store.StaleTask, error) {
+func (t *tx) ClaimStale(ctx context.Context, q engine.StaleQuery) ([]engine.StaleTask, error) {
 	rows, err := t.tx.Query(ctx, claimStaleSQL, q.Cutoff, q.DefaultTimeout.Milliseconds(), q.Limit, q.Busy)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.StaleTask, error) {
-		var s store.StaleTask
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.StaleTask, error) {
+		var s engine.StaleTask
 		err := row.Scan(&s.JobID, &s.TaskID, &s.Attempts, &s.MaxRetries)
 		return s, err
 	})
@@ -134,7 +133,7 @@ const expiringByOwnSQL = `
 
 // ExpiringJobs implements engine.RetentionReader: both claims in one
 // pipelined round trip.
-func (t *tx) ExpiringJobs(ctx context.Context, q engine.ExpiringQuery) (jobs []store.ExpiringJob, err error) {
+func (t *tx) ExpiringJobs(ctx context.Context, q engine.ExpiringQuery) (jobs []engine.ExpiringJob, err error) {
 	b := &pgx.Batch{}
 	if q.ByDefault {
 		b.Queue(expiringByDefaultSQL, q.DefaultCutoff, q.Limit)
@@ -151,9 +150,9 @@ func (t *tx) ExpiringJobs(ctx context.Context, q engine.ExpiringQuery) (jobs []s
 		if err != nil {
 			return nil, err
 		}
-		kind, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ExpiringJob, error) {
+		kind, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.ExpiringJob, error) {
 			var (
-				j           store.ExpiringJob
+				j           engine.ExpiringJob
 				retentionMS int64
 			)
 			err := row.Scan(&j.ID, &j.FinishedAt, &retentionMS)
@@ -177,13 +176,13 @@ const claimDeletedSQL = `
 	FOR UPDATE SKIP LOCKED`
 
 // DeletedJobs implements engine.RetentionReader.
-func (t *tx) DeletedJobs(ctx context.Context, limit int) ([]store.DeletedJob, error) {
+func (t *tx) DeletedJobs(ctx context.Context, limit int) ([]engine.DeletedJob, error) {
 	rows, err := t.tx.Query(ctx, claimDeletedSQL, limit)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.DeletedJob, error) {
-		var j store.DeletedJob
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.DeletedJob, error) {
+		var j engine.DeletedJob
 		err := row.Scan(&j.ID, &j.Tasks, &j.Purged)
 		return j, err
 	})
@@ -227,7 +226,7 @@ const purgedSQL = `
 
 // PurgeTasks implements engine.RetentionTx: the ranges, the progress and
 // the forgotten jobs in one pipelined round trip.
-func (t *tx) PurgeTasks(ctx context.Context, plan []store.PurgeRange) (int, error) {
+func (t *tx) PurgeTasks(ctx context.Context, plan []engine.PurgeRange) (int, error) {
 	var (
 		ids, partial, done []string
 		afters, throughs   []int64

@@ -12,6 +12,7 @@ import (
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/internal/engine"
 )
 
 // jobColumns is the column list scanJob reads, in its order.
@@ -63,7 +64,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (warren.Job, error) {
 // ListJobs returns jobs newest first (by creation time, then id), and the
 // opaque cursor of the next page ("" when there is none).
 func (s *Store) ListJobs(ctx context.Context, opts store.ListJobsOpts) ([]warren.Job, string, error) {
-	limit := store.PageSize(opts.Limit)
+	limit := engine.PageSize(opts.Limit)
 	var (
 		where []string
 		args  []any
@@ -130,7 +131,7 @@ func (s *Store) JobErrors(ctx context.Context, jobID string, limit int) ([]warre
 	rows, err := s.pool.Query(ctx, `
 		SELECT task_id, error FROM tasks
 		WHERE job_id = $1 AND state = 'failed' AND EXISTS (SELECT 1 FROM jobs WHERE id = $1)
-		ORDER BY task_id LIMIT $2`, jobID, store.PageSize(limit))
+		ORDER BY task_id LIMIT $2`, jobID, engine.PageSize(limit))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: errors of job %q: %w", jobID, err)
 	}

@@ -10,8 +10,8 @@
 // Lock order: every transaction that locks both tasks and jobs locks the
 // task rows first (in (job_id, task_id) order) and the job rows after (in id
 // order). Keeping that one order everywhere is what keeps relays,
-// aggregators, reconcilers and FinishJob/CancelJob/RedriveJob/ReopenTask
-// from deadlocking one another. A claim with FOR UPDATE SKIP LOCKED (the
+// aggregators, reconcilers and FinishJob, CancelJob, RedriveJob,
+// ReopenTasks (ReopenTask) and UndoReopen from deadlocking one another. A claim with FOR UPDATE SKIP LOCKED (the
 // relay's, the reconciler's) never waits for a task row, so the order it
 // takes them in cannot close a cycle; it still locks job rows only after.
 package postgres
@@ -43,8 +43,6 @@ type Store struct {
 	// Engine makes every decision of the store (store/internal/engine);
 	// the methods below read, and the driver gives it the primitives.
 	*engine.Engine
-	// Relay runs the relay rounds (RelayRound, RelayBatch) on the engine.
-	*engine.Relay
 	pool *pgxpool.Pool
 }
 
@@ -93,7 +91,6 @@ func openWith(ctx context.Context, url string, opts engine.Options) (*Store, err
 	}
 	s := &Store{pool: pool}
 	s.Engine = engine.New(engineDriver{s}, opts)
-	s.Relay = engine.NewRelay(s.Engine)
 	if _, err := s.Now(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -136,13 +133,6 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error {
 	s.pool.Close()
 	return nil
-}
-
-// clock returns the store's clock (Store.Now) as PostgreSQL stores it:
-// UTC, microsecond precision, so that a value written and read back
-// compares equal.
-func (s *Store) clock() time.Time {
-	return engine.Time(s.Engine)
 }
 
 // rollback ends tx if it is still open. It runs deferred after Commit too,

@@ -13,7 +13,7 @@ import (
 	"github.com/warrenhq/warren/store"
 )
 
-// A round is shared between the open jobs (store.Shares), each job's
+// A round is shared between the open jobs by priority (RelayRound), each job's
 // tasks in task id order, the jobs in the order the round serves them
 // (the oldest first in the first round).
 func TestRelayBatchSharesBetweenJobsInTaskOrder(t *testing.T) {

@@ -10,12 +10,13 @@ import (
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/internal/engine"
 )
 
 // ListTasks returns a job's tasks in task id order, and the opaque cursor of
 // the next page ("" when there is none). An unknown job: warren.ErrNotFound.
 func (s *Store) ListTasks(ctx context.Context, jobID string, opts store.ListTasksOpts) ([]warren.TaskRecord, string, error) {
-	limit := store.PageSize(opts.Limit)
+	limit := engine.PageSize(opts.Limit)
 	after := int64(0)
 	if opts.Cursor != "" {
 		id, err := decodeTaskCursor(opts.Cursor)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/warrenhq/warren"
-	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/internal/engine"
 	"github.com/warrenhq/warren/store/internal/sqlstore"
 )
 
@@ -41,7 +41,7 @@ func (s *Store) OpenQueues(ctx context.Context) ([]string, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: open queues: %w", err)
 	}
-	return store.SortQueues(queues), nil
+	return engine.SortQueues(queues), nil
 }
 
 // Backlog returns the number of pending tasks: the outbox's length. Only

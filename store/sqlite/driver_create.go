@@ -18,11 +18,6 @@ import (
 	"github.com/warrenhq/warren/store/internal/engine"
 )
 
-var (
-	_ engine.Stager           = engineDriver{}
-	_ engine.DeliveryExecutor = engineDriver{}
-)
-
 // insertBatch is how many task rows one INSERT statement writes. Three
 // parameters per row stay well under SQLite's limit of 32766.
 const insertBatch = 500
@@ -67,11 +62,6 @@ func (t *tx) JobByKey(ctx context.Context, key string) (engine.KeyedJob, bool, e
 	return jobByKey(ctx, t.tx, key)
 }
 
-// ReadJobByKey implements engine.Stager, on a reader connection.
-func (d engineDriver) ReadJobByKey(ctx context.Context, key string) (engine.KeyedJob, bool, error) {
-	return jobByKey(ctx, d.s.r, key)
-}
-
 // jobByKey reads the job that holds idempotency key key, and its request
 // hash.
 func jobByKey(ctx context.Context, q querier, key string) (engine.KeyedJob, bool, error) {
@@ -104,15 +94,25 @@ func (t *tx) DeletedTasksLeft(ctx context.Context, jobID string) (bool, error) {
 	return left, err
 }
 
-// StageTasks implements engine.Stager: the tasks are spooled (memory,
-// then an unlinked temporary file), then inserted at disk speed inside
-// the write transaction.
-func (engineDriver) StageTasks(tasks iter.Seq2[json.RawMessage, error]) (iter.Seq2[json.RawMessage, error], func(), error) {
+// StageJob implements engine.Driver: the key is looked up on a reader
+// connection, and the tasks are spooled (memory, then an unlinked
+// temporary file), then inserted at disk speed inside the write
+// transaction, so that a slow upload never holds the one writer.
+func (d engineDriver) StageJob(ctx context.Context, key string, tasks iter.Seq2[json.RawMessage, error]) (engine.StagedJob, error) {
+	if key != "" {
+		holder, found, err := jobByKey(ctx, d.s.r, key)
+		if err != nil {
+			return engine.StagedJob{}, err
+		}
+		if found {
+			return engine.StagedJob{Holder: &holder}, nil
+		}
+	}
 	sp, err := spool.Tasks(tasks)
 	if err != nil {
-		return nil, nil, err
+		return engine.StagedJob{}, err
 	}
-	return sp.All(), sp.Close, nil
+	return engine.StagedJob{Tasks: sp.All(), Release: sp.Close}, nil
 }
 
 // InsertTasks implements engine.CreateTx with multi-row INSERTs of

@@ -50,7 +50,7 @@ const startJobsSQL = `UPDATE jobs SET state = 'running', started_at = COALESCE(s
 	WHERE id IN (SELECT value FROM json_each(?1)) AND +state = 'pending'
 	  AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.job_id = jobs.id AND tasks.state = 'pending')`
 
-// BeginRelay implements engine.RelayBeginner. SQLite has one writer, so
+// BeginRelay implements engine.Driver. SQLite has one writer, so
 // a round holds no write transaction while it publishes: it waits for
 // the store's other round to end (a task is offered to one round at a
 // time), reads its claim on the read pool, and begins the write

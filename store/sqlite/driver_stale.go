@@ -43,15 +43,15 @@ const staleSQL = `SELECT t.job_id, t.task_id, t.attempts, j.max_retries
 
 // ClaimStale implements engine.StaleTx. Write transactions are
 // serialised, so no other one can hold the tasks it reads.
-func (t *tx) ClaimStale(ctx context.Context, q engine.StaleQuery) ([]store.StaleTask, error) {
+func (t *tx) ClaimStale(ctx context.Context, q engine.StaleQuery) ([]engine.StaleTask, error) {
 	rows, err := t.tx.QueryContext(ctx, staleSQL, q.Cutoff.UnixMicro(), q.DefaultTimeout.Milliseconds(), q.Limit, q.Busy.UnixMicro())
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var tasks []store.StaleTask
+	var tasks []engine.StaleTask
 	for rows.Next() {
-		var s store.StaleTask
+		var s engine.StaleTask
 		if err := rows.Scan(&s.JobID, &s.TaskID, &s.Attempts, &s.MaxRetries); err != nil {
 			return nil, err
 		}
@@ -168,24 +168,24 @@ const expiringByOwnSQL = `SELECT id, finished_at, retention_ms FROM jobs INDEXED
 // or a reader connection (Peek).
 type retentionReader struct{ q querier }
 
-// Peek implements engine.Peeker: the candidates are read on a reader
-// connection.
+// Peek implements engine.Driver: the candidates are read on a reader
+// connection, so that a sweep with nothing to do never takes the writer.
 func (d engineDriver) Peek() engine.RetentionReader { return retentionReader{d.s.r} }
 
 // ExpiringJobs implements engine.RetentionReader.
-func (t *tx) ExpiringJobs(ctx context.Context, q engine.ExpiringQuery) ([]store.ExpiringJob, error) {
+func (t *tx) ExpiringJobs(ctx context.Context, q engine.ExpiringQuery) ([]engine.ExpiringJob, error) {
 	return retentionReader{t.tx}.ExpiringJobs(ctx, q)
 }
 
 // DeletedJobs implements engine.RetentionReader.
-func (t *tx) DeletedJobs(ctx context.Context, limit int) ([]store.DeletedJob, error) {
+func (t *tx) DeletedJobs(ctx context.Context, limit int) ([]engine.DeletedJob, error) {
 	return retentionReader{t.tx}.DeletedJobs(ctx, limit)
 }
 
 // ExpiringJobs implements engine.RetentionReader: one indexed query of
 // each kind.
-func (r retentionReader) ExpiringJobs(ctx context.Context, q engine.ExpiringQuery) ([]store.ExpiringJob, error) {
-	var jobs []store.ExpiringJob
+func (r retentionReader) ExpiringJobs(ctx context.Context, q engine.ExpiringQuery) ([]engine.ExpiringJob, error) {
+	var jobs []engine.ExpiringJob
 	if q.ByDefault {
 		byDefault, err := r.expiring(ctx, expiringByDefaultSQL, q.DefaultCutoff, q.Limit)
 		if err != nil {
@@ -202,16 +202,16 @@ func (r retentionReader) ExpiringJobs(ctx context.Context, q engine.ExpiringQuer
 
 // expiring reads the candidates that query (expiringByDefaultSQL or
 // expiringByOwnSQL) selects with bound and limit.
-func (r retentionReader) expiring(ctx context.Context, query string, bound time.Time, limit int) ([]store.ExpiringJob, error) {
+func (r retentionReader) expiring(ctx context.Context, query string, bound time.Time, limit int) ([]engine.ExpiringJob, error) {
 	rows, err := r.q.QueryContext(ctx, query, bound.UnixMicro(), limit)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var jobs []store.ExpiringJob
+	var jobs []engine.ExpiringJob
 	for rows.Next() {
 		var (
-			j                     store.ExpiringJob
+			j                     engine.ExpiringJob
 			finished, retentionMS int64
 		)
 		if err := rows.Scan(&j.ID, &finished, &retentionMS); err != nil {
@@ -226,15 +226,15 @@ func (r retentionReader) expiring(ctx context.Context, query string, bound time.
 
 // DeletedJobs implements engine.RetentionReader, in rowid order: the
 // order they were deleted in.
-func (r retentionReader) DeletedJobs(ctx context.Context, limit int) ([]store.DeletedJob, error) {
+func (r retentionReader) DeletedJobs(ctx context.Context, limit int) ([]engine.DeletedJob, error) {
 	rows, err := r.q.QueryContext(ctx, `SELECT job_id, tasks, purged FROM deleted_jobs ORDER BY rowid LIMIT ?`, limit)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var jobs []store.DeletedJob
+	var jobs []engine.DeletedJob
 	for rows.Next() {
-		var j store.DeletedJob
+		var j engine.DeletedJob
 		if err := rows.Scan(&j.ID, &j.Tasks, &j.Purged); err != nil {
 			return nil, err
 		}
@@ -305,7 +305,7 @@ func (t *tx) DeleteJobs(ctx context.Context, ids []string, at time.Time) (int, e
 }
 
 // PurgeTasks implements engine.RetentionTx: two statements per range.
-func (t *tx) PurgeTasks(ctx context.Context, plan []store.PurgeRange) (int, error) {
+func (t *tx) PurgeTasks(ctx context.Context, plan []engine.PurgeRange) (int, error) {
 	var purged int64
 	for _, r := range plan {
 		n, err := t.purgeRange(ctx, r)
@@ -320,7 +320,7 @@ func (t *tx) PurgeTasks(ctx context.Context, plan []store.PurgeRange) (int, erro
 // purgeRange deletes the task rows of r and records it: the job's
 // progress, or, for its last range, that it is purged. It returns how
 // many task rows it deleted.
-func (t *tx) purgeRange(ctx context.Context, r store.PurgeRange) (int64, error) {
+func (t *tx) purgeRange(ctx context.Context, r engine.PurgeRange) (int64, error) {
 	var (
 		res sql.Result
 		err error
@@ -345,7 +345,7 @@ func (t *tx) purgeRange(ctx context.Context, r store.PurgeRange) (int64, error) 
 	return n, err
 }
 
-// BeginDelete implements engine.Deleter: a write transaction, as Begin
+// BeginDelete implements engine.Driver: a write transaction, as Begin
 // starts, on the writer connection with its foreign keys off, turned on
 // again when it ends, before any other write may use the connection. The
 // tasks table's foreign key deletes a job's tasks with its row (ON DELETE

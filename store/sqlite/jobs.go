@@ -12,6 +12,7 @@ import (
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/internal/engine"
 )
 
 // GetJob returns the job with id, or an error wrapping warren.ErrNotFound.
@@ -68,7 +69,7 @@ func scanJob(row interface{ Scan(...any) error }) (warren.Job, int64, error) {
 // optionally of one state and of one type. The cursor is opaque; a malformed one is an
 // error.
 func (s *Store) ListJobs(ctx context.Context, opts store.ListJobsOpts) ([]warren.Job, string, error) {
-	limit := store.PageSize(opts.Limit)
+	limit := engine.PageSize(opts.Limit)
 	before, err := parseCursor(opts.Cursor, math.MaxInt64)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlite: list jobs: %w", err)

@@ -41,8 +41,6 @@ type Store struct {
 	// Engine makes every decision of the store (store/internal/engine);
 	// the methods below read, and the driver gives it the primitives.
 	*engine.Engine
-	// Relay runs the relay rounds (RelayRound, RelayBatch) on the engine.
-	*engine.Relay
 	w *sql.DB // one connection: every write transaction
 	// stmts are the writer's prepared statements by query (writerStmt).
 	stmtsMu sync.Mutex
@@ -101,7 +99,6 @@ func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
 	r.SetMaxIdleConns(readers)
 	s := &Store{w: w, r: r, relay: make(chan struct{}, 1)}
 	s.Engine = engine.New(engineDriver{s}, engine.Options{Clock: opts.Clock})
-	s.Relay = engine.NewRelay(s.Engine)
 	if _, err := s.Now(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -213,7 +210,9 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// now is the store's clock, at the precision it stores (microseconds, UTC).
+// now is the process's clock, at the precision the store keeps
+// (microseconds, UTC), for the migrations' bookkeeping (applied_at) alone:
+// every other time the store writes or compares is the engine's clock.
 func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
 // micros is a nullable timestamp as the schema stores it.

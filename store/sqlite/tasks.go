@@ -9,12 +9,13 @@ import (
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/internal/engine"
 )
 
 // ListTasks returns up to opts.Limit tasks of job jobID in task id order,
 // optionally of one state; an unknown job wraps warren.ErrNotFound.
 func (s *Store) ListTasks(ctx context.Context, jobID string, opts store.ListTasksOpts) ([]warren.TaskRecord, string, error) {
-	limit := store.PageSize(opts.Limit)
+	limit := engine.PageSize(opts.Limit)
 	after, err := parseCursor(opts.Cursor, 0)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlite: list tasks: %w", err)
@@ -69,7 +70,7 @@ func (s *Store) JobErrors(ctx context.Context, jobID string, limit int) ([]warre
 	// they are not its errors.
 	rows, err := s.r.QueryContext(ctx, `SELECT task_id, error FROM tasks
 		WHERE job_id = ?1 AND state = 'failed' AND EXISTS (SELECT 1 FROM jobs WHERE id = ?1)
-		ORDER BY task_id LIMIT ?2`, jobID, store.PageSize(limit))
+		ORDER BY task_id LIMIT ?2`, jobID, engine.PageSize(limit))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: errors of job %s: %w", jobID, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/internal/engine"
 )
 
 // TaskTimeline counts job jobID's completed and failed tasks by the bucket
@@ -23,7 +24,7 @@ func (s *Store) TaskTimeline(ctx context.Context, jobID string, span store.Timel
 		return nil, fmt.Errorf("sqlite: task timeline of %s: %w", jobID, err)
 	}
 	defer rows.Close()
-	buckets, err := span.Fill(rows)
+	buckets, err := engine.FillTimeline(span, rows)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: task timeline of %s: %w", jobID, err)
 	}

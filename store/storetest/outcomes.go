@@ -141,8 +141,9 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 	})
 
 	// PostgreSQL refuses NUL and invalid UTF-8 in text: worker-supplied
-	// text is stored as store.StoredText makes it, on every store, and the
-	// rest of the batch is recorded with it.
+	// text is stored as valid UTF-8 without NUL (each bad run or NUL a
+	// U+FFFD), on every store, and the rest of the batch is recorded with
+	// it.
 	t.Run("WorkerTextIsStoredAsValidUTF8", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)

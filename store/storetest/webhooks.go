@@ -10,6 +10,7 @@ import (
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/store/internal/engine"
 )
 
 // hook is the webhook of the tests' jobs.
@@ -58,14 +59,14 @@ func testWebhooks(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Nil(t, d.DeliveredAt)
 		require.EqualValues(t, 1, pending(t, s))
 
-		claimed := claim(t, s, time.Now(), time.Minute, 10)
+		claimed := claim(t, s, storeNow(t, s), time.Minute, 10)
 		require.Len(t, claimed, 1)
 		c := claimed[0]
 		require.Equal(t, d.ID, c.ID)
 		require.Equal(t, hook.URL, c.URL)
 		require.Equal(t, hook.Secret, c.Secret)
 		require.Equal(t, 1, c.Attempts, "the claim counts the attempt")
-		require.Equal(t, string(store.ClosedPayload(d.ID, job)), string(c.Body), "the body is the closed job's")
+		require.Equal(t, string(engine.ClosedPayload(d.ID, job)), string(c.Body), "the body is the closed job's")
 		var body struct {
 			ID    string         `json:"id"`
 			Event string         `json:"event"`
@@ -88,7 +89,7 @@ func testWebhooks(t *testing.T, newStore func(t *testing.T) store.Store) {
 		cancelled, err := s.CancelJob(t.Context(), newJob(t, s, 1).ID)
 		require.NoError(t, err)
 		require.Empty(t, deliveries(t, s, cancelled.ID))
-		require.Empty(t, claim(t, s, time.Now().Add(time.Hour), time.Minute, 10))
+		require.Empty(t, claim(t, s, storeNow(t, s).Add(time.Hour), time.Minute, 10))
 		require.Zero(t, pending(t, s))
 	})
 
@@ -98,7 +99,7 @@ func testWebhooks(t *testing.T, newStore func(t *testing.T) store.Store) {
 		job, err := s.CancelJob(t.Context(), createJob(t, s, store.NewJob{Webhook: hook}, 3).ID)
 		require.NoError(t, err)
 		require.Len(t, deliveries(t, s, job.ID), 1)
-		c := claim(t, s, time.Now(), time.Minute, 10)
+		c := claim(t, s, storeNow(t, s), time.Minute, 10)
 		require.Len(t, c, 1)
 		var body struct {
 			Job struct {
@@ -203,7 +204,7 @@ func testWebhooks(t *testing.T, newStore func(t *testing.T) store.Store) {
 		for range 3 {
 			made = append(made, deliveries(t, s, closeJob(t, s, store.NewJob{Webhook: hook}, 1).ID)[0].ID)
 		}
-		now := time.Now()
+		now := storeNow(t, s)
 		require.Len(t, claim(t, s, now, time.Minute, 10), 3)
 		// The last made is due first, the first made last.
 		for i, id := range made {
@@ -224,15 +225,15 @@ func testWebhooks(t *testing.T, newStore func(t *testing.T) store.Store) {
 		t.Parallel()
 		s := newStore(t)
 		job := closeJob(t, s, store.NewJob{Webhook: hook}, 1)
-		c := claim(t, s, time.Now(), time.Minute, 10)
+		c := claim(t, s, storeNow(t, s), time.Minute, 10)
 		require.Len(t, c, 1)
-		require.True(t, record(t, s, store.DeliveryAttempt{ID: c[0].ID, Attempt: 1, State: store.DeliveryFailed, Error: "dial: refused\x00", At: time.Now()}))
+		require.True(t, record(t, s, store.DeliveryAttempt{ID: c[0].ID, Attempt: 1, State: store.DeliveryFailed, Error: "dial: refused\x00", At: storeNow(t, s)}))
 		d := deliveries(t, s, job.ID)[0]
 		require.Equal(t, store.DeliveryFailed, d.State)
-		require.Equal(t, "dial: refused\uFFFD", d.LastError, "stored as StoredText makes it")
+		require.Equal(t, "dial: refused\uFFFD", d.LastError, "stored as valid UTF-8 without NUL")
 		require.Nil(t, d.NextAttemptAt)
 		require.Nil(t, d.DeliveredAt)
-		require.Empty(t, claim(t, s, time.Now().Add(48*time.Hour), time.Minute, 10))
+		require.Empty(t, claim(t, s, storeNow(t, s).Add(48*time.Hour), time.Minute, 10))
 		_, err := s.RecordDeliveryAttempt(t.Context(), store.DeliveryAttempt{ID: c[0].ID, Attempt: 1, State: store.DeliveryPending})
 		require.Error(t, err, "a pending attempt needs its next attempt")
 		require.False(t, record(t, s, store.DeliveryAttempt{ID: "nope", Attempt: 1, State: store.DeliveryFailed}))
@@ -252,7 +253,7 @@ func testWebhooks(t *testing.T, newStore func(t *testing.T) store.Store) {
 			_, err := s.ListDeliveries(t.Context(), id)
 			require.ErrorIs(t, err, warren.ErrNotFound)
 		}
-		c := claim(t, s, time.Now(), time.Minute, 10)
+		c := claim(t, s, storeNow(t, s), time.Minute, 10)
 		require.Len(t, c, 1)
 		require.Equal(t, kept.ID, c[0].JobID)
 	})
@@ -268,11 +269,12 @@ func testWebhooks(t *testing.T, newStore func(t *testing.T) store.Store) {
 			wg   sync.WaitGroup
 			mu   sync.Mutex
 			seen = map[string]int{}
+			now  = storeNow(t, s)
 		)
 		for range 6 {
 			wg.Go(func() {
 				for {
-					c, err := s.ClaimDeliveries(t.Context(), store.DeliveryClaim{Now: time.Now(), Lease: time.Hour, Limit: 2})
+					c, err := s.ClaimDeliveries(t.Context(), store.DeliveryClaim{Now: now, Lease: time.Hour, Limit: 2})
 					if err != nil || len(c) == 0 {
 						require.NoError(t, err)
 						return
@@ -299,6 +301,16 @@ func deliveries(t *testing.T, s store.Store, id string) []store.Delivery {
 	list, err := s.ListDeliveries(t.Context(), id)
 	require.NoError(t, err)
 	return list
+}
+
+// storeNow reads s's clock, which wrote the deliveries' times: the
+// process's clock may be behind it by a few milliseconds, enough for a
+// delivery made just now not to be due yet by it.
+func storeNow(t *testing.T, s store.Store) time.Time {
+	t.Helper()
+	now, err := s.Now(t.Context())
+	require.NoError(t, err)
+	return now
 }
 
 // claim claims up to limit deliveries due at now for lease.

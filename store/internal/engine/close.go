@@ -2,9 +2,12 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/oklog/ulid/v2"
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
@@ -88,19 +91,19 @@ func (e *Engine) CancelJob(ctx context.Context, id string) (warren.Job, error) {
 // FinishJob closes an open job, still at version, as completed or
 // failed, in one transaction: its unfinished tasks cancelled (first, as
 // the lock order wants), the guarded transition of the job row (finished
-// now, with errMsg as store.StoredText makes it, the version bumped),
+// now, with errMsg as storedText makes it, the version bumped),
 // result, when not nil, stored with its location recorded
 // (store.ResultLocation), and the job's webhook delivery made. It returns
 // false, changing nothing, when the job is already closed or no longer at
 // version: the transaction is rolled back, so a task a reopen made queued
 // again stays queued. An unknown job wraps warren.ErrNotFound; any other
-// state than completed or failed is an error (store.ValidateFinishState)
+// state than completed or failed is an error (validateFinishState)
 // that changes nothing.
 func (e *Engine) FinishJob(ctx context.Context, jobID string, version int64, state warren.JobState, result []byte, errMsg string) (bool, error) {
-	if err := store.ValidateFinishState(state); err != nil {
+	if err := validateFinishState(state); err != nil {
 		return false, e.errorf(err, "finish job %q", jobID)
 	}
-	errMsg = store.StoredText(errMsg)
+	errMsg = storedText(errMsg)
 	errMoved := errors.New("moved")
 	err := e.inTx(ctx, func(tx Tx) error {
 		at := e.now()
@@ -139,7 +142,7 @@ func (e *Engine) FinishJob(ctx context.Context, jobID string, version int64, sta
 }
 
 // deliverClosed makes the webhook delivery of closed job j, due when it
-// closed, if it has a webhook.
+// closed, if it has a webhook: its id a new ULID, its body ClosedPayload.
 func deliverClosed(ctx context.Context, tx Tx, j warren.Job) error {
 	if j.WebhookURL == "" {
 		return nil
@@ -148,11 +151,65 @@ func deliverClosed(ctx context.Context, tx Tx, j warren.Job) error {
 	if j.FinishedAt != nil {
 		at = *j.FinishedAt
 	}
-	id := store.NewDeliveryID()
+	id := ulid.Make().String()
 	err := tx.InsertDelivery(ctx, NewDelivery{ID: id, JobID: j.ID, Event: store.EventJobClosed,
-		Body: store.ClosedPayload(id, j), At: at})
+		Body: ClosedPayload(id, j), At: at})
 	if err != nil {
 		return fmt.Errorf("write the webhook delivery: %w", err)
 	}
 	return nil
+}
+
+// validateFinishState returns an error naming state unless it is
+// warren.JobCompleted or warren.JobFailed, the states FinishJob closes a
+// job in: FinishJob refuses any other before it writes anything, or even
+// looks the job up. A job is cancelled by CancelJob, which also records
+// why, not by FinishJob.
+func validateFinishState(state warren.JobState) error {
+	if state != warren.JobCompleted && state != warren.JobFailed {
+		return fmt.Errorf("state %q is not a closed state FinishJob sets (completed or failed)", state)
+	}
+	return nil
+}
+
+// closedJob is the job in a job.closed body: the fields, and field
+// names, of the API's job JSON that say how it closed.
+type closedJob struct {
+	ID             string          `json:"id"`
+	Type           string          `json:"type"`
+	State          warren.JobState `json:"state"`
+	ExpectedTasks  int64           `json:"expected_tasks"`
+	CompletedTasks int64           `json:"completed_tasks"`
+	FailedTasks    int64           `json:"failed_tasks"`
+	CreatedAt      time.Time       `json:"created_at"`
+	FinishedAt     *time.Time      `json:"finished_at"`
+	Error          string          `json:"error"`
+	ResultURL      string          `json:"result_url,omitempty"`
+}
+
+// closedBody is the body of a job.closed delivery.
+type closedBody struct {
+	ID    string    `json:"id"`
+	Event string    `json:"event"`
+	Job   closedJob `json:"job"`
+}
+
+// ClosedPayload returns the body of delivery id of the job.closed event
+// (store.EventJobClosed) of job, as it just closed. The drivers store it
+// with the delivery, so that every attempt sends the same bytes.
+func ClosedPayload(id string, job warren.Job) []byte {
+	j := closedJob{ID: job.ID, Type: job.Type, State: job.State, ExpectedTasks: job.ExpectedTasks,
+		CompletedTasks: job.CompletedTasks, FailedTasks: job.FailedTasks, CreatedAt: job.CreatedAt.UTC(), Error: job.Error}
+	if job.FinishedAt != nil {
+		at := job.FinishedAt.UTC()
+		j.FinishedAt = &at
+	}
+	if job.State == warren.JobCompleted && job.ResultLocation != "" {
+		j.ResultURL = job.ResultLocation
+	}
+	body, err := json.Marshal(closedBody{ID: id, Event: store.EventJobClosed, Job: j})
+	if err != nil { // strings, numbers and times: cannot fail
+		panic(fmt.Sprintf("store: encode a job.closed body: %v", err))
+	}
+	return body
 }

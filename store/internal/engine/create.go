@@ -74,26 +74,23 @@ type KeyedJob struct {
 	RequestHash string
 }
 
-// Stager is a Driver that reads a new job's tasks to their end before
-// its write transaction begins. SQLite has one writer: a slow upload
-// read inside the write transaction would stall every other writer of
-// the process. CreateJob looks for a replay first (a replay reads no
-// task), outside any write transaction, then stages.
-type Stager interface {
-	// ReadJobByKey is CreateTx.JobByKey outside any write transaction.
-	ReadJobByKey(ctx context.Context, key string) (KeyedJob, bool, error)
-	// StageTasks reads tasks to their end into storage of its own (disk
-	// past a bound, not memory) and returns them, to be read once in the
-	// transaction, and a func that releases them. The first error tasks
-	// yields is returned as it is.
-	StageTasks(tasks iter.Seq2[json.RawMessage, error]) (iter.Seq2[json.RawMessage, error], func(), error)
+// StagedJob is what Driver.StageJob readied for a create.
+type StagedJob struct {
+	// Holder is the job that holds the key, when the driver looked it up
+	// and one does; nil otherwise. Tasks are then not read.
+	Holder *KeyedJob
+	// Tasks are the tasks to write, to be read once in the transaction
+	// (nil with a Holder).
+	Tasks iter.Seq2[json.RawMessage, error]
+	// Release frees what staging the tasks held; nil when it held
+	// nothing.
+	Release func()
 }
 
 // DeliveryExecutor holds the primitives that settle webhook deliveries
-// (ClaimDeliveries, RecordDeliveryAttempt). Each is atomic by itself, so
-// a Driver runs it outside any explicit transaction (River's Executor
-// beside its ExecutorTx): a poll of the deliverer is one statement on
-// PostgreSQL. Every Driver implements it.
+// (ClaimDeliveries, RecordDeliveryAttempt), part of a Driver's Executor:
+// each is atomic by itself, so a poll of the deliverer is one statement
+// on PostgreSQL.
 type DeliveryExecutor interface {
 	// ClaimDeliveries claims up to c.Limit deliveries that are pending and
 	// due at c.Due (next attempt not after it), the longest due first,
@@ -136,52 +133,45 @@ type DeliveryRecord struct {
 }
 
 // CreateJob writes a job and its tasks in one transaction, as
-// store.Store.CreateJob promises: an invalid spec (store.ValidateNewJob)
+// store.Store.CreateJob promises: an invalid spec (validateNewJob)
 // is refused before anything is read or written; an idempotency key that
-// names a job is a replay of it (store.Replay), whatever id spec asks
-// for, and reads no task (on a Stager, it is looked up before the tasks
-// are staged too); an explicit id that a job, or a deleted job whose
+// names a job is a replay of it (replayOf), whatever id spec asks
+// for, and reads no task (Driver.StageJob may look it up before the
+// transaction); an explicit id that a job, or a deleted job whose
 // tasks are not purged yet, holds is warren.ErrConflict; an empty id is a
 // new ULID. The job is created now, by the engine's clock; an empty
 // payload is stored as JSON null. An error of the tasks iterator is
 // returned as it is, with nothing written.
 func (e *Engine) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
-	if err := store.ValidateNewJob(spec); err != nil {
+	if err := validateNewJob(spec); err != nil {
 		return warren.Job{}, false, e.errorf(err, "create job")
 	}
 	src := &taskSource{tasks: tasks}
-	payloads := src.all()
-	if st, ok := e.drv.(Stager); ok {
-		if spec.IdempotencyKey != "" {
-			first, found, err := st.ReadJobByKey(ctx, spec.IdempotencyKey)
-			if err != nil {
-				return warren.Job{}, false, e.errorf(err, "create job")
-			}
-			if found {
-				job, err := store.Replay(first.Job, first.RequestHash, spec)
-				if err != nil {
-					return warren.Job{}, false, e.errorf(err, "create job")
-				}
-				return job, false, nil
-			}
-		}
-		staged, release, err := st.StageTasks(payloads)
-		if src.err != nil {
-			return warren.Job{}, false, src.err
-		}
+	staged, err := e.drv.StageJob(ctx, spec.IdempotencyKey, src.all())
+	if src.err != nil {
+		return warren.Job{}, false, src.err
+	}
+	if err != nil {
+		return warren.Job{}, false, e.errorf(err, "create job")
+	}
+	if staged.Release != nil {
+		defer staged.Release()
+	}
+	if first := staged.Holder; first != nil {
+		job, err := replayOf(*first, spec)
 		if err != nil {
 			return warren.Job{}, false, e.errorf(err, "create job")
 		}
-		defer release()
-		payloads = staged
+		return job, false, nil
 	}
+	payloads := staged.Tasks
 	row := newJobRow(spec, e.now())
 	id := row.Job.ID
 	var (
 		job     warren.Job
 		created bool
 	)
-	err := e.inTx(ctx, func(tx Tx) error {
+	err = e.inTx(ctx, func(tx Tx) error {
 		inserted, err := tx.InsertJob(ctx, row)
 		if errors.Is(err, ErrIDTaken) {
 			return fmt.Errorf("job %s already exists: %w", id, warren.ErrConflict)
@@ -261,7 +251,42 @@ func replay(ctx context.Context, tx Tx, spec store.NewJob) (warren.Job, error) {
 		return warren.Job{}, fmt.Errorf("the job of idempotency key %q was deleted as this one was created: %w",
 			spec.IdempotencyKey, warren.ErrConflict)
 	}
-	return store.Replay(first.Job, first.RequestHash, spec)
+	return replayOf(first, spec)
+}
+
+// replayOf decides CreateJob's answer to a submission whose idempotency
+// key names first.Job, created by a request whose digest was
+// first.RequestHash: that job when the requests match (or either has no
+// digest), else store.ErrKeyReused.
+func replayOf(first KeyedJob, spec store.NewJob) (warren.Job, error) {
+	if first.RequestHash != "" && spec.RequestHash != "" && first.RequestHash != spec.RequestHash {
+		return warren.Job{}, fmt.Errorf("job %s: %w", first.Job.ID, store.ErrKeyReused)
+	}
+	return first.Job, nil
+}
+
+// validateNewJob returns an error saying what is wrong with spec when it
+// cannot become a job: its policy is not valid (warren.Policy.Validate),
+// or its webhook has no URL or secret, or one too long
+// (store.MaxWebhookURLBytes, store.MaxWebhookSecretBytes), or one that is
+// not UTF-8 without NUL. CreateJob refuses such a spec before it reads or
+// writes anything: its tasks are not consumed, and its idempotency key
+// is not looked up.
+func validateNewJob(spec store.NewJob) error {
+	if err := spec.Policy.Validate(); err != nil {
+		return fmt.Errorf("invalid policy: %w", err)
+	}
+	if w := spec.Webhook; w != nil {
+		switch {
+		case w.URL == "" || len(w.URL) > store.MaxWebhookURLBytes:
+			return fmt.Errorf("invalid webhook: the url must be 1 to %d bytes", store.MaxWebhookURLBytes)
+		case w.Secret == "" || len(w.Secret) > store.MaxWebhookSecretBytes:
+			return fmt.Errorf("invalid webhook: the secret must be 1 to %d bytes", store.MaxWebhookSecretBytes)
+		case storedText(w.URL) != w.URL || storedText(w.Secret) != w.Secret:
+			return fmt.Errorf("invalid webhook: the url and the secret must be UTF-8 without NUL")
+		}
+	}
+	return nil
 }
 
 // deletedConflict is CreateJob's error for the id of a deleted job whose
@@ -303,15 +328,11 @@ func (s *taskSource) all() iter.Seq2[json.RawMessage, error] {
 
 // ClaimDeliveries claims the webhook deliveries due at claim.Now, as
 // store.Store.ClaimDeliveries promises: leased until claim.Now plus
-// claim.Lease, at most claim.Limit of them (store.PageSize), returned in
+// claim.Lease, at most claim.Limit of them (PageSize), returned in
 // id order.
 func (e *Engine) ClaimDeliveries(ctx context.Context, claim store.DeliveryClaim) ([]store.ClaimedDelivery, error) {
-	x, err := e.deliveries()
-	if err != nil {
-		return nil, e.errorf(err, "claim webhook deliveries")
-	}
 	due := claim.Now.UTC().Truncate(time.Microsecond)
-	claimed, err := x.ClaimDeliveries(ctx, DeliveryClaim{Due: due, Until: due.Add(claim.Lease), Limit: store.PageSize(claim.Limit)})
+	claimed, err := e.drv.ClaimDeliveries(ctx, DeliveryClaim{Due: due, Until: due.Add(claim.Lease), Limit: PageSize(claim.Limit)})
 	if err != nil {
 		return nil, e.errorf(err, "claim webhook deliveries")
 	}
@@ -321,40 +342,43 @@ func (e *Engine) ClaimDeliveries(ctx context.Context, claim store.DeliveryClaim)
 
 // RecordDeliveryAttempt records how attempt a ended, as
 // store.Store.RecordDeliveryAttempt promises: a is validated
-// (store.DeliveryAttempt.Validate) before anything is written; a
+// (validateAttempt) before anything is written; a
 // delivered attempt keeps a.At as its delivery time, a pending one is
 // due again at a.NextAttemptAt, a failed one is due never; its error is
-// stored as store.StoredText makes it; and it applies only while the
+// stored as storedText makes it; and it applies only while the
 // delivery is pending and still at a.Attempt attempts.
 func (e *Engine) RecordDeliveryAttempt(ctx context.Context, a store.DeliveryAttempt) (bool, error) {
-	if err := a.Validate(); err != nil {
+	if err := validateAttempt(a); err != nil {
 		return false, e.errorf(err, "record webhook attempt")
 	}
-	x, err := e.deliveries()
-	if err != nil {
-		return false, e.errorf(err, "record webhook attempt of %s", a.ID)
-	}
-	r := DeliveryRecord{ID: a.ID, Attempt: a.Attempt, State: a.State, Status: a.Status, Error: store.StoredText(a.Error)}
+	r := DeliveryRecord{ID: a.ID, Attempt: a.Attempt, State: a.State, Status: a.Status, Error: storedText(a.Error)}
 	switch a.State {
 	case store.DeliveryPending:
 		r.NextAttemptAt = storedTime(a.NextAttemptAt)
 	case store.DeliveryDelivered:
 		r.DeliveredAt = storedTime(a.At)
 	}
-	ok, err := x.RecordDelivery(ctx, r)
+	ok, err := e.drv.RecordDelivery(ctx, r)
 	if err != nil {
 		return false, e.errorf(err, "record webhook attempt of %s", a.ID)
 	}
 	return ok, nil
 }
 
-// deliveries returns the driver's DeliveryExecutor.
-func (e *Engine) deliveries() (DeliveryExecutor, error) {
-	x, ok := e.drv.(DeliveryExecutor)
-	if !ok {
-		return nil, errors.New("the driver settles no webhook delivery")
+// validateAttempt returns an error naming what is wrong with a: a state
+// that is not pending, delivered or failed, or a pending one without its
+// NextAttemptAt.
+func validateAttempt(a store.DeliveryAttempt) error {
+	switch a.State {
+	case store.DeliveryDelivered, store.DeliveryFailed:
+	case store.DeliveryPending:
+		if a.NextAttemptAt.IsZero() {
+			return fmt.Errorf("delivery %s: a pending attempt needs NextAttemptAt", a.ID)
+		}
+	default:
+		return fmt.Errorf("delivery %s: state %q is not pending, delivered or failed", a.ID, a.State)
 	}
-	return x, nil
+	return nil
 }
 
 // storedTime is t at the precision the drivers store (microseconds,

@@ -14,23 +14,85 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
+	"sync/atomic"
 	"time"
 )
 
-// Driver is what a store backend gives the engine.
+// Driver is what a store backend gives the engine: every method the
+// engine calls on it is here, or in an interface it embeds, and no other
+// (River's riverdriver.Driver and Executor). Where the backends differ in
+// strategy (SQLite has one writer for the whole process and keeps work
+// off it; PostgreSQL runs transactions side by side), the method is still
+// here, and a driver that needs nothing special implements it plainly, as
+// its doc says.
 type Driver interface {
+	// Executor runs the primitives that are atomic by themselves outside
+	// any explicit transaction.
+	Executor
+
 	// Name prefixes the engine's errors ("sqlite", "postgres").
 	Name() string
-	// Begin starts a write transaction. Its primitives see its own
-	// writes; Commit makes them durable before it returns.
-	Begin(ctx context.Context) (Tx, error)
 	// ReadClock reads the database's clock: the one clock every process
 	// sharing the database reads alike (PostgreSQL's clock_timestamp();
 	// SQLite's database is one process's, and so is its clock). The
 	// engine reads it seldom (see Clock): a reading may cost a round trip.
 	ReadClock(ctx context.Context) (time.Time, error)
+
+	// Begin starts a write transaction. Its primitives see its own
+	// writes; Commit makes them durable before it returns.
+	Begin(ctx context.Context) (Tx, error)
+	// BeginRelay starts a relay round (RelayRound). Its claim is offered
+	// to no other round of the store until it ends. A driver with nothing
+	// special returns a transaction of Begin, which holds its claim's row
+	// locks while the round publishes. A driver whose one writer a round
+	// must not hold while the broker confirms (SQLite) serialises the
+	// store's rounds itself, reads the claim outside any write
+	// transaction, and writes the marks in a transaction begun at the
+	// first of them, after publish; MarkQueued's generation guard leaves
+	// alone a task redriven meanwhile.
+	BeginRelay(ctx context.Context) (RelayRoundTx, error)
+	// BeginDelete starts the write transaction of a retention deletion
+	// (DeleteExpiredJobs, DeleteJob), in which DeleteJobs deletes job rows
+	// and leaves their task rows. A driver with nothing special returns a
+	// transaction of Begin. A driver whose schema would delete a job's
+	// task rows with it (SQLite: a cascading foreign key, which would hold
+	// the one writer for as long as a large job takes) returns one that
+	// deletes the job rows alone (SQLite: foreign keys off).
+	BeginDelete(ctx context.Context) (Tx, error)
+	// StageJob readies the create of a job of idempotency key key ("" for
+	// none) and tasks before its write transaction begins (CreateJob). A
+	// driver with nothing special returns tasks as they are, reads
+	// nothing, and its InsertJob finds a taken key. A driver whose write
+	// transaction must stay short (SQLite: one writer, which a slow upload
+	// read inside it would stall) looks the key up outside any write
+	// transaction and returns the job that holds it, if one does, without
+	// reading tasks (a replay reads no task); else it reads tasks to
+	// their end into storage of its own (disk past a bound, not memory),
+	// to be read once in the transaction. The first error tasks yields is
+	// returned as it is.
+	StageJob(ctx context.Context, key string, tasks iter.Seq2[json.RawMessage, error]) (StagedJob, error)
+	// Peek returns the reader that retention (DeleteExpiredJobs,
+	// PurgeDeletedTasks) reads its candidates through first, locking
+	// nothing and outside any write transaction, so that a sweep with
+	// nothing to do begins none; or nil, when a look first would save
+	// nothing. A driver with nothing special returns nil: its
+	// transaction's reads skip the rows others hold, and a look would only
+	// add a round trip. A driver with one writer (SQLite) returns a reader,
+	// so that an idle sweep never holds up a write.
+	Peek() RetentionReader
+}
+
+// Executor holds the primitives a Driver runs outside any explicit
+// transaction, each atomic by itself (River's Executor beside its
+// ExecutorTx): they read on the driver's read connections, or are one
+// statement, so that they never hold a write transaction open.
+type Executor interface {
+	CloseCandidateReader
+	DeliveryExecutor
 }
 
 // Tx is a driver's write transaction: the primitives of every decision
@@ -65,10 +127,18 @@ type Options struct {
 }
 
 // Engine runs the store's decision trees over a Driver. It is safe for
-// concurrent use: every call runs in a transaction of its own.
+// concurrent use: every call runs in a transaction of its own. A store
+// has one: besides its clock, it keeps what one relay round passes to the
+// next.
 type Engine struct {
 	drv   Driver
 	clock *Clock
+	// turn is the next relay round's turn (served): it moves by one per
+	// round, so that the jobs take turns at being served first.
+	turn atomic.Int64
+	// openJobs is how many open jobs the last relay round found, for the
+	// next one's pendingCap.
+	openJobs atomic.Int64
 }
 
 // New returns the engine of drv. Its clock tells the process's time until
@@ -90,10 +160,6 @@ func (e *Engine) Now(ctx context.Context) (time.Time, error) {
 	}
 	return e.clock.Now(), nil
 }
-
-// Time reads e's clock without syncing it, for the driver code that still
-// writes times outside the engine's transactions.
-func Time(e *Engine) time.Time { return e.clock.Now() }
 
 // now reads the engine's clock at the precision both drivers store
 // (microseconds, UTC), so that a time written and read back compares

@@ -3,7 +3,6 @@ package engine
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -38,14 +37,14 @@ type OutcomeTx interface {
 	// order of deltas. It returns the updated job rows in that order. A
 	// delta of zero still increments the version: leave such deltas out.
 	// A job that does not exist is an error. The decision of what the
-	// new counters mean (store.BecameReady) is the caller's.
+	// new counters mean (becameReady) is the caller's.
 	BumpCounters(ctx context.Context, deltas []CounterDelta) ([]warren.Job, error)
 }
 
 // CloseCandidateReader reads JobsToClose's candidates outside any write
 // transaction (SQLite's read pool, PostgreSQL's pool), so that looking
-// for half-closed jobs never holds the writer. Every Driver implements
-// it.
+// for half-closed jobs never holds the writer; it is part of a Driver's
+// Executor.
 type CloseCandidateReader interface {
 	// CloseCandidates returns up to limit open jobs, oldest first, that
 	// may be ready to close: every task finished, or fail-fast with at
@@ -95,20 +94,20 @@ type CounterDelta struct {
 // task rows and their jobs' states, judges every outcome in batch order
 // (judgeOutcomes), writes the applied ones with the fields outcomeWrite
 // makes final and moves each job's counters once, then lists the jobs
-// the new counters made ready to close (store.BecameReady). On
+// the new counters made ready to close (becameReady). On
 // PostgreSQL that is two round trips between BEGIN and COMMIT, whatever
 // the batch's size.
 //
 // An outcome whose State is neither completed nor failed fails the whole
 // batch before anything is read.
 func (e *Engine) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (store.ApplyReport, error) {
-	if err := store.ValidateOutcomes(outcomes); err != nil {
+	if err := validateOutcomes(outcomes); err != nil {
 		return store.ApplyReport{}, e.errorf(err, "apply outcomes")
 	}
 	if len(outcomes) == 0 {
 		return store.ApplyReport{}, nil
 	}
-	outcomes = store.SanitizeOutcomes(outcomes)
+	outcomes = sanitizeOutcomes(outcomes)
 	var report store.ApplyReport
 	err := e.inTx(ctx, func(tx Tx) error {
 		tasks, jobs, err := tx.LockOutcomeTasks(ctx, distinctRefs(outcomes))
@@ -131,7 +130,7 @@ func (e *Engine) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (s
 		if n != len(j.writes) {
 			return fmt.Errorf("record tasks: %d of %d locked task rows changed", n, len(j.writes))
 		}
-		report.ReadyToClose = becameReady(bumped, j.deltas)
+		report.ReadyToClose = readyAfter(bumped, j.deltas)
 		return nil
 	})
 	if err != nil {
@@ -242,16 +241,16 @@ func outcomeWrite(o store.Outcome, row OutcomeTask, now time.Time) TaskWrite {
 	return w
 }
 
-// becameReady lists the jobs of bumped, as deltas moved them, that the
-// move made ready to close (store.BecameReady), in the order of bumped.
-func becameReady(bumped []warren.Job, deltas []CounterDelta) []string {
+// readyAfter lists the jobs of bumped, as deltas moved them, that the
+// move made ready to close (becameReady), in the order of bumped.
+func readyAfter(bumped []warren.Job, deltas []CounterDelta) []string {
 	byID := make(map[string]CounterDelta, len(deltas))
 	for _, d := range deltas {
 		byID[d.JobID] = d
 	}
 	var ready []string
 	for _, job := range bumped {
-		if d := byID[job.ID]; store.BecameReady(job, d.Completed, d.Failed) {
+		if d := byID[job.ID]; becameReady(job, d.Completed, d.Failed) {
 			ready = append(ready, job.ID)
 		}
 	}
@@ -260,22 +259,18 @@ func becameReady(bumped []warren.Job, deltas []CounterDelta) []string {
 
 // JobsToClose returns up to limit ids of open jobs that are ready to close
 // (store.ReadyToClose), oldest first; limit <= 0 means
-// store.DefaultPageSize. The driver narrows to candidates in SQL
+// store.DefaultPageSize (PageSize). The driver narrows to candidates in SQL
 // (CloseCandidates) and store.ReadyToClose decides, so the tolerance
 // arithmetic is never written in SQL. Candidates are read in pages of
 // limit until limit of them are ready or none is left: a fail-fast job
 // within its tolerance is a candidate that is not ready, and must not
 // take the place of one that is.
 func (e *Engine) JobsToClose(ctx context.Context, limit int) ([]string, error) {
-	r, ok := e.drv.(CloseCandidateReader)
-	if !ok {
-		return nil, e.errorf(errors.New("the driver reads no close candidates"), "jobs to close")
-	}
-	limit = store.PageSize(limit)
+	limit = PageSize(limit)
 	var ids []string
 	after := ""
 	for len(ids) < limit {
-		candidates, next, err := r.CloseCandidates(ctx, after, limit)
+		candidates, next, err := e.drv.CloseCandidates(ctx, after, limit)
 		if err != nil {
 			return nil, e.errorf(err, "jobs to close")
 		}
@@ -290,4 +285,54 @@ func (e *Engine) JobsToClose(ctx context.Context, limit int) ([]string, error) {
 		after = next
 	}
 	return ids, nil
+}
+
+// becameReady reports whether job j, whose counters were just moved by
+// completed and failed tasks, is open and ready to close
+// (store.ReadyToClose) and was not ready before the move. ApplyOutcomes
+// and ReconcileStale list exactly these jobs in ReadyToClose, so a job is
+// reported ready once, by the batch that made it so, however many batches
+// touch it afterwards.
+func becameReady(j warren.Job, completed, failed int64) bool {
+	if j.State.Terminal() || !store.ReadyToClose(j) {
+		return false
+	}
+	before := j
+	before.CompletedTasks -= completed
+	before.FailedTasks -= failed
+	return !store.ReadyToClose(before)
+}
+
+// validateOutcomes returns an error naming the first outcome whose State
+// is neither warren.TaskCompleted nor warren.TaskFailed: ApplyOutcomes
+// fails such a batch whole, before it writes anything.
+func validateOutcomes(outcomes []store.Outcome) error {
+	for i, o := range outcomes {
+		if o.State != warren.TaskCompleted && o.State != warren.TaskFailed {
+			return fmt.Errorf("outcome %d (job %q task %d): state must be completed or failed, got %q", i, o.JobID, o.TaskID, o.State)
+		}
+	}
+	return nil
+}
+
+// sanitizeOutcomes returns outcomes with their Error and Worker as
+// storedText makes them, for ApplyOutcomes to store: outcomes itself when
+// none needs it, else a copy (the caller's slice is left as it is).
+// Results are not text: they are stored byte for byte.
+func sanitizeOutcomes(outcomes []store.Outcome) []store.Outcome {
+	var clean []store.Outcome
+	for i, o := range outcomes {
+		e, w := storedText(o.Error), storedText(o.Worker)
+		if e == o.Error && w == o.Worker {
+			continue
+		}
+		if clean == nil {
+			clean = slices.Clone(outcomes)
+		}
+		clean[i].Error, clean[i].Worker = e, w
+	}
+	if clean == nil {
+		return outcomes
+	}
+	return clean
 }

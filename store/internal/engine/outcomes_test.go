@@ -74,3 +74,45 @@ func TestJudgeOutcomes(t *testing.T) {
 	require.Equal(t, 2, j.writes[1].Generation, "guarded at the generation read")
 	require.Equal(t, warren.TaskQueued, tasks[0].State, "the caller's rows are not changed")
 }
+
+func TestBecameReady(t *testing.T) {
+	t.Parallel()
+	job := func(state warren.JobState, completed, failed int64) warren.Job {
+		return warren.Job{State: state, Policy: warren.Policy{FailFast: true},
+			ExpectedTasks: 4, CompletedTasks: completed, FailedTasks: failed}
+	}
+	require.True(t, becameReady(job(warren.JobRunning, 1, 1), 0, 1), "the first failure of a fail-fast job")
+	require.False(t, becameReady(job(warren.JobRunning, 1, 2), 0, 1), "it was ready before")
+	require.True(t, becameReady(job(warren.JobRunning, 4, 0), 2, 0), "the last tasks finished")
+	require.False(t, becameReady(job(warren.JobRunning, 3, 0), 1, 0), "tasks are left")
+	require.False(t, becameReady(job(warren.JobFailed, 1, 1), 0, 1), "a closed job is never listed")
+}
+
+func TestValidateOutcomes(t *testing.T) {
+	t.Parallel()
+	ok := []store.Outcome{
+		{JobID: "j", TaskID: 1, State: warren.TaskCompleted},
+		{JobID: "j", TaskID: 2, State: warren.TaskFailed},
+	}
+	require.NoError(t, validateOutcomes(ok))
+	require.NoError(t, validateOutcomes(nil))
+	for _, state := range []warren.TaskState{warren.TaskPending, warren.TaskQueued, warren.TaskCancelled, ""} {
+		bad := append(ok, store.Outcome{JobID: "j", TaskID: 3, State: state})
+		err := validateOutcomes(bad)
+		require.Error(t, err, "state %q", state)
+		require.ErrorContains(t, err, "outcome 2 (job \"j\" task 3)", "the error names the outcome")
+	}
+}
+
+func TestSanitizeOutcomes(t *testing.T) {
+	t.Parallel()
+	clean := []store.Outcome{{Error: "boom", Worker: "w1"}, {Worker: "w2"}}
+	got := sanitizeOutcomes(clean)
+	require.Equal(t, clean, got)
+	require.Same(t, &clean[0], &got[0], "clean outcomes are not copied")
+
+	dirty := []store.Outcome{{Error: "boom", Worker: "w1"}, {Error: "a\x00b", Worker: "w\xff", Result: []byte(`"\u0000"`)}}
+	got = sanitizeOutcomes(dirty)
+	require.Equal(t, []store.Outcome{{Error: "boom", Worker: "w1"}, {Error: "a\uFFFDb", Worker: "w\uFFFD", Result: []byte(`"\u0000"`)}}, got)
+	require.Equal(t, "a\x00b", dirty[1].Error, "the caller's outcomes are left as they are")
+}

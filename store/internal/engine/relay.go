@@ -5,7 +5,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/warrenhq/warren"
@@ -63,8 +62,9 @@ type RelayMark struct {
 	Generation int
 }
 
-// RelayRoundTx is the transaction of a relay round: what it claims, no
-// other round of the store is offered until it ends.
+// RelayRoundTx is the transaction of a relay round (Driver.BeginRelay):
+// what it claims, no other round of the store is offered until it ends.
+// A Tx is one.
 type RelayRoundTx interface {
 	RelayTx
 	// Commit makes the round's writes durable and ends its claim.
@@ -74,45 +74,15 @@ type RelayRoundTx interface {
 	Rollback(ctx context.Context) error
 }
 
-// RelayBeginner is implemented by a Driver whose relay rounds must not
-// hold its write transaction while they publish (SQLite: one writer for
-// the whole store, which a round would hold for as long as the broker
-// takes to confirm). Its BeginRelay serialises the store's rounds, so
-// that each claim is offered to one round only, reads the claim outside
-// any write transaction, and writes the marks in a transaction of their
-// own; MarkQueued's generation guard leaves alone a task redriven
-// meanwhile. A driver without it runs a round in one transaction of
-// Begin, holding its claim's row locks while the round publishes.
-type RelayBeginner interface {
-	BeginRelay(ctx context.Context) (RelayRoundTx, error)
-}
-
-// Relay runs the relay rounds of a store (store.Store's RelayRound and
-// RelayBatch) on its Engine, and keeps what one round passes to the next.
-// A store has one; it is safe for concurrent use.
-type Relay struct {
-	e *Engine
-	// turn is the next round's turn (store.Shares).
-	turn atomic.Int64
-	// openJobs is how many open jobs the last round found, for the next
-	// one's store.PendingCap.
-	openJobs atomic.Int64
-}
-
-// NewRelay returns the relay of e's store.
-func NewRelay(e *Engine) *Relay {
-	return &Relay{e: e}
-}
-
 // RelayBatch is RelayRound with a round of limit tasks and messages;
 // limit <= 0 means store.DefaultPageSize.
-func (r *Relay) RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
-	limit = store.PageSize(limit)
-	return r.RelayRound(ctx, store.Round{Messages: limit, Tasks: limit}, publish)
+func (e *Engine) RelayBatch(ctx context.Context, limit int, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
+	limit = PageSize(limit)
+	return e.RelayRound(ctx, store.Round{Messages: limit, Tasks: limit}, publish)
 }
 
 // RelayRound claims the pending tasks of open jobs that round allows,
-// shared between the jobs by store.Served and claimed in the order it
+// shared between the jobs by served and claimed in the order it
 // served them, calls publish with them, and marks queued, at the time
 // publish was called, exactly the claimed tasks publish returns; a job
 // left with no pending task moves from pending to running. queued_at is
@@ -124,20 +94,20 @@ func (r *Relay) RelayBatch(ctx context.Context, limit int, publish func(ctx cont
 // duplicate results a second publish can cause. The error is returned as
 // it is. A ref publish returns that was not claimed is not this round's
 // to mark (another round may hold it) and is ignored.
-func (r *Relay) RelayRound(ctx context.Context, round store.Round, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
-	tx, err := r.begin(ctx)
+func (e *Engine) RelayRound(ctx context.Context, round store.Round, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
+	tx, err := e.drv.BeginRelay(ctx)
 	if err != nil {
-		return 0, r.e.errorf(err, "relay")
+		return 0, e.errorf(err, "relay")
 	}
 	defer func() { _ = ignoreDone(tx.Rollback(context.WithoutCancel(ctx))) }()
-	tasks, err := r.claim(ctx, tx, round)
+	tasks, err := e.claim(ctx, tx, round)
 	if err != nil {
-		return 0, r.e.errorf(err, "relay")
+		return 0, e.errorf(err, "relay")
 	}
 	if len(tasks) == 0 {
 		return 0, nil
 	}
-	at := r.e.now()
+	at := e.now()
 	refs, err := publish(ctx, tasks)
 	if err != nil {
 		return 0, err
@@ -148,40 +118,32 @@ func (r *Relay) RelayRound(ctx context.Context, round store.Round, publish func(
 	}
 	n, idle, err := tx.MarkQueued(ctx, marks, at)
 	if err != nil {
-		return 0, r.e.errorf(err, "relay: mark tasks queued")
+		return 0, e.errorf(err, "relay: mark tasks queued")
 	}
 	// A job whose tasks are all out has started.
 	if len(idle) > 0 {
 		if err := tx.StartJobs(ctx, idle, at); err != nil {
-			return 0, r.e.errorf(err, "relay: start jobs")
+			return 0, e.errorf(err, "relay: start jobs")
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, r.e.errorf(err, "relay: commit")
+		return 0, e.errorf(err, "relay: commit")
 	}
 	return n, nil
 }
 
-// begin starts a round: BeginRelay's, or a transaction of Begin.
-func (r *Relay) begin(ctx context.Context) (RelayRoundTx, error) {
-	if b, ok := r.e.drv.(RelayBeginner); ok {
-		return b.BeginRelay(ctx)
-	}
-	return r.e.drv.Begin(ctx)
-}
-
 // claim claims the round's tasks: the open jobs with pending tasks
-// counted, their shares chosen by store.Served, the shares claimed in
+// counted, their shares chosen by served, the shares claimed in
 // the order it served them, and each task given what its job's share
 // says (batch size, whether the round cut it) and the defaults of what
 // its job leaves unset (queue, task timeout).
-func (r *Relay) claim(ctx context.Context, tx RelayTx, round store.Round) ([]store.OutboxTask, error) {
-	limit := store.PendingCap(round.Tasks, int(r.openJobs.Load()))
+func (e *Engine) claim(ctx context.Context, tx RelayTx, round store.Round) ([]store.OutboxTask, error) {
+	limit := pendingCap(round.Tasks, int(e.openJobs.Load()))
 	open, err := tx.PendingJobs(ctx, limit)
 	if err != nil {
 		return nil, err
 	}
-	r.openJobs.Store(int64(len(open)))
+	e.openJobs.Store(int64(len(open)))
 	var jobs []store.PendingJob
 	for _, j := range open {
 		if j.Pending > 0 {
@@ -193,13 +155,13 @@ func (r *Relay) claim(ctx context.Context, tx RelayTx, round store.Round) ([]sto
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	// What each job has pending before Shares cuts it to what Round.Batch
+	// What each job has pending before served cuts it to what Round.Batch
 	// lets it take: a job offered less than that has more.
 	counted := make(map[string]store.PendingJob, len(jobs))
 	for _, j := range jobs {
 		counted[j.ID] = j
 	}
-	shares, order := store.Served(round, jobs, int(r.turn.Add(1)-1))
+	shares, order := served(round, jobs, int(e.turn.Add(1)-1))
 	claims := make([]RelayClaim, len(order))
 	for k, i := range order {
 		claims[k] = RelayClaim{JobID: jobs[i].ID, N: shares[i]}

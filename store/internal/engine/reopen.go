@@ -105,7 +105,7 @@ func (e *Engine) RedriveJob(ctx context.Context, id string) (warren.Job, int, er
 		if err != nil {
 			return err
 		}
-		if !store.Reopenable(j.State) {
+		if !reopenable(j.State) {
 			return fmt.Errorf("%w: the job is %s", warren.ErrConflict, j.State)
 		}
 		moved, err := tx.RequeueTasks(ctx, id, []warren.TaskState{warren.TaskFailed, warren.TaskCancelled})
@@ -200,7 +200,7 @@ func (e *Engine) reopenTasks(ctx context.Context, jobID string, ids []int64) (st
 		if job.State == warren.JobCancelled {
 			return nil
 		}
-		closed := store.Reopenable(job.State)
+		closed := reopenable(job.State)
 		var cancelled []warren.TaskState
 		if closed {
 			cancelled = []warren.TaskState{warren.TaskCancelled}
@@ -368,4 +368,12 @@ func restoredTasks(r store.Reopening, rows []TaskRow) ([]TaskRow, error) {
 		restore = append(restore, TaskRow{TaskRecord: was, Generation: t.Generation})
 	}
 	return restore, nil
+}
+
+// reopenable reports whether a job closed in state can be reopened by
+// RedriveJob or ReopenTasks: failed, or completed (with tolerated
+// failures). A cancelled job stays cancelled, and an open job has nothing
+// to reopen.
+func reopenable(state warren.JobState) bool {
+	return state == warren.JobFailed || state == warren.JobCompleted
 }

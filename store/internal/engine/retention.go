@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -22,37 +23,37 @@ type RetentionTx interface {
 	// with their reduced results and webhook deliveries, and records each
 	// in deleted_jobs, deleted at at, with its number of tasks. Their
 	// task rows stay, for PurgeTasks. It returns how many jobs it
-	// deleted. A driver that is a Deleter runs it only in a transaction
-	// of BeginDelete.
+	// deleted. The engine runs it only in a transaction of
+	// Driver.BeginDelete.
 	DeleteJobs(ctx context.Context, ids []string, at time.Time) (int, error)
 	// PurgeTasks deletes the task rows of each range of plan, in the
 	// order given, through the tasks' primary key, and records it: a
 	// range that is not its job's Last as the job's progress (purged
 	// through Through), a Last one by forgetting the job. It returns how
 	// many task rows it deleted.
-	PurgeTasks(ctx context.Context, plan []store.PurgeRange) (int, error)
+	PurgeTasks(ctx context.Context, plan []PurgeRange) (int, error)
 }
 
 // RetentionReader reads the candidates of retention, each query through
 // an index in the order it returns, so that it reads no more than it
-// returns.
+// returns: in a transaction (RetentionTx), or first, outside any
+// (Driver.Peek).
 type RetentionReader interface {
 	// ExpiringJobs reads the candidates of q, each kind in the order it
 	// expires: up to q.Limit closed jobs without a retention of their own
 	// that closed at or before q.DefaultCutoff (none unless
 	// q.ByDefault), and up to q.Limit closed jobs whose own retention
 	// ended at or before q.Now.
-	ExpiringJobs(ctx context.Context, q ExpiringQuery) ([]store.ExpiringJob, error)
+	ExpiringJobs(ctx context.Context, q ExpiringQuery) ([]ExpiringJob, error)
 	// DeletedJobs reads up to limit deleted jobs whose task rows are not
 	// all purged, the first deleted first.
-	DeletedJobs(ctx context.Context, limit int) ([]store.DeletedJob, error)
+	DeletedJobs(ctx context.Context, limit int) ([]DeletedJob, error)
 }
 
 // ExpiringQuery says which candidates ExpiringJobs reads.
 type ExpiringQuery struct {
 	// ByDefault says whether jobs without a retention of their own expire
-	// (store.Expiry.DefaultCutoff), and DefaultCutoff when they must have
-	// closed by.
+	// (defaultCutoff), and DefaultCutoff when they must have closed by.
 	ByDefault     bool
 	DefaultCutoff time.Time
 	// Now is the time of the sweep, which a job's own retention must have
@@ -62,20 +63,37 @@ type ExpiringQuery struct {
 	Limit int
 }
 
-// A Peeker is a Driver whose writes all go through one writer (SQLite).
-// Retention reads its candidates through Peek first, locking nothing, and
-// takes the writer only when they show work, so that a sweep with nothing
-// to do never holds up a write.
-type Peeker interface {
-	Peek() RetentionReader
+// ExpiringJob is a closed job a driver found as a candidate for
+// DeleteExpiredJobs (ExpiringJobs), with what pickExpired decides by.
+type ExpiringJob struct {
+	ID string
+	// FinishedAt is when the job closed.
+	FinishedAt time.Time
+	// Retention is the job's own retention (warren.Policy.Retention), 0
+	// for the default.
+	Retention time.Duration
 }
 
-// A Deleter is a Driver that deletes job rows without their task rows
-// only in a transaction of its own kind (SQLite: with foreign keys off, or
-// their cascade would delete every task row of a job at once, holding the
-// writer for as long).
-type Deleter interface {
-	BeginDelete(ctx context.Context) (Tx, error)
+// DeletedJob is a job that DeleteExpiredJobs or DeleteJob deleted and
+// whose task rows PurgeDeletedTasks has not all deleted yet (DeletedJobs).
+// A job's task ids are its positions 1..Tasks, so what is left of them is
+// the range Purged+1..Tasks.
+type DeletedJob struct {
+	ID string
+	// Tasks is the job's number of tasks (warren.Job.ExpectedTasks).
+	Tasks int64
+	// Purged is how many of its tasks, from the first, are deleted.
+	Purged int64
+}
+
+// PurgeRange is the task rows of one deleted job that a purge deletes
+// (PurgeTasks): those of task ids After+1..Through, or, when Last, every
+// one after After (Through is then the job's last task id), after which
+// the job has no task left and is forgotten.
+type PurgeRange struct {
+	JobID          string
+	After, Through int64
+	Last           bool
 }
 
 // deleteTries bounds how often DeleteJob reads the job again when it
@@ -85,7 +103,7 @@ const deleteTries = 3
 // DeleteExpiredJobs deletes, in one transaction, up to limit closed jobs
 // that have expired at at, those that expired first first (limit <= 0
 // means store.DefaultPageSize): ExpiringJobs reads the candidates through
-// their indexes, store.Expiry.PickExpired picks among them, and DeleteJobs
+// their indexes, pickExpired picks among them, and DeleteJobs
 // deletes them, leaving their tasks for PurgeDeletedTasks. A reopened job
 // has no finished_at and is open, so it is not a candidate until it
 // closes again.
@@ -96,17 +114,17 @@ const deleteTries = 3
 // never waits: a transaction that holds a job's tasks and waits for its
 // row (a redrive) waits for the commit, then finds the job gone.
 func (e *Engine) DeleteExpiredJobs(ctx context.Context, at store.Expiry, limit int) (int, error) {
-	limit = store.PageSize(limit)
+	limit = PageSize(limit)
 	q := ExpiringQuery{Now: asStored(at.Now), Limit: limit}
-	if cutoff, ok := at.DefaultCutoff(); ok {
+	if cutoff, ok := defaultCutoff(at); ok {
 		q.ByDefault, q.DefaultCutoff = true, asStored(cutoff)
 	}
-	if p, ok := e.drv.(Peeker); ok {
-		jobs, err := p.Peek().ExpiringJobs(ctx, q)
+	if p := e.drv.Peek(); p != nil {
+		jobs, err := p.ExpiringJobs(ctx, q)
 		if err != nil {
 			return 0, e.errorf(err, "delete expired jobs")
 		}
-		if len(at.PickExpired(jobs, limit)) == 0 {
+		if len(pickExpired(at, jobs, limit)) == 0 {
 			return 0, nil
 		}
 	}
@@ -117,7 +135,7 @@ func (e *Engine) DeleteExpiredJobs(ctx context.Context, at store.Expiry, limit i
 		if err != nil {
 			return err
 		}
-		ids := at.PickExpired(jobs, limit)
+		ids := pickExpired(at, jobs, limit)
 		if len(ids) == 0 {
 			return nil
 		}
@@ -162,16 +180,16 @@ func (e *Engine) DeleteJob(ctx context.Context, id string) error {
 // PurgeDeletedTasks deletes, in one transaction, up to limit task rows of
 // deleted jobs (limit <= 0 means store.DefaultPageSize): DeletedJobs reads
 // up to limit of the jobs, the first deleted first, skipping those
-// another purge holds; store.PlanPurge decides which task id ranges of
+// another purge holds; planPurge decides which task id ranges of
 // which of them; and PurgeTasks deletes the ranges job by job in id order
 // (the lock order of task rows, which an aggregator recording a late
 // outcome for one of them follows too), recording each job's progress and
 // forgetting the jobs left without a task. It locks no job row. It
 // returns how many task rows it deleted.
 func (e *Engine) PurgeDeletedTasks(ctx context.Context, limit int) (int, error) {
-	limit = store.PageSize(limit)
-	if p, ok := e.drv.(Peeker); ok {
-		jobs, err := p.Peek().DeletedJobs(ctx, 1)
+	limit = PageSize(limit)
+	if p := e.drv.Peek(); p != nil {
+		jobs, err := p.DeletedJobs(ctx, 1)
 		if err != nil {
 			return 0, e.errorf(err, "purge tasks of deleted jobs")
 		}
@@ -186,11 +204,11 @@ func (e *Engine) PurgeDeletedTasks(ctx context.Context, limit int) (int, error) 
 		if err != nil {
 			return err
 		}
-		plan := store.PlanPurge(jobs, limit)
+		plan := planPurge(jobs, limit)
 		if len(plan) == 0 {
 			return nil
 		}
-		slices.SortFunc(plan, func(a, b store.PurgeRange) int { return strings.Compare(a.JobID, b.JobID) })
+		slices.SortFunc(plan, func(a, b PurgeRange) int { return strings.Compare(a.JobID, b.JobID) })
 		purged, err = tx.PurgeTasks(ctx, plan)
 		return err
 	})
@@ -200,11 +218,74 @@ func (e *Engine) PurgeDeletedTasks(ctx context.Context, limit int) (int, error) 
 	return purged, nil
 }
 
-// inDeleteTx is inTx in a transaction that may delete job rows (Deleter).
+// inDeleteTx is inTx in a transaction that may delete job rows
+// (Driver.BeginDelete).
 func (e *Engine) inDeleteTx(ctx context.Context, fn func(tx Tx) error) error {
-	begin := e.drv.Begin
-	if d, ok := e.drv.(Deleter); ok {
-		begin = d.BeginDelete
+	return e.inTxBegun(ctx, e.drv.BeginDelete, fn)
+}
+
+// defaultCutoff returns the time before which (or at which) a job without
+// a retention of its own must have closed to be expired at e.Now, and
+// false when such jobs never expire (e.Retention <= 0). ExpiringJobs
+// selects those candidates by it.
+func defaultCutoff(e store.Expiry) (time.Time, bool) {
+	if e.Retention <= 0 {
+		return time.Time{}, false
 	}
-	return e.inTxBegun(ctx, begin, fn)
+	return e.Now.Add(-e.Retention), true
+}
+
+// pickExpired returns the ids of up to limit of jobs that have expired at
+// e.Now (store.ExpiresAt, e.Retention the default; limit <= 0 meaning
+// store.DefaultPageSize), those that expired first first, and of two that
+// expired at once the one with the smaller id first. Jobs that have not
+// expired are left out, so a driver may offer more candidates than
+// expired.
+func pickExpired(e store.Expiry, jobs []ExpiringJob, limit int) []string {
+	type expired struct {
+		id string
+		at time.Time
+	}
+	var picked []expired
+	for _, j := range jobs {
+		closed := warren.Job{State: warren.JobCompleted, FinishedAt: &j.FinishedAt, Policy: warren.Policy{Retention: j.Retention}}
+		at, ok := store.ExpiresAt(closed, e.Retention)
+		if ok && !at.After(e.Now) {
+			picked = append(picked, expired{id: j.ID, at: at})
+		}
+	}
+	slices.SortFunc(picked, func(a, b expired) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	picked = picked[:min(len(picked), PageSize(limit))]
+	ids := make([]string, len(picked))
+	for i, p := range picked {
+		ids[i] = p.id
+	}
+	return ids
+}
+
+// planPurge decides what one PurgeDeletedTasks deletes of jobs, taken in
+// their order: up to limit task rows (limit <= 0 meaning
+// store.DefaultPageSize), each job's from its first left, a job finished
+// before the next is started. A job with no task left gets a Last range
+// that deletes nothing, whatever the limit, so that it is forgotten.
+// PurgeTasks deletes by task id range, through the tasks' primary key,
+// never reading more than it deletes.
+func planPurge(jobs []DeletedJob, limit int) []PurgeRange {
+	budget := int64(PageSize(limit))
+	var plan []PurgeRange
+	for _, j := range jobs {
+		left := max(j.Tasks-j.Purged, 0)
+		if left > 0 && budget == 0 {
+			break
+		}
+		n := min(left, budget)
+		budget -= n
+		plan = append(plan, PurgeRange{JobID: j.ID, After: j.Purged, Through: j.Purged + n, Last: n == left})
+	}
+	return plan
 }

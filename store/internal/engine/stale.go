@@ -23,7 +23,7 @@ type StaleTx interface {
 	// queued_at order through an index, it stops at the first one
 	// published too recently for the shortest timeout of any open job.
 	// storetest pins it (ReconcileStale).
-	ClaimStale(ctx context.Context, q StaleQuery) ([]store.StaleTask, error)
+	ClaimStale(ctx context.Context, q StaleQuery) ([]StaleTask, error)
 	// SettleLost applies the transitions of l to those of its tasks that
 	// are still queued: l.Requeue back to pending at their next
 	// generation, l.Fail to failed with l.Error, finished at l.At; both
@@ -36,7 +36,7 @@ type StaleTx interface {
 
 // StaleQuery says which queued tasks ClaimStale reads.
 type StaleQuery struct {
-	// Cutoff is store.Staleness.Cutoff: the pass's time less its grace.
+	// Cutoff is the pass's time less its grace (staleCutoff).
 	Cutoff time.Time
 	// Busy is store.Staleness.Busy: the latest time a task message may
 	// have waited in a queue (the zero time for never).
@@ -59,11 +59,11 @@ type LostTasks struct {
 // ReconcileStale handles, in one transaction, up to limit queued tasks of
 // open jobs that are stale at at (store.Staleness), oldest publish first;
 // limit <= 0 means store.DefaultPageSize. ClaimStale finds them,
-// store.SplitLost decides which go back to pending and which fail as lost
+// splitLost decides which go back to pending and which fail as lost
 // (store.LostError, finished at at.Now), SettleLost applies both, and the
 // failed ones move their jobs' failed counters, job rows in id order
 // after the task rows. ReadyToClose lists, once each and in id order, the
-// jobs this made ready to close (store.BecameReady).
+// jobs this made ready to close (becameReady).
 //
 // Several servers may call it at once: a driver that runs transactions in
 // parallel claims the tasks with their rows locked until the commit,
@@ -74,12 +74,12 @@ func (e *Engine) ReconcileStale(ctx context.Context, at store.Staleness, limit i
 	var report store.ReconcileReport
 	err := e.inTx(ctx, func(tx Tx) error {
 		report = store.ReconcileReport{}
-		stale, err := tx.ClaimStale(ctx, StaleQuery{Cutoff: asStored(at.Cutoff()), Busy: asStored(at.Busy),
-			DefaultTimeout: warren.DefaultTaskTimeout, Limit: store.PageSize(limit)})
+		stale, err := tx.ClaimStale(ctx, StaleQuery{Cutoff: asStored(staleCutoff(at)), Busy: asStored(at.Busy),
+			DefaultTimeout: warren.DefaultTaskTimeout, Limit: PageSize(limit)})
 		if err != nil {
 			return err
 		}
-		requeue, fail := store.SplitLost(stale)
+		requeue, fail := splitLost(stale)
 		if len(requeue)+len(fail) == 0 {
 			return nil
 		}
@@ -119,11 +119,44 @@ func addFailed(ctx context.Context, tx Tx, failedJobs []string) ([]string, error
 	}
 	var ready []string
 	for i, j := range jobs {
-		if store.BecameReady(j, adds[i].Completed, adds[i].Failed) {
+		if becameReady(j, adds[i].Completed, adds[i].Failed) {
 			ready = append(ready, j.ID)
 		}
 	}
 	return ready, nil
+}
+
+// StaleTask is a queued task that ReconcileStale found past its job's task
+// timeout (ClaimStale), with what splitLost decides by.
+type StaleTask struct {
+	store.TaskRef
+	// Attempts is the task's recorded runs, not counting the lost one.
+	Attempts int
+	// MaxRetries is the job's retry budget (warren.Policy.MaxRetries).
+	MaxRetries int
+}
+
+// staleCutoff is the time that, less a job's task timeout, both a task's
+// queued_at and s.Busy must be before for the task to be stale
+// (store.Staleness): s.Now less s.Grace. ClaimStale compares with it in
+// SQL.
+func staleCutoff(s store.Staleness) time.Time {
+	return s.Now.Add(-s.Grace)
+}
+
+// splitLost decides what becomes of stale tasks whose run was lost. The
+// lost run counts as an attempt: a task whose Attempts+1 is at most its
+// MaxRetries goes back to pending (requeue), any other fails as lost with
+// store.LostError (fail). Both keep the order of tasks.
+func splitLost(tasks []StaleTask) (requeue, fail []store.TaskRef) {
+	for _, t := range tasks {
+		if t.Attempts+1 <= t.MaxRetries {
+			requeue = append(requeue, t.TaskRef)
+		} else {
+			fail = append(fail, t.TaskRef)
+		}
+	}
+	return requeue, fail
 }
 
 // asStored is t as both drivers store it: UTC, to the microsecond.

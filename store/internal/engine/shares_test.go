@@ -1,4 +1,4 @@
-package store_test
+package engine
 
 import (
 	"testing"
@@ -12,7 +12,7 @@ func job(id string, priority, batch, pending int) store.PendingJob {
 	return store.PendingJob{ID: id, Priority: priority, BatchSize: batch, Pending: pending}
 }
 
-func TestSharesSplitsARoundByPriority(t *testing.T) {
+func TestServedSplitsARoundByPriority(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name  string
@@ -42,7 +42,7 @@ func TestSharesSplitsARoundByPriority(t *testing.T) {
 		{"nothing to share", store.Round{Messages: 0, Tasks: 500}, []store.PendingJob{job("a", 10, 1, 9)}, 0, []int{0}},
 		{"no jobs", store.Round{Messages: 10, Tasks: 10}, nil, 0, []int{}},
 	} {
-		got := store.Shares(c.round, c.jobs, c.turn)
+		got := sharesOf(c.round, c.jobs, c.turn)
 		require.Equal(t, c.want, got, c.name)
 	}
 }
@@ -51,7 +51,7 @@ func TestSharesSplitsARoundByPriority(t *testing.T) {
 // tasks are never exceeded, its messages are not exceeded by more than
 // one message per job, and every message the round allows is used while
 // some job has tasks left.
-func TestSharesInvariants(t *testing.T) {
+func TestServedInvariants(t *testing.T) {
 	t.Parallel()
 	for seed := range 2000 {
 		x := uint64(seed)*2654435761 + 1
@@ -63,7 +63,7 @@ func TestSharesInvariants(t *testing.T) {
 			pendingTotal += jobs[i].Pending
 		}
 		r := store.Round{Messages: next(200), Tasks: next(600)}
-		shares := store.Shares(r, jobs, next(10))
+		shares := sharesOf(r, jobs, next(10))
 		total, messages := 0, 0
 		for i, s := range shares {
 			require.LessOrEqual(t, s, jobs[i].Pending)
@@ -80,7 +80,7 @@ func TestSharesInvariants(t *testing.T) {
 
 // With Room, each work queue has its own messages, shared between its own
 // jobs; the round's tasks are shared by all.
-func TestSharesGivesEachQueueItsRoom(t *testing.T) {
+func TestServedGivesEachQueueItsRoom(t *testing.T) {
 	t.Parallel()
 	jobs := []store.PendingJob{
 		{ID: "a", Priority: 10, BatchSize: 1, Pending: 100, Queue: "default"},
@@ -89,14 +89,20 @@ func TestSharesGivesEachQueueItsRoom(t *testing.T) {
 	}
 	room := map[string]int{"default": 10, "gpu": 3}
 	var asked []string
-	shares := store.Shares(store.Round{Tasks: 100, Room: func(q string) int { asked = append(asked, q); return room[q] }}, jobs, 0)
+	shares := sharesOf(store.Round{Tasks: 100, Room: func(q string) int { asked = append(asked, q); return room[q] }}, jobs, 0)
 	require.Equal(t, []int{5, 3, 5}, shares)
 	require.ElementsMatch(t, []string{"default", "gpu"}, asked, "once per queue")
 
 	room["default"] = 0
-	require.Equal(t, []int{0, 3, 0}, store.Shares(store.Round{Tasks: 100, Room: func(q string) int { return room[q] }}, jobs, 0),
+	require.Equal(t, []int{0, 3, 0}, sharesOf(store.Round{Tasks: 100, Room: func(q string) int { return room[q] }}, jobs, 0),
 		"a full queue holds back only its own jobs")
-	require.Equal(t, 4, sum(store.Shares(store.Round{Tasks: 4, Room: func(q string) int { return 10 }}, jobs, 0)), "the round's tasks cap all queues")
+	require.Equal(t, 4, sum(sharesOf(store.Round{Tasks: 4, Room: func(q string) int { return 10 }}, jobs, 0)), "the round's tasks cap all queues")
+}
+
+// sharesOf is served's shares alone.
+func sharesOf(r store.Round, jobs []store.PendingJob, turn int) []int {
+	shares, _ := served(r, jobs, turn)
+	return shares
 }
 
 func sum(xs []int) int {
@@ -107,7 +113,7 @@ func sum(xs []int) int {
 	return n
 }
 
-func TestSharesAsksTheRoundForAutomaticBatchSizes(t *testing.T) {
+func TestServedAsksTheRoundForAutomaticBatchSizes(t *testing.T) {
 	t.Parallel()
 	jobs := []store.PendingJob{job("auto", 10, 0, 500), job("fixed", 10, 4, 500), job("huge", 10, 0, 5000), job("probe", 10, 0, 500)}
 	var asked []string
@@ -118,10 +124,10 @@ func TestSharesAsksTheRoundForAutomaticBatchSizes(t *testing.T) {
 		}
 		return map[string]int{"auto": 20, "huge": 5000}[j.ID], j.Pending
 	}}
-	shares := store.Shares(round, jobs, 0)
+	shares := sharesOf(round, jobs, 0)
 	require.Equal(t, []string{"auto", "huge", "probe"}, asked, "only jobs without a batch size are asked about")
 	require.Equal(t, []int{20, 4, 1000, 1}, []int{jobs[0].BatchSize, jobs[1].BatchSize, jobs[2].BatchSize, jobs[3].BatchSize},
-		"Shares records the sizes, within 1..MaxBatchSize")
+		"served records the sizes, within 1..MaxBatchSize")
 	require.Equal(t, 2, jobs[3].Pending, "cut to the most the job may take")
 	// 10 messages by equal weights: 2 each in the first pass, in messages
 	// of each job's size (the probe's 2 tasks in 2 messages), then one
@@ -129,22 +135,22 @@ func TestSharesAsksTheRoundForAutomaticBatchSizes(t *testing.T) {
 	require.Equal(t, []int{60, 12, 2000, 2}, shares)
 
 	without := []store.PendingJob{job("auto", 10, 0, 5)}
-	require.Equal(t, []int{5}, store.Shares(store.Round{Messages: 10, Tasks: 10}, without, 0))
+	require.Equal(t, []int{5}, sharesOf(store.Round{Messages: 10, Tasks: 10}, without, 0))
 	require.Equal(t, 1, without[0].BatchSize, "without Round.Batch, one task per message")
 }
 
 func TestPendingCapCountsFarEnoughForAnyShare(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, 2000, store.PendingCap(2000, 1), "one job may take the whole round")
-	require.Equal(t, 2000, store.PendingCap(2000, 0), "before the first round")
-	require.Equal(t, 1000, store.PendingCap(2000, 4), "twice an equal share")
-	require.Equal(t, store.MinPendingCap, store.PendingCap(2000, 100), "many jobs: no less than the minimum")
-	require.Equal(t, 10, store.PendingCap(10, 100), "never more than the round's tasks")
+	require.Equal(t, 2000, pendingCap(2000, 1), "one job may take the whole round")
+	require.Equal(t, 2000, pendingCap(2000, 0), "before the first round")
+	require.Equal(t, 1000, pendingCap(2000, 4), "twice an equal share")
+	require.Equal(t, minPendingCap, pendingCap(2000, 100), "many jobs: no less than the minimum")
+	require.Equal(t, 10, pendingCap(10, 100), "never more than the round's tasks")
 }
 
 // A job whose queue has no room this round is not asked about: asking
 // may spend its probe (autobatch) on tasks that do not go out.
-func TestSharesAsksNothingForAQueueWithoutRoom(t *testing.T) {
+func TestServedAsksNothingForAQueueWithoutRoom(t *testing.T) {
 	t.Parallel()
 	jobs := []store.PendingJob{job("full", 10, 0, 50), job("roomy", 10, 0, 50)}
 	jobs[0].Queue, jobs[1].Queue = "full", "roomy"
@@ -155,12 +161,12 @@ func TestSharesAsksNothingForAQueueWithoutRoom(t *testing.T) {
 			asked = append(asked, j.ID)
 			return 2, j.Pending
 		}}
-	require.Equal(t, []int{0, 20}, store.Shares(round, jobs, 0))
+	require.Equal(t, []int{0, 20}, sharesOf(round, jobs, 0))
 	require.Equal(t, []string{"roomy"}, asked)
 	require.Equal(t, 1, jobs[0].BatchSize, "a size all the same, one task per message")
 }
 
-// Served gives the order the jobs were served in: the queues, and each
+// served gives the order the jobs were served in: the queues, and each
 // queue's jobs, from the turn on, only the jobs given a share.
 func TestServedOrdersTheJobsInTurn(t *testing.T) {
 	t.Parallel()
@@ -169,7 +175,7 @@ func TestServedOrdersTheJobsInTurn(t *testing.T) {
 	}
 	round := store.Round{Messages: 100, Tasks: 100}
 	for turn, want := range [][]int{{0, 1, 3}, {1, 3, 0}, {3, 0, 1}, {3, 0, 1}, {0, 1, 3}} {
-		shares, order := store.Served(round, jobs(), turn)
+		shares, order := served(round, jobs(), turn)
 		require.Equal(t, []int{9, 9, 0, 9}, shares)
 		require.Equal(t, want, order, "turn %d", turn)
 	}
@@ -180,10 +186,10 @@ func TestServedOrdersTheJobsInTurn(t *testing.T) {
 		{ID: "b", Priority: 10, BatchSize: 1, Pending: 9, Queue: "default"},
 	}
 	room := store.Round{Tasks: 100, Room: func(string) int { return 10 }}
-	_, order := store.Served(room, queued, 0)
+	_, order := served(room, queued, 0)
 	require.Equal(t, []int{0, 2, 1}, order, "turn 0: the default queue's jobs, then gpu's")
-	_, order = store.Served(room, queued, 1)
+	_, order = served(room, queued, 1)
 	require.Equal(t, []int{1, 2, 0}, order, "turn 1: gpu first, then the default queue's from its second job")
-	_, order = store.Served(store.Round{Tasks: 0, Messages: 10}, queued, 0)
+	_, order = served(store.Round{Tasks: 0, Messages: 10}, queued, 0)
 	require.Empty(t, order, "nothing served")
 }
