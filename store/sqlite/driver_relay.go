@@ -193,7 +193,12 @@ func (t *tx) MarkQueued(ctx context.Context, marks []engine.RelayMark, at time.T
 	if err != nil {
 		return 0, nil, err
 	}
-	rows, err := t.tx.QueryContext(ctx, idleJobsSQL, string(set))
+	idleStmt, err := t.stmt(ctx, idleJobsSQL)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer idleStmt.Close()
+	rows, err := idleStmt.QueryContext(ctx, string(set))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -215,7 +220,12 @@ func (t *tx) StartJobs(ctx context.Context, ids []string, at time.Time) error {
 	if err != nil {
 		return err
 	}
-	_, err = t.tx.ExecContext(ctx, startJobsSQL, string(set), at.UnixMicro())
+	start, err := t.stmt(ctx, startJobsSQL)
+	if err != nil {
+		return err
+	}
+	defer start.Close()
+	_, err = start.ExecContext(ctx, string(set), at.UnixMicro())
 	return err
 }
 

@@ -171,7 +171,8 @@ func (s *Store) writerStmt(query string) *sql.Stmt {
 
 // writerQueries are the statements of the store's hot paths (recording
 // outcomes, marking tasks queued), which the writer prepares once.
-var writerQueries = []string{readOutcomeTasksSQL, readJobStateSQL, writeOutcomeSQL, bumpCountersSQL, markQueuedSQL}
+var writerQueries = []string{readOutcomeTasksSQL, readJobStateSQL, writeOutcomeSQL, bumpCountersSQL, markQueuedSQL,
+	idleJobsSQL, startJobsSQL}
 
 // prepareWriter prepares writerQueries on the writer connection. It runs
 // at open, before any transaction could hold the one connection.

@@ -95,6 +95,11 @@ func (e *Engine) RelayBatch(ctx context.Context, limit int, publish func(ctx con
 // it is. A ref publish returns that was not claimed is not this round's
 // to mark (another round may hold it) and is ignored.
 func (e *Engine) RelayRound(ctx context.Context, round store.Round, publish func(ctx context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error)) (int, error) {
+	// queued_at is read from the clock: a process that only relays must
+	// keep it synced too.
+	if err := e.clock.Sync(ctx); err != nil {
+		return 0, e.errorf(err, "relay: read the clock")
+	}
 	tx, err := e.drv.BeginRelay(ctx)
 	if err != nil {
 		return 0, e.errorf(err, "relay")
