@@ -379,7 +379,7 @@ func (q *Queue) giveBack(e entry, reopenings []store.Reopening, lost []reopenedT
 			}
 			if err != nil {
 				q.log.Error("dlq: could not undo the reopen of tasks whose replay was not published; failing them again",
-					"job_id", r.JobID, "error", err)
+					"job_id", r.JobID, "task_ids", reopenedIDs(rLost), "message_id", e.msg.MessageID, "error", err)
 			}
 		}
 		refail = append(refail, rLost...)
@@ -393,16 +393,26 @@ func (q *Queue) refail(ctx context.Context, e entry, tasks []reopenedTask) {
 	if len(tasks) == 0 {
 		return
 	}
-	now := time.Now().UTC()
+	// No FinishedAt: the store stamps its own clock, the one retention
+	// compares with.
 	outcomes := make([]store.Outcome, len(tasks))
 	for i, t := range tasks {
 		outcomes[i] = store.Outcome{JobID: t.JobID, TaskID: t.TaskID, State: warren.TaskFailed,
-			Error: e.dead.TaskError(), Attempts: e.dead.Attempts(), FinishedAt: &now, Generation: t.generation}
+			Error: e.dead.TaskError(), Attempts: e.dead.Attempts(), Generation: t.generation}
 	}
 	if _, err := q.cfg.Store.ApplyOutcomes(ctx, outcomes); err != nil {
 		q.log.Error("dlq: replayed tasks were not published and could not be failed again; the reconciler will republish them",
-			"job_id", e.msg.JobID, "tasks", len(tasks), "error", err)
+			"job_id", e.msg.JobID, "task_ids", reopenedIDs(tasks), "message_id", e.msg.MessageID, "error", err)
 	}
+}
+
+// reopenedIDs lists the task ids of tasks, for a log line.
+func reopenedIDs(tasks []reopenedTask) []int64 {
+	ids := make([]int64, len(tasks))
+	for i, t := range tasks {
+		ids[i] = t.TaskID
+	}
+	return ids
 }
 
 // Purge removes the matching messages, oldest dead letter first, up to
