@@ -230,7 +230,7 @@ func (c Config) validate() error {
 		return fieldError("Prefetch", "Config.Prefetch must be >= 0, got %d", c.Prefetch)
 	case c.Prefetch > 0 && c.Prefetch < c.Concurrency:
 		return fieldError("Prefetch", "Config.Prefetch (%d) must be at least Config.Concurrency (%d), or handlers would sit idle "+
-			"(by default it is 2*Concurrency, cut to the messages of Config.MaxMessageBytes that fit in Config.MaxInflightBytes)", c.Prefetch, c.Concurrency)
+			"(by default it is 2*Config.Concurrency, cut to the messages of Config.MaxMessageBytes that fit in Config.MaxInflightBytes)", c.Prefetch, c.Concurrency)
 	case c.Prefetch > 65535:
 		return fieldError("Prefetch", "Config.Prefetch must be at most 65535 (an AMQP limit), got %d", c.Prefetch)
 	case c.MaxMessageBytes <= protocol.EnvelopeBytes:

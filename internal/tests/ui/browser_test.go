@@ -528,7 +528,6 @@ func TestDashboardWithoutTokensFollowsEvents(t *testing.T) {
 	// The hub reads the store only when told (Notify): what the page shows
 	// after each step can only have come through the stream.
 	events := api.NewEvents(api.EventsConfig{PollInterval: time.Hour})
-	t.Cleanup(events.Close)
 	h, err := api.New(api.Config{Store: st, Events: events, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
