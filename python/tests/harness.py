@@ -75,7 +75,7 @@ def new_prefix(name):
 class Server:
     """A running `warren server` on its own prefix, SQLite file and port."""
 
-    def __init__(self, prefix, tiers=TIERS):
+    def __init__(self, prefix, tiers=TIERS, env_extra=None):
         self.prefix = prefix
         self.dir = tempfile.mkdtemp(prefix="warren-py-test-")
         self.base = "http://127.0.0.1:%d" % free_port()
@@ -88,6 +88,7 @@ class Server:
             "WARREN_RETRY_TIERS": tiers,
             "WARREN_LOG_LEVEL": "warn",
         })
+        env.update(env_extra or {})
         self.log = open(os.path.join(self.dir, "server.log"), "wb")
         self.proc = subprocess.Popen([warren_binary(), "server"], env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self._wait_ready()
@@ -292,12 +293,14 @@ class WarrenTestCase(unittest.TestCase):
     """A test class with a warren server of its own."""
 
     queues = ("default",)
+    # Variables of the class's server besides the harness's own (WARREN_API_TOKENS, say).
+    server_env = {}
 
     @classmethod
     def setUpClass(cls):
         cls.prefix = new_prefix(cls.__name__)
         try:
-            cls.server = Server(cls.prefix)
+            cls.server = Server(cls.prefix, env_extra=cls.server_env)
         except Exception:
             delete_topology(cls.prefix, cls.queues)
             raise
