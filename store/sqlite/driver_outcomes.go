@@ -4,29 +4,61 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/internal/engine"
 )
 
-// readOutcomeTasksSQL reads what judging an outcome needs of the tasks
-// ?2 (a JSON array of task ids) of job ?1, each by primary key.
-const readOutcomeTasksSQL = `SELECT task_id, state, generation, attempts, worker, started_at FROM tasks
-	WHERE job_id = ?1 AND task_id IN (SELECT value FROM json_each(?2))`
+// readOutcomeTasksSQL reads job ?1's state and what judging an outcome
+// needs of its tasks ?2 (a JSON array of task ids), each by primary key,
+// in one statement: no row when the job does not exist, one row with
+// NULL task columns when none of the tasks does.
+const readOutcomeTasksSQL = `SELECT j.state, t.task_id, t.state, t.generation, t.attempts, t.worker, t.started_at
+	FROM jobs j LEFT JOIN tasks t ON t.job_id = j.id AND t.task_id IN (SELECT value FROM json_each(?2))
+	WHERE j.id = ?1`
 
-// readJobStateSQL reads a job's state.
-const readJobStateSQL = `SELECT state FROM jobs WHERE id = ?`
+// writeOutcomesSQL writes n outcomes, each to its task row if the row is
+// still open at the generation the outcome was judged at: one statement
+// for n rows, each found by primary key, so that a large batch pays the
+// per-statement cost (binding, stepping, database/sql's call) once per n
+// rows. Each row of the VALUES list is (state, result, error, attempts,
+// worker, started_at, finished_at, job_id, task_id, generation).
+func writeOutcomesSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(`UPDATE tasks SET state = w.column1, result = w.column2, error = w.column3,
+		attempts = w.column4, worker = w.column5, started_at = w.column6, finished_at = w.column7
+	FROM (VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	b.WriteString(`) AS w
+	WHERE tasks.job_id = w.column8 AND tasks.task_id = w.column9 AND tasks.generation = w.column10
+	  AND tasks.state IN ('pending', 'queued')`)
+	return b.String()
+}
 
-// writeOutcomeSQL writes one outcome to its task row if the row is still
-// open at the generation the outcome was judged at.
-const writeOutcomeSQL = `UPDATE tasks SET state = ?, result = ?, error = ?, attempts = ?, worker = ?,
-		started_at = ?, finished_at = ?
-	WHERE job_id = ? AND task_id = ? AND generation = ? AND state IN ('pending', 'queued')`
+// writeChunks are the row counts of the prepared writeOutcomesSQL
+// statements, largest first: WriteOutcomes writes a batch in chunks of
+// these sizes, so a batch of any size takes at most a few statements of
+// each size but the largest, all prepared once (writerQueries).
+var writeChunks = []int{64, 16, 4, 1}
+
+// writeOutcomesQueries are writeOutcomesSQL of each of writeChunks.
+var writeOutcomesQueries = func() map[int]string {
+	m := make(map[int]string, len(writeChunks))
+	for _, n := range writeChunks {
+		m[n] = writeOutcomesSQL(n)
+	}
+	return m
+}()
 
 // bumpCountersSQL adds to one job's counters and returns its row.
 const bumpCountersSQL = `UPDATE jobs
@@ -35,8 +67,8 @@ const bumpCountersSQL = `UPDATE jobs
 
 // LockOutcomeTasks implements engine.OutcomeTx. Write transactions are
 // serialised on the writer connection, so reading is locking here. The
-// rows are read job by job, one statement for each job's tasks (their ids
-// as one JSON array, each found by primary key) and one for its state.
+// rows are read job by job, one statement for each job's state and tasks
+// (their ids as one JSON array, each found by primary key).
 func (t *tx) LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) ([]engine.OutcomeTask, map[string]warren.JobState, error) {
 	var (
 		jobIDs []string
@@ -48,39 +80,25 @@ func (t *tx) LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) ([]engi
 		}
 		byJob[r.JobID] = append(byJob[r.JobID], r.TaskID)
 	}
-	readTasks, err := t.stmt(ctx, readOutcomeTasksSQL)
+	read, err := t.stmt(ctx, readOutcomeTasksSQL)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer readTasks.Close()
-	readJob, err := t.stmt(ctx, readJobStateSQL)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer readJob.Close()
-
+	defer read.Close()
 	tasks := make([]engine.OutcomeTask, 0, len(refs))
 	jobs := make(map[string]warren.JobState, len(jobIDs))
 	for _, id := range jobIDs {
-		if tasks, err = appendOutcomeTasks(ctx, readTasks, id, byJob[id], tasks); err != nil {
+		if tasks, err = appendOutcomeTasks(ctx, read, id, byJob[id], tasks, jobs); err != nil {
 			return nil, nil, fmt.Errorf("read tasks of job %q: %w", id, err)
 		}
-		var state string
-		err := readJob.QueryRowContext(ctx, id).Scan(&state)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("read job %q: %w", id, err)
-		}
-		jobs[id] = warren.JobState(state)
 	}
 	return tasks, jobs, nil
 }
 
 // appendOutcomeTasks appends to tasks the rows of job jobID's tasks ids
-// that exist, as readTasks reads them.
-func appendOutcomeTasks(ctx context.Context, readTasks *sql.Stmt, jobID string, ids []int64, tasks []engine.OutcomeTask) ([]engine.OutcomeTask, error) {
+// that exist, and sets the job's state in jobs if the job exists, as read
+// reads them.
+func appendOutcomeTasks(ctx context.Context, read *sql.Stmt, jobID string, ids []int64, tasks []engine.OutcomeTask, jobs map[string]warren.JobState) ([]engine.OutcomeTask, error) {
 	set := make([]byte, 0, 2+8*len(ids))
 	set = append(set, '[')
 	for i, id := range ids {
@@ -90,51 +108,79 @@ func appendOutcomeTasks(ctx context.Context, readTasks *sql.Stmt, jobID string, 
 		set = strconv.AppendInt(set, id, 10)
 	}
 	set = append(set, ']')
-	rows, err := readTasks.QueryContext(ctx, jobID, string(set))
+	rows, err := read.QueryContext(ctx, jobID, string(set))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			task    = engine.OutcomeTask{TaskRef: store.TaskRef{JobID: jobID}}
-			state   string
-			started sql.NullInt64
+			jobState   string
+			taskID     sql.NullInt64
+			state      sql.NullString
+			generation sql.NullInt64
+			attempts   sql.NullInt64
+			worker     sql.NullString
+			started    sql.NullInt64
 		)
-		if err := rows.Scan(&task.TaskID, &state, &task.Generation, &task.Attempts, &task.Worker, &started); err != nil {
+		if err := rows.Scan(&jobState, &taskID, &state, &generation, &attempts, &worker, &started); err != nil {
 			return nil, err
 		}
-		task.State = warren.TaskState(state)
-		task.StartedAt = timeOf(started)
-		tasks = append(tasks, task)
+		jobs[jobID] = warren.JobState(jobState)
+		if !taskID.Valid {
+			continue
+		}
+		tasks = append(tasks, engine.OutcomeTask{
+			TaskRef:    store.TaskRef{JobID: jobID, TaskID: taskID.Int64},
+			State:      warren.TaskState(state.String),
+			Generation: int(generation.Int64),
+			Attempts:   int(attempts.Int64),
+			Worker:     worker.String,
+			StartedAt:  timeOf(started),
+		})
 	}
 	return tasks, rows.Err()
 }
 
-// WriteOutcomes implements engine.OutcomeTx: one guarded update by
-// primary key per write, with one prepared statement, then the counters.
+// WriteOutcomes implements engine.OutcomeTx: guarded updates by primary
+// key, many rows per statement (writeOutcomesSQL in chunks of
+// writeChunks), then the counters.
 func (t *tx) WriteOutcomes(ctx context.Context, writes []engine.TaskWrite, deltas []engine.CounterDelta) (int, []warren.Job, error) {
-	setTask, err := t.stmt(ctx, writeOutcomeSQL)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer setTask.Close()
 	written := 0
-	for _, w := range writes {
-		var result any // nil []byte would not be NULL to every driver
-		if w.Result != nil {
-			result = w.Result
+	args := make([]any, 0, 10*writeChunks[0])
+	for len(writes) > 0 {
+		n := writeChunks[len(writeChunks)-1]
+		for _, c := range writeChunks {
+			if c <= len(writes) {
+				n = c
+				break
+			}
 		}
-		res, err := setTask.ExecContext(ctx, string(w.State), result, w.Error, w.Attempts, w.Worker,
-			micros(w.StartedAt), w.FinishedAt.UnixMicro(), w.JobID, w.TaskID, w.Generation)
-		if err != nil {
-			return 0, nil, fmt.Errorf("task %d of job %q: %w", w.TaskID, w.JobID, err)
+		chunk := writes[:n]
+		writes = writes[n:]
+		args = args[:0]
+		for _, w := range chunk {
+			var result any // nil []byte would not be NULL to every driver
+			if w.Result != nil {
+				result = w.Result
+			}
+			args = append(args, string(w.State), result, w.Error, w.Attempts, w.Worker,
+				micros(w.StartedAt), w.FinishedAt.UnixMicro(), w.JobID, w.TaskID, w.Generation)
 		}
-		n, err := res.RowsAffected()
+		st, err := t.stmt(ctx, writeOutcomesQueries[n])
 		if err != nil {
 			return 0, nil, err
 		}
-		written += int(n)
+		res, err := st.ExecContext(ctx, args...)
+		st.Close()
+		if err != nil {
+			return 0, nil, fmt.Errorf("tasks %d.. of job %q: %w", chunk[0].TaskID, chunk[0].JobID, err)
+		}
+		changed, err := res.RowsAffected()
+		if err != nil {
+			return 0, nil, err
+		}
+		written += int(changed)
 	}
 	jobs, err := t.BumpCounters(ctx, deltas)
 	return written, jobs, err

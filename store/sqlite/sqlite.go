@@ -14,6 +14,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -171,8 +173,8 @@ func (s *Store) writerStmt(query string) *sql.Stmt {
 
 // writerQueries are the statements of the store's hot paths (recording
 // outcomes, marking tasks queued), which the writer prepares once.
-var writerQueries = []string{readOutcomeTasksSQL, readJobStateSQL, writeOutcomeSQL, bumpCountersSQL, markQueuedSQL,
-	idleJobsSQL, startJobsSQL}
+var writerQueries = append([]string{readOutcomeTasksSQL, bumpCountersSQL, markQueuedSQL,
+	idleJobsSQL, startJobsSQL}, slices.Collect(maps.Values(writeOutcomesQueries))...)
 
 // prepareWriter prepares writerQueries on the writer connection. It runs
 // at open, before any transaction could hold the one connection.
