@@ -120,6 +120,56 @@ func IsNotFound(err error) bool {
 	return errors.As(err, &e) && e.Status == http.StatusNotFound
 }
 
+// ReduceTask is a job's reduce task: one task of type Task, on Queue (the
+// job's queue when ""), run by a worker's reducer over every outcome of
+// the job in task id order.
+type ReduceTask struct {
+	Task    string          `json:"task"`
+	Queue   string          `json:"queue,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// MarshalJSON writes the spec as the API takes it: "reduce" is Reduce, or
+// ReduceTask as an object.
+func (s JobSpec) MarshalJSON() ([]byte, error) {
+	type plain JobSpec
+	var reduce any
+	switch {
+	case s.ReduceTask != nil:
+		reduce = s.ReduceTask
+	case s.Reduce != "":
+		reduce = s.Reduce
+	}
+	return json.Marshal(struct {
+		plain
+		Reduce any `json:"reduce,omitempty"`
+	}{plain(s), reduce})
+}
+
+// UnmarshalJSON reads a job as the API shows it: "reduce" is a name or a
+// reduce task object.
+func (j *Job) UnmarshalJSON(data []byte) error {
+	type plain Job
+	var v struct {
+		*plain
+		Reduce json.RawMessage `json:"reduce"`
+	}
+	v.plain = (*plain)(j)
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	j.Reduce, j.ReduceTask = "", nil
+	switch {
+	case len(v.Reduce) == 0 || string(v.Reduce) == "null":
+	case v.Reduce[0] == '{':
+		j.ReduceTask = new(ReduceTask)
+		return json.Unmarshal(v.Reduce, j.ReduceTask)
+	default:
+		return json.Unmarshal(v.Reduce, &j.Reduce)
+	}
+	return nil
+}
+
 // JobSpec is a job to submit.
 type JobSpec struct {
 	// Type names the handler that runs the tasks.
@@ -127,7 +177,11 @@ type JobSpec struct {
 	// Tasks are the payloads, one per task; task ids are their positions.
 	Tasks []json.RawMessage `json:"tasks,omitempty"`
 	// Reduce names the reducer ("" for the server's default, collect).
-	Reduce string `json:"reduce,omitempty"`
+	Reduce string `json:"-"`
+	// ReduceTask, when set, is a reduce task a worker runs over every
+	// outcome once every task is accounted for (in place of Reduce): its
+	// result is the job's result.
+	ReduceTask *ReduceTask `json:"-"`
 	// MaxRetries is the retry budget (0 to 100); nil for the server's
 	// default (3).
 	MaxRetries *int `json:"max_retries,omitempty"`
@@ -238,14 +292,20 @@ type TaskError struct {
 // idempotency key; Retention is nil when the job is kept forever, and
 // ExpiresAt then and while the job is open.
 type Job struct {
-	ID                      string          `json:"id"`
-	Type                    string          `json:"type"`
-	State                   JobState        `json:"state"`
-	ExpectedTasks           int64           `json:"expected_tasks"`
-	CompletedTasks          int64           `json:"completed_tasks"`
-	FailedTasks             int64           `json:"failed_tasks"`
-	PendingTasks            int64           `json:"pending_tasks"`
-	Reduce                  string          `json:"reduce"`
+	ID             string   `json:"id"`
+	Type           string   `json:"type"`
+	State          JobState `json:"state"`
+	ExpectedTasks  int64    `json:"expected_tasks"`
+	CompletedTasks int64    `json:"completed_tasks"`
+	FailedTasks    int64    `json:"failed_tasks"`
+	PendingTasks   int64    `json:"pending_tasks"`
+	// Reduce is the reducer's name; "" when the job has a ReduceTask.
+	Reduce string `json:"-"`
+	// ReduceTask is the job's reduce task, nil when it has none.
+	ReduceTask *ReduceTask `json:"-"`
+	// ReduceState is the reduce task's progress: "" before it starts,
+	// "running" while the job is reducing, then "completed" or "failed".
+	ReduceState             string          `json:"reduce_state,omitempty"`
 	MaxRetries              int             `json:"max_retries"`
 	ToleratedFailures       *int64          `json:"tolerated_failures"`
 	ToleratedFailurePercent float64         `json:"tolerated_failure_percent"`

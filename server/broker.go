@@ -14,6 +14,7 @@ import (
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/deadletters"
 	"github.com/warrenhq/warren/internal/heartbeats"
+	"github.com/warrenhq/warren/internal/outcomes"
 	"github.com/warrenhq/warren/internal/relay"
 	"github.com/warrenhq/warren/protocol"
 )
@@ -28,6 +29,7 @@ type brokerSet struct {
 	agg     *aggregator.Aggregator
 	dlq     *deadletters.Queue
 	hb      *heartbeats.Consumer
+	outs    *outcomes.Responder
 }
 
 // connect dials both broker connections, declares the topology and builds
@@ -109,6 +111,10 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 		Registry: s.workers, Logger: s.log, OnApplied: onBeat}); err != nil {
 		return nil, err
 	}
+	if bs.outs, err = outcomes.New(outcomes.Config{Conn: bs.conConn, Queue: s.names.OutcomesQueue, Store: s.store,
+		MaxMessageBytes: s.cfg.MaxMessageBytes, Logger: s.log}); err != nil {
+		return nil, err
+	}
 	return bs, nil
 }
 
@@ -119,6 +125,7 @@ func (bs *brokerSet) run(ctx context.Context) error {
 	g.Go(func() error { return stopOthers(gctx, "relay", bs.relay.Run(gctx)) })
 	g.Go(func() error { return stopOthers(gctx, "aggregator", bs.agg.Run(gctx)) })
 	g.Go(func() error { return stopOthers(gctx, "heartbeat consumer", bs.hb.Run(gctx)) })
+	g.Go(func() error { return stopOthers(gctx, "outcomes responder", bs.outs.Run(gctx)) })
 	return g.Wait()
 }
 

@@ -309,6 +309,10 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 				s.jobDurations.observe(job, state, now)
 			}
 		},
+		OnReduceStarted: func(id string) {
+			s.events.Notify(id) // reduce_state "running": the streams show it now
+			s.WakeRelay()
+		},
 		OnJobClosed: func(id string, state warren.JobState) {
 			s.sizer.Forget(id)
 			s.events.Notify(id)

@@ -151,7 +151,7 @@ func runSubmit(ctx context.Context, args []string, env *environment) error {
 	fs.positional = "[FILE|-]"
 	cf.register(fs)
 	typ := fs.String("type", "", "set the job's type (handler name)")
-	reduce := fs.String("reduce", "", "set the job's reducer (collect, sum, concat, merge, none)")
+	reduce := fs.String("reduce", "", `set the job's reducer (collect, sum, concat, merge, none), or a reduce task a worker runs, as JSON: '{"task": "TYPE"}'`)
 	key := fs.String("idempotency-key", "", "resubmitting with the same key returns the same job")
 	asJSON := fs.Bool("json", false, "print the created job, as GET /v1/jobs/{id} returns it, instead of its id")
 	fs.localFlags("type", "reduce", "idempotency-key", "json")
@@ -257,9 +257,17 @@ func specFrom(doc map[string]json.RawMessage, typ, reduce, key string) (client.J
 	if typ != "" {
 		doc["type"], _ = json.Marshal(typ)
 	}
-	if reduce != "" {
+	switch {
+	case strings.HasPrefix(strings.TrimSpace(reduce), "{"):
+		if !json.Valid([]byte(reduce)) {
+			return client.JobSpec{}, fmt.Errorf(`-reduce: a reduce task must be a JSON object such as '{"task": "TYPE"}'`)
+		}
+		doc["reduce"] = json.RawMessage(reduce)
+	case reduce != "":
 		doc["reduce"], _ = json.Marshal(reduce)
 	}
+	reduceDoc := doc["reduce"]
+	delete(doc, "reduce")
 	raw, err := json.Marshal(doc)
 	if err != nil {
 		return client.JobSpec{}, err
@@ -270,8 +278,33 @@ func specFrom(doc map[string]json.RawMessage, typ, reduce, key string) (client.J
 	if err := dec.Decode(&spec); err != nil {
 		return client.JobSpec{}, fmt.Errorf("job spec: %v", err)
 	}
+	if err := decodeReduce(reduceDoc, &spec); err != nil {
+		return client.JobSpec{}, err
+	}
 	spec.IdempotencyKey = key
 	return spec, nil
+}
+
+// decodeReduce sets spec's reducer from a spec's "reduce": a name, or a
+// reduce task object (absent or null: the server's default).
+func decodeReduce(raw json.RawMessage, spec *client.JobSpec) error {
+	switch t := bytes.TrimSpace(raw); {
+	case len(t) == 0 || string(t) == "null":
+		return nil
+	case t[0] == '{':
+		dec := json.NewDecoder(bytes.NewReader(t))
+		dec.DisallowUnknownFields()
+		spec.ReduceTask = new(client.ReduceTask)
+		if err := dec.Decode(spec.ReduceTask); err != nil {
+			return fmt.Errorf(`job spec: reduce: %v (a reduce task is {"task": TYPE, "queue": QUEUE, "payload": JSON})`, err)
+		}
+		return nil
+	default:
+		if err := json.Unmarshal(t, &spec.Reduce); err != nil {
+			return fmt.Errorf(`job spec: reduce must be a reducer's name or an object {"task": TYPE}: %v`, err)
+		}
+		return nil
+	}
 }
 
 func runStatus(ctx context.Context, args []string, env *environment) error {
@@ -305,8 +338,18 @@ func printStatus(w io.Writer, j client.Job) {
 	if j.ToleratedFailures != nil {
 		tolerated = strconv.FormatInt(*j.ToleratedFailures, 10)
 	}
+	reduce := j.Reduce
+	if rt := j.ReduceTask; rt != nil {
+		reduce = "task:" + rt.Task
+		if rt.Queue != "" {
+			reduce += "@" + rt.Queue
+		}
+	}
 	fmt.Fprintf(w, "policy    reduce=%s max_retries=%d tolerated_failures=%s tolerated_failure_percent=%g fail_fast=%t\n",
-		j.Reduce, j.MaxRetries, tolerated, j.ToleratedFailurePercent, j.FailFast)
+		reduce, j.MaxRetries, tolerated, j.ToleratedFailurePercent, j.FailFast)
+	if j.ReduceState != "" {
+		fmt.Fprintf(w, "reduce    task 0 %s\n", j.ReduceState)
+	}
 	if j.CreatedAt != nil {
 		fmt.Fprintf(w, "created   %s\n", j.CreatedAt.Format("2006-01-02 15:04:05.000Z07:00"))
 	}

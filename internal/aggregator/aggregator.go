@@ -110,6 +110,9 @@ type Hooks struct {
 	// OnUnknownReducer is called each time a job ready to close was left
 	// open because its reducer is not in Config.Reducers.
 	OnUnknownReducer func(jobID, reducer string)
+	// OnReduceStarted is called after this aggregator started a job's
+	// reduce task (store.StartReduce).
+	OnReduceStarted func(jobID string)
 }
 
 func (c Config) withDefaults() Config {

@@ -171,10 +171,17 @@ func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err 
 	ctx, span := a.startClose(ctx, job)
 	defer func() { endClose(span, again, err) }()
 	state, result, msg := warren.JobCompleted, []byte(nil), ""
-	if !job.Policy.Tolerates(job.FailedTasks, job.ExpectedTasks) {
+	switch {
+	case job.ReduceState == warren.ReduceCompleted || job.ReduceState == warren.ReduceFailed:
+		if state, result, msg, err = a.reduced(ctx, job); err != nil {
+			return false, err
+		}
+	case !job.Policy.Tolerates(job.FailedTasks, job.ExpectedTasks):
 		state = warren.JobFailed
 		msg = fmt.Sprintf("%d of %d tasks failed, over the tolerance", job.FailedTasks, job.ExpectedTasks)
-	} else {
+	case job.Policy.ReduceTask != nil:
+		return a.startReduce(ctx, job)
+	default:
 		var refused error
 		result, refused, err = a.reduce(ctx, job)
 		switch {
@@ -214,6 +221,45 @@ func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err 
 		a.cfg.Hooks.OnJobClosed(id, state)
 	}
 	return false, nil
+}
+
+// startReduce starts the reduce task of job, ready to close within its
+// tolerance (store.StartReduce): the job stays open, reducing, until the
+// task's outcome makes it ready again. again says the job moved since it
+// was read.
+func (a *Aggregator) startReduce(ctx context.Context, job warren.Job) (again bool, err error) {
+	started, err := a.cfg.Store.StartReduce(ctx, job.ID, job.Version)
+	if err != nil {
+		return false, fmt.Errorf("aggregator: start the reduce task of job %s: %w", job.ID, err)
+	}
+	if !started {
+		return true, nil
+	}
+	a.cfg.Logger.Info("job reducing", "job_id", job.ID, "reduce_type", job.Policy.ReduceTask.Type,
+		"completed", job.CompletedTasks, "failed", job.FailedTasks, "expected", job.ExpectedTasks)
+	if a.cfg.Hooks.OnReduceStarted != nil {
+		a.cfg.Hooks.OnReduceStarted(job.ID)
+	}
+	return false, nil
+}
+
+// reduced is how job closes once its reduce task has an outcome:
+// completed with the task's result, or failed with its error (or when the
+// result is over Config.MaxResultBytes).
+func (a *Aggregator) reduced(ctx context.Context, job warren.Job) (state warren.JobState, result []byte, msg string, err error) {
+	task, err := a.cfg.Store.GetTask(ctx, job.ID, warren.ReduceTaskID)
+	if err != nil {
+		return "", nil, "", fmt.Errorf("aggregator: read the reduce task of job %s: %w", job.ID, err)
+	}
+	switch {
+	case job.ReduceState == warren.ReduceFailed:
+		return warren.JobFailed, nil, "reduce task failed: " + task.Error, nil
+	case len(task.Result) > a.cfg.MaxResultBytes:
+		return warren.JobFailed, nil, fmt.Sprintf("the reduce task's result is %d bytes, over the limit of %d bytes", len(task.Result), a.cfg.MaxResultBytes), nil
+	case len(task.Result) == 0:
+		return warren.JobCompleted, []byte("null"), "", nil
+	}
+	return warren.JobCompleted, task.Result, "", nil
 }
 
 // reduce runs the job's reducer over its results. refused is the reducer

@@ -83,8 +83,9 @@ func (m *Metrics) Hooks(next Hooks) Hooks {
 				next.OnBatch(size, r)
 			}
 		},
-		OnOutcomes:    next.OnOutcomes,
-		OnJobFinished: next.OnJobFinished,
+		OnOutcomes:      next.OnOutcomes,
+		OnJobFinished:   next.OnJobFinished,
+		OnReduceStarted: next.OnReduceStarted,
 		OnJobClosed: func(id string, state warren.JobState) {
 			m.closed.WithLabelValues(string(state)).Inc()
 			if next.OnJobClosed != nil {

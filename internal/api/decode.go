@@ -332,7 +332,7 @@ func decodeField(dec *json.Decoder, key string, sp *jobSpec) *apiError {
 	case "type":
 		target = &sp.Type
 	case "reduce":
-		target = &sp.Reduce
+		return decodeReduce(dec, sp)
 	case "max_retries":
 		target = &sp.MaxRetries
 	case "tolerated_failures":
@@ -371,6 +371,35 @@ func decodeField(dec *json.Decoder, key string, sp *jobSpec) *apiError {
 		}
 	}
 	return nil
+}
+
+// decodeReduce decodes the value of "reduce" into sp: a string names a
+// reducer the server runs, an object {"task", "queue", "payload"} a reduce
+// task a worker runs, and null is absent.
+func decodeReduce(dec *json.Decoder, sp *jobSpec) *apiError {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return bodyError(err)
+	}
+	switch raw[0] {
+	case 'n':
+		return nil
+	case '"':
+		if err := json.Unmarshal(raw, &sp.Reduce); err != nil {
+			return bodyError(err)
+		}
+		return nil
+	case '{':
+		rd := json.NewDecoder(bytes.NewReader(raw))
+		rd.DisallowUnknownFields()
+		var rt reduceTaskSpec
+		if err := rd.Decode(&rt); err != nil {
+			return errorf(http.StatusBadRequest, codeInvalidType, `reduce must be a string or an object {"task": string, "queue": string, "payload": any JSON}: %v`, err)
+		}
+		sp.ReduceTask = &rt
+		return nil
+	}
+	return errorf(http.StatusBadRequest, codeInvalidType, "reduce must be %s, got %s", specFields["reduce"], jsonKind(raw))
 }
 
 // decodeWebhook decodes the value of "webhook" into sp: null is absent,

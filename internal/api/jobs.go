@@ -21,14 +21,18 @@ const maxPageSize = 1000
 
 // jobJSON is a job as the API shows it.
 type jobJSON struct {
-	ID                      string          `json:"id"`
-	Type                    string          `json:"type"`
-	State                   warren.JobState `json:"state"`
-	ExpectedTasks           int64           `json:"expected_tasks"`
-	CompletedTasks          int64           `json:"completed_tasks"`
-	FailedTasks             int64           `json:"failed_tasks"`
-	PendingTasks            int64           `json:"pending_tasks"`
-	Reduce                  string          `json:"reduce"`
+	ID             string          `json:"id"`
+	Type           string          `json:"type"`
+	State          warren.JobState `json:"state"`
+	ExpectedTasks  int64           `json:"expected_tasks"`
+	CompletedTasks int64           `json:"completed_tasks"`
+	FailedTasks    int64           `json:"failed_tasks"`
+	PendingTasks   int64           `json:"pending_tasks"`
+	// Reduce is the reducer's name, or the reduce task as an object.
+	Reduce any `json:"reduce"`
+	// ReduceState is the reduce task's progress (warren.Job.ReduceState),
+	// absent for a job without a reduce task or before it starts.
+	ReduceState             string          `json:"reduce_state,omitempty"`
 	MaxRetries              int             `json:"max_retries"`
 	ToleratedFailures       *int64          `json:"tolerated_failures"` // null when only the percent limits
 	ToleratedFailurePercent float64         `json:"tolerated_failure_percent"`
@@ -94,6 +98,26 @@ type taskList struct {
 func jobURL(id string) string    { return "/v1/jobs/" + id }
 func resultURL(id string) string { return store.ResultLocation(id) }
 
+// reduceTaskJSON is a reduce task as the API shows it.
+type reduceTaskJSON struct {
+	Task    string          `json:"task"`
+	Queue   string          `json:"queue"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// reduceJSON is a job's "reduce": the reducer's name, or its reduce task
+// with the queue it runs on.
+func reduceJSON(p warren.Policy) any {
+	if p.ReduceTask == nil {
+		return p.Reduce
+	}
+	payload := p.ReduceTask.Payload
+	if len(payload) == 0 {
+		payload = json.RawMessage("null")
+	}
+	return reduceTaskJSON{Task: p.ReduceTask.Type, Queue: p.ReduceQueue(), Payload: payload}
+}
+
 // toJobJSON converts a stored job; retention is the server's retention of
 // jobs that give none (Config.Retention).
 func toJobJSON(j warren.Job, retention time.Duration) jobJSON {
@@ -105,7 +129,8 @@ func toJobJSON(j warren.Job, retention time.Duration) jobJSON {
 		CompletedTasks:          j.CompletedTasks,
 		FailedTasks:             j.FailedTasks,
 		PendingTasks:            j.PendingTasks(),
-		Reduce:                  j.Policy.Reduce,
+		Reduce:                  reduceJSON(j.Policy),
+		ReduceState:             j.ReduceState,
 		MaxRetries:              j.Policy.MaxRetries,
 		ToleratedFailurePercent: j.Policy.ToleratedFailurePercent,
 		FailFast:                j.Policy.FailFast,

@@ -46,7 +46,7 @@ const (
 // type each must have (for error messages).
 var specFields = map[string]string{
 	"type":                      "a string",
-	"reduce":                    "a string",
+	"reduce":                    `a string or an object {"task", "queue", "payload"}`,
 	"max_retries":               "an integer",
 	"tolerated_failures":        "an integer",
 	"tolerated_failure_percent": "a number",
@@ -65,6 +65,7 @@ var specFields = map[string]string{
 type jobSpec struct {
 	Type                    string
 	Reduce                  string
+	ReduceTask              *reduceTaskSpec
 	MaxRetries              *int
 	ToleratedFailures       *int64
 	ToleratedFailurePercent *float64
@@ -76,6 +77,47 @@ type jobSpec struct {
 	Retention               *float64
 	Metadata                json.RawMessage
 	Webhook                 *webhookSpec
+}
+
+// reduceTaskSpec is a submission's "reduce" when it is an object: a
+// reduce task run by a worker (warren.ReduceTask).
+type reduceTaskSpec struct {
+	Task    *string         `json:"task"`
+	Queue   *string         `json:"queue"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// reduceTask checks a reduce task spec and returns it for the store.
+func (rt *reduceTaskSpec) reduceTask(r rules) (*warren.ReduceTask, *apiError) {
+	invalid := func(format string, args ...any) *apiError {
+		return errorf(http.StatusUnprocessableEntity, codeValidation, "reduce: "+format, args...)
+	}
+	switch {
+	case rt.Task == nil || *rt.Task == "":
+		return nil, invalid(`"task" is required: it names the reducer's task type, run by a worker`)
+	case len(*rt.Task) > maxTypeLen:
+		return nil, invalid("task must be at most %d bytes", maxTypeLen)
+	case strings.ContainsFunc(*rt.Task, isControl):
+		return nil, invalid("task must not contain control characters")
+	}
+	t := &warren.ReduceTask{Type: *rt.Task}
+	if rt.Queue != nil {
+		if err := protocol.CheckQueueName(*rt.Queue); err != nil {
+			return nil, invalid("queue: %v", err)
+		}
+		t.Queue = *rt.Queue
+	}
+	if len(rt.Payload) > 0 && string(rt.Payload) != "null" {
+		if int64(len(rt.Payload)) > r.maxTaskBytes {
+			return nil, errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "reduce: the payload is %d bytes, over the limit of %d bytes per task",
+				len(rt.Payload), r.maxTaskBytes)
+		}
+		if d := protocol.Depth(rt.Payload); d > protocol.MaxPayloadDepth {
+			return nil, invalid("the payload is nested %d levels deep: payloads may nest arrays and objects at most %d levels", d, protocol.MaxPayloadDepth)
+		}
+		t.Payload = rt.Payload
+	}
+	return t, nil
 }
 
 // webhookSpec is a submission's "webhook", as given.
@@ -224,11 +266,18 @@ func (sp jobSpec) newJob(r rules) (store.NewJob, *apiError) {
 		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "type must not contain control characters")
 	}
 	p := warren.Policy{Reduce: sp.Reduce, MaxRetries: warren.DefaultMaxRetries, FailFast: sp.FailFast}
-	if p.Reduce == "" {
+	switch {
+	case sp.ReduceTask != nil:
+		rt, err := sp.ReduceTask.reduceTask(r)
+		if err != nil {
+			return store.NewJob{}, err
+		}
+		p.ReduceTask = rt
+	case p.Reduce == "":
 		p.Reduce = reduce.Default
 	}
-	if _, ok := r.reducers.Lookup(p.Reduce); !ok {
-		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "unknown reducer %q (known: %s)",
+	if _, ok := r.reducers.Lookup(p.Reduce); !ok && p.ReduceTask == nil {
+		return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation, "unknown reducer %q (known: %s; or an object {\"task\": TYPE} for a reduce task run by a worker)",
 			p.Reduce, strings.Join(r.reducers.Names(), ", "))
 	}
 	if sp.MaxRetries != nil {
