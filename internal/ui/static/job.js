@@ -50,7 +50,11 @@ export function jobPage(root, { params, navigate }) {
   function show(j) {
     const wasOpen = job && isOpen(job.state);
     job = j;
-    title.replaceChildren(h('h1', null, j.type, ' ', badge(j.state)), copyable(j.id));
+    // A job reducing stays running: its reduce task (task 0) is shown by
+    // a badge of its own next to the job's state.
+    const reducing = j.reduce_state === 'running' && isOpen(j.state)
+      ? [' ', h('span', { class: 'badge running', id: 'reducing', title: 'the reduce task (task 0) is running' }, 'reducing')] : [];
+    title.replaceChildren(h('h1', null, j.type, ' ', badge(j.state), ...reducing), copyable(j.id));
     const done = j.completed_tasks + j.failed_tasks;
     const end = j.finished_at ? Date.parse(j.finished_at) : Date.now();
     const card = (label, value, cls) => h('div', { class: `card ${cls || ''}` }, h('div', { class: 'label' }, label), h('div', { class: 'value' }, value));
@@ -103,7 +107,7 @@ export function jobPage(root, { params, navigate }) {
       j.tolerated_failure_percent ? `${j.tolerated_failure_percent}%` : null].filter(Boolean).join(' and ') || 'none';
     details.replaceChildren(h('h2', null, 'Policy and metadata'),
       h('dl', { class: 'kv' },
-        row('Reduce', j.reduce), row('Queue', j.queue), row('Priority', String(j.priority)),
+        row('Reduce', reduceText(j)), row('Queue', j.queue), row('Priority', String(j.priority)),
         row('Max retries', String(j.max_retries)), row('Tolerated failures', tolerance),
         row('Fail fast', j.fail_fast ? 'yes' : 'no'), row('Task timeout', duration(1000 * j.task_timeout)),
         row('Batch size', j.batch_size ? String(j.batch_size) : 'automatic'),
@@ -378,10 +382,18 @@ function taskRow(tk) {
   const detail = tk.state === 'completed' ? h('code', { class: 'result', title: clip(JSON.stringify(tk.result), 2000) }, clip(JSON.stringify(tk.result), 120))
     : h('span', { class: 'error-text', title: clip(tk.error, 2000) }, clip(tk.error, 160));
   return h('tr', { 'data-task-id': tk.task_id },
-    h('td', { class: 'num mono' }, String(tk.task_id)), h('td', null, badge(tk.state)),
+    h('td', { class: 'num mono', title: tk.task_id === 0 ? 'the reduce task' : null }, tk.task_id === 0 ? '0 (reduce)' : String(tk.task_id)), h('td', null, badge(tk.state)),
     h('td', { class: 'num' }, num(tk.attempts)), h('td', { class: 'mono small' }, tk.worker || '–'),
     h('td', null, timeEl(tk.queued_at)), h('td', null, timeEl(tk.started_at)), h('td', null, timeEl(tk.finished_at)),
     h('td', { class: 'num' }, took), h('td', null, detail));
+}
+
+// reduceText is a job's reducer: its name, or its reduce task's type and
+// queue, with the reduce task's progress.
+function reduceText(j) {
+  if (typeof j.reduce === 'string') return j.reduce;
+  const r = j.reduce || {};
+  return `task ${r.task} on queue ${r.queue}${j.reduce_state ? ` (task 0: ${j.reduce_state})` : ''}`;
 }
 
 function clip(text, n) {

@@ -92,7 +92,7 @@ export function jobsPage(root, { query, navigate }) {
     return h('tr', { 'data-job-id': job.id, 'data-state': job.state },
       h('td', null, copyable(job.id, `/ui/jobs/${encodeURIComponent(job.id)}`)),
       h('td', { class: 'type' }, h('a', { href: filterURL(state, job.type), title: `only ${job.type} jobs` }, job.type)),
-      h('td', null, badge(job.state)),
+      h('td', null, badge(job.state), job.reduce_state === 'running' && job.state === 'running' ? [' ', h('span', { class: 'badge running' }, 'reducing')] : null),
       h('td', { class: 'wide' }, progressBar(job)),
       h('td', { class: 'num' }, num(job.completed_tasks), ' / ',
         h('span', { class: job.failed_tasks ? 'bad-text' : '' }, num(job.failed_tasks)), ' / ', num(job.expected_tasks)),

@@ -1,0 +1,281 @@
+package warren_test
+
+// End-to-end tests of reduce tasks (docs/protocol.md, "Reduce tasks"): a
+// job's fan-in run by a worker's reducer over every outcome in task order,
+// against the real broker and both stores.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/store"
+	"github.com/warrenhq/warren/worker"
+)
+
+// reduceSum is what the test reducer returns: the sum of the completed
+// results, how many outcomes it read, and the failed task ids, read in
+// task id order (it fails the run if they are not).
+type reduceSum struct {
+	Sum     int64   `json:"sum"`
+	Read    int64   `json:"read"`
+	Failed  []int64 `json:"failed"`
+	Payload string  `json:"payload"`
+}
+
+// sumOutcomes reads outcomes as a reducer does, checking their order.
+func sumOutcomes(job worker.ReduceJob, outcomes iter.Seq2[worker.Outcome, error]) (reduceSum, error) {
+	out := reduceSum{Failed: []int64{}}
+	var last int64
+	for o, err := range outcomes {
+		if err != nil {
+			return reduceSum{}, err
+		}
+		if o.TaskID <= last {
+			return reduceSum{}, worker.Permanent(fmt.Errorf("task %d after task %d", o.TaskID, last))
+		}
+		last = o.TaskID
+		out.Read++
+		if o.State == warren.TaskFailed {
+			out.Failed = append(out.Failed, o.TaskID)
+			continue
+		}
+		var v int64
+		if err := json.Unmarshal(o.Result, &v); err != nil {
+			return reduceSum{}, worker.Permanent(fmt.Errorf("task %d: %w", o.TaskID, err))
+		}
+		out.Sum += v
+	}
+	if len(job.Payload) > 0 {
+		_ = json.Unmarshal(job.Payload, &out.Payload)
+	}
+	return out, nil
+}
+
+// submitReduced creates a job of n "double" tasks ({"n": i}) whose reduce
+// task is of type typ.
+func (b *testBundle) submitReduced(t *testing.T, n int, typ string, policy warren.Policy) warren.Job {
+	t.Helper()
+	policy.Reduce = ""
+	policy.ReduceTask = &warren.ReduceTask{Type: typ, Payload: json.RawMessage(`"p"`)}
+	tasks := func(yield func(json.RawMessage, error) bool) {
+		for i := 1; i <= n; i++ {
+			if !yield(json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), nil) {
+				return
+			}
+		}
+	}
+	job, created, err := b.store.CreateJob(context.Background(), store.NewJob{Type: "double", Policy: policy}, tasks)
+	require.NoError(t, err)
+	require.True(t, created)
+	b.wakeRelays()
+	return job
+}
+
+// doubleWorker runs a worker serving "double" (2n) and the reducer
+// "sum", whose runs are counted and which fails as fail says (nil: never).
+func doubleWorker(t *testing.T, b *testBundle, runs *atomic.Int64, fail func(run int64, tk worker.ReduceJob) error) *worker.Worker {
+	t.Helper()
+	w, err := worker.New(b.workerConfig(8))
+	require.NoError(t, err)
+	w.Handle("double", func(_ context.Context, tk worker.Task) (any, error) {
+		var p struct{ N int64 }
+		if err := json.Unmarshal(tk.Payload, &p); err != nil {
+			return nil, worker.Permanent(err)
+		}
+		return 2 * p.N, nil
+	})
+	w.Reducer("sum", func(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker.Outcome, error]) (any, error) {
+		run := runs.Add(1)
+		if fail != nil {
+			if err := fail(run, job); err != nil {
+				return nil, err
+			}
+		}
+		return sumOutcomes(job, outcomes)
+	})
+	runWorker(t, w)
+	return w
+}
+
+// jobResult reads a closed job's result as a reduceSum.
+func (b *testBundle) reduceResult(t *testing.T, id string) reduceSum {
+	t.Helper()
+	raw, err := b.store.JobResult(context.Background(), id)
+	require.NoError(t, err)
+	var got reduceSum
+	require.NoError(t, json.Unmarshal(raw, &got), "result %s", raw)
+	return got
+}
+
+// A reduce task sums 2,000 outcomes, read in pages over the outcomes RPC,
+// and its result is the job's; the job shows the reduce task as task 0.
+func TestReduceTaskIsTheJobsResult(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, kind string) {
+		b := setup(t, kind)
+		b.startServer(t, b.store)
+		var runs atomic.Int64
+		doubleWorker(t, b, &runs, nil)
+		const n = 2000
+		job := b.submitReduced(t, n, "sum", warren.Policy{})
+		require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
+		got := b.reduceResult(t, job.ID)
+		require.Equal(t, reduceSum{Sum: n * (n + 1), Read: n, Failed: []int64{}, Payload: "p"}, got)
+		require.Equal(t, int64(1), runs.Load())
+		closed, err := b.store.GetJob(context.Background(), job.ID)
+		require.NoError(t, err)
+		require.Equal(t, int64(n), closed.CompletedTasks, "the reduce task is not counted")
+		require.Equal(t, warren.ReduceCompleted, closed.ReduceState)
+		task0, err := b.store.GetTask(context.Background(), job.ID, warren.ReduceTaskID)
+		require.NoError(t, err)
+		require.Equal(t, warren.TaskCompleted, task0.State)
+		require.Equal(t, 1, task0.Attempts)
+	})
+}
+
+// A transient failure of the reducer is retried through the tiers; a
+// permanent one fails the job with its error; failed map tasks within the
+// tolerance reach the reducer as failed outcomes.
+func TestReduceTaskRetriesAndFails(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, kind string) {
+		b := setupFailures(t, kind)
+		b.startServer(t, b.store)
+		var runs atomic.Int64
+		doubleWorker(t, b, &runs, func(run int64, job worker.ReduceJob) error {
+			if string(job.Payload) == `"permanent"` {
+				return worker.Permanent(errors.New("the sums do not add up"))
+			}
+			if run == 1 {
+				return errors.New("the warehouse is busy")
+			}
+			return nil
+		})
+		job := b.submitReduced(t, 50, "sum", warren.Policy{MaxRetries: 2})
+		require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
+		require.Equal(t, int64(2), runs.Load(), "one retry")
+		require.Equal(t, int64(50*51), b.reduceResult(t, job.ID).Sum)
+		task0, err := b.store.GetTask(context.Background(), job.ID, warren.ReduceTaskID)
+		require.NoError(t, err)
+		require.Equal(t, 2, task0.Attempts)
+
+		ctx := context.Background()
+		permJob := b.submitReducedPayload(t, 5, `"permanent"`)
+		require.Equal(t, warren.JobFailed, b.waitClosed(t, permJob.ID))
+		failed, err := b.store.GetJob(ctx, permJob.ID)
+		require.NoError(t, err)
+		require.Contains(t, failed.Error, "the sums do not add up")
+		require.Equal(t, warren.ReduceFailed, failed.ReduceState)
+		require.Equal(t, int64(5), failed.CompletedTasks, "the map tasks all completed")
+	})
+}
+
+// submitReducedPayload is submitReduced of "sum" with the reduce task's
+// payload.
+func (b *testBundle) submitReducedPayload(t *testing.T, n int, payload string) warren.Job {
+	t.Helper()
+	policy := warren.Policy{ReduceTask: &warren.ReduceTask{Type: "sum", Payload: json.RawMessage(payload)}}
+	tasks := func(yield func(json.RawMessage, error) bool) {
+		for i := 1; i <= n; i++ {
+			if !yield(json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), nil) {
+				return
+			}
+		}
+	}
+	job, created, err := b.store.CreateJob(context.Background(), store.NewJob{Type: "double", Policy: policy}, tasks)
+	require.NoError(t, err)
+	require.True(t, created)
+	b.wakeRelays()
+	return job
+}
+
+// A redrive of failed map tasks runs the reduce again, on the new
+// outcomes.
+func TestRedriveRunsTheReduceAgain(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, kind string) {
+		b := setupFailures(t, kind)
+		b.startServer(t, b.store)
+		var broken atomic.Bool
+		broken.Store(true)
+		var runs atomic.Int64
+		w, err := worker.New(b.workerConfig(4))
+		require.NoError(t, err)
+		w.Handle("double", func(_ context.Context, tk worker.Task) (any, error) {
+			if tk.TaskID%4 == 0 && broken.Load() {
+				return nil, worker.Permanent(errors.New("bad input today"))
+			}
+			return 2 * tk.TaskID, nil
+		})
+		w.Reducer("sum", func(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker.Outcome, error]) (any, error) {
+			runs.Add(1)
+			return sumOutcomes(job, outcomes)
+		})
+		runWorker(t, w)
+		job := b.submitReduced(t, 20, "sum", warren.Policy{ToleratedFailures: 5, ToleratedFailurePercent: 100})
+		require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
+		first := b.reduceResult(t, job.ID)
+		require.Equal(t, []int64{4, 8, 12, 16, 20}, first.Failed)
+		require.Equal(t, int64(2*(20*21/2-(4+8+12+16+20))), first.Sum)
+
+		broken.Store(false)
+		_, n, err := b.store.RedriveJob(context.Background(), job.ID)
+		require.NoError(t, err)
+		require.Equal(t, 5, n)
+		b.wakeRelays()
+		require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
+		again := b.reduceResult(t, job.ID)
+		require.Equal(t, reduceSum{Sum: 20 * 21, Read: 20, Failed: []int64{}, Payload: "p"}, again)
+		require.Equal(t, int64(2), runs.Load())
+		task0, err := b.store.GetTask(context.Background(), job.ID, warren.ReduceTaskID)
+		require.NoError(t, err)
+		require.Equal(t, 2, task0.Generation, "the second reduce is a new generation")
+	})
+}
+
+// Cancelling a job while it reduces closes it cancelled; the reducer's
+// late result changes nothing.
+func TestCancelDuringReduce(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, kind string) {
+		b := setup(t, kind)
+		b.startServer(t, b.store)
+		started := make(chan struct{}, 1)
+		release := make(chan struct{})
+		w, err := worker.New(b.workerConfig(4))
+		require.NoError(t, err)
+		w.Handle("double", func(_ context.Context, tk worker.Task) (any, error) { return 2 * tk.TaskID, nil })
+		w.Reducer("sum", func(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker.Outcome, error]) (any, error) {
+			started <- struct{}{}
+			<-release
+			return sumOutcomes(job, outcomes)
+		})
+		runWorker(t, w)
+		job := b.submitReduced(t, 10, "sum", warren.Policy{})
+		select {
+		case <-started:
+		case <-time.After(waitTimeout):
+			t.Fatal("the reduce task did not start")
+		}
+		reducing, err := b.store.GetJob(context.Background(), job.ID)
+		require.NoError(t, err)
+		require.Equal(t, warren.JobRunning, reducing.State)
+		require.Equal(t, warren.ReduceRunning, reducing.ReduceState)
+		_, err = b.store.CancelJob(context.Background(), job.ID)
+		require.NoError(t, err)
+		close(release)
+		b.waitFor(t, func() bool { return b.late.Load() >= 1 }, "the late reduce result")
+		closed, err := b.store.GetJob(context.Background(), job.ID)
+		require.NoError(t, err)
+		require.Equal(t, warren.JobCancelled, closed.State)
+	})
+}
