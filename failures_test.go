@@ -42,6 +42,10 @@ func TestMain(m *testing.M) {
 		crashingWorker(prefix)
 		return
 	}
+	if prefix := os.Getenv("WARREN_TEST_CRASHING_REDUCER"); prefix != "" {
+		crashingReducer(prefix)
+		return
+	}
 	os.Exit(m.Run())
 }
 

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"os"
+	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/broker/amqptest"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/worker"
 )
@@ -278,4 +281,72 @@ func TestCancelDuringReduce(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, warren.JobCancelled, closed.State)
 	})
+}
+
+// crashingReducer serves the "reduce" work queue with a reducer "sum"
+// that kills its own process after reading the first page of outcomes.
+func crashingReducer(prefix string) {
+	w, err := worker.New(worker.Config{AMQPURL: amqptest.URL(), Prefix: prefix, Concurrency: 1, Queues: []string{"reduce"},
+		RetryTiers: testTiers, DeliveryLimit: testDeliveryLimit})
+	if err != nil {
+		os.Exit(2)
+	}
+	w.Reducer("sum", func(_ context.Context, _ worker.ReduceJob, outcomes iter.Seq2[worker.Outcome, error]) (any, error) {
+		for range outcomes {
+			os.Exit(3)
+		}
+		return nil, nil
+	})
+	_ = w.Run(context.Background())
+	os.Exit(4)
+}
+
+// A worker killed in the middle of a reduce leaves the reduce task
+// unacked; it runs again on another worker, from the first outcome, and
+// the job completes exactly. The reduce task goes to a queue of its own.
+func TestWorkerKilledMidReduce(t *testing.T) {
+	t.Parallel()
+	b := setupFailures(t, "sqlite")
+	b.startServer(t, b.store)
+	w, err := worker.New(b.workerConfig(4))
+	require.NoError(t, err)
+	w.Handle("double", func(_ context.Context, tk worker.Task) (any, error) { return 2 * tk.TaskID, nil })
+	runWorker(t, w)
+
+	const n = 300
+	policy := warren.Policy{ReduceTask: &warren.ReduceTask{Type: "sum", Queue: "reduce", Payload: json.RawMessage(`"p"`)}}
+	tasks := func(yield func(json.RawMessage, error) bool) {
+		for i := 1; i <= n; i++ {
+			if !yield(json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), nil) {
+				return
+			}
+		}
+	}
+	job, _, err := b.store.CreateJob(context.Background(), store.NewJob{Type: "double", Policy: policy}, tasks)
+	require.NoError(t, err)
+	b.wakeRelays()
+
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "WARREN_TEST_CRASHING_REDUCER="+b.names.Prefix)
+	var exit *exec.ExitError
+	require.ErrorAs(t, cmd.Run(), &exit)
+	require.Equal(t, 3, exit.ExitCode(), "the reducer killed its worker")
+	reducing, err := b.store.GetJob(context.Background(), job.ID)
+	require.NoError(t, err)
+	require.Equal(t, warren.ReduceRunning, reducing.ReduceState, "the job still reduces")
+
+	var runs atomic.Int64
+	good, err := worker.New(worker.Config{AMQPURL: amqptest.URL(), Prefix: b.names.Prefix, Concurrency: 2, Queues: []string{"reduce"},
+		RetryTiers: testTiers, DeliveryLimit: testDeliveryLimit})
+	require.NoError(t, err)
+	good.Reducer("sum", func(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker.Outcome, error]) (any, error) {
+		runs.Add(1)
+		return sumOutcomes(job, outcomes)
+	})
+	runWorker(t, good)
+	require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
+	require.Equal(t, reduceSum{Sum: n * (n + 1), Read: n, Failed: []int64{}, Payload: "p"}, b.reduceResult(t, job.ID))
+	require.Equal(t, int64(1), runs.Load())
 }

@@ -5,6 +5,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/spans"
 	"github.com/warrenhq/warren/internal/wire"
 	"github.com/warrenhq/warren/protocol"
@@ -110,7 +111,10 @@ func (r *Relay) encode(g []store.OutboxTask, rd *round) []message {
 // job, type, attempts, retry budget, generation and task timeout.
 func (r *Relay) message(g []store.OutboxTask) (wire.Outbound, error) {
 	m := wire.TaskMessage{JobID: g[0].JobID, Type: g[0].Type, Retries: g[0].Attempts, MaxRetries: g[0].MaxRetries,
-		Generation: g[0].Generation, Timeout: g[0].TaskTimeout, Queue: g[0].Queue, Tasks: make([]protocol.BatchTask, len(g))}
+		Generation: g[0].Generation, Timeout: g[0].TaskTimeout, Queue: g[0].Queue, Tasks: make([]protocol.BatchTask, len(g)),
+		// Task 0 is the job's reduce task (warren.ReduceTaskID), which
+		// the store gives the relay alone, with its own type and queue.
+		Reduce: g[0].TaskID == warren.ReduceTaskID}
 	for i, t := range g {
 		m.Tasks[i] = protocol.BatchTask{TaskID: t.TaskID, Payload: t.Payload}
 	}
