@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/broker/amqptest"
+	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/worker"
 )
@@ -349,4 +351,71 @@ func TestWorkerKilledMidReduce(t *testing.T) {
 	require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
 	require.Equal(t, reduceSum{Sum: n * (n + 1), Read: n, Failed: []int64{}, Payload: "p"}, b.reduceResult(t, job.ID))
 	require.Equal(t, int64(1), runs.Load())
+}
+
+// A reduce result of another generation than the reduce task's is a
+// duplicate and changes nothing; the one of its generation closes the job
+// with that result. The reduce task here is taken from its queue by hand,
+// as a worker with no warren code would.
+func TestStaleReduceResultIsIgnored(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, kind string) {
+		b := setup(t, kind)
+		b.startServer(t, b.store)
+		w, err := worker.New(b.workerConfig(4))
+		require.NoError(t, err)
+		w.Handle("double", func(_ context.Context, tk worker.Task) (any, error) { return 2 * tk.TaskID, nil })
+		runWorker(t, w)
+		policy := warren.Policy{ReduceTask: &warren.ReduceTask{Type: "sum", Queue: "manual"}}
+		tasks := func(yield func(json.RawMessage, error) bool) { yield(json.RawMessage(`1`), nil) }
+		job, _, err := b.store.CreateJob(context.Background(), store.NewJob{Type: "double", Policy: policy}, tasks)
+		require.NoError(t, err)
+		b.wakeRelays()
+		// The queue exists once the relay published the reduce task to it.
+		b.waitFor(t, func() bool {
+			j, err := b.store.GetJob(context.Background(), job.ID)
+			return err == nil && j.ReduceState == warren.ReduceRunning
+		}, "the reduce task to start")
+		ch, ds := takeTasks(t, b.admin, b.names.WorkQueue("manual"), 1)
+		defer ch.Close()
+		d := ds[0]
+		require.Equal(t, "sum", d.Type)
+		require.Equal(t, fmt.Sprintf("%s:0", job.ID), d.MessageId)
+		var body struct {
+			JobID  string `json:"job_id"`
+			TaskID *int64 `json:"task_id"`
+			Reduce bool   `json:"reduce"`
+		}
+		require.NoError(t, json.Unmarshal(d.Body, &body))
+		require.True(t, body.Reduce)
+		require.Equal(t, int64(0), *body.TaskID)
+		gen, ok := d.Headers[protocol.HeaderGeneration].(int64)
+		require.True(t, ok, "x-generation %v", d.Headers[protocol.HeaderGeneration])
+
+		pub, err := b.admin.Channel()
+		require.NoError(t, err)
+		defer pub.Close()
+		require.NoError(t, pub.Confirm(false))
+		publish := func(gen int64, result string) {
+			conf, err := pub.PublishWithDeferredConfirmWithContext(context.Background(), b.names.ResultsExchange, protocol.RoutingKeyResult, true, false,
+				amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: protocol.ContentType, MessageId: d.MessageId,
+					Headers: amqp.Table{protocol.HeaderGeneration: gen},
+					Body:    []byte(fmt.Sprintf(`{"job_id":%q,"task_id":0,"result":%s}`, job.ID, result))})
+			require.NoError(t, err)
+			require.True(t, conf.Wait())
+		}
+		publish(gen+1, `"stale"`)
+		b.waitFor(t, func() bool { return b.duplicates.Load() >= 1 }, "the stale result counted as a duplicate")
+		still, err := b.store.GetJob(context.Background(), job.ID)
+		require.NoError(t, err)
+		require.Equal(t, warren.ReduceRunning, still.ReduceState)
+		publish(gen, `{"total": 2}`)
+		require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
+		raw, err := b.store.JobResult(context.Background(), job.ID)
+		require.NoError(t, err)
+		require.JSONEq(t, `{"total": 2}`, string(raw))
+		publish(gen, `"again"`)
+		b.waitFor(t, func() bool { return b.late.Load() >= 1 }, "the repeated result counted as late")
+		require.NoError(t, d.Ack(false))
+	})
 }
