@@ -1,4 +1,5 @@
-"""A complete warren worker in Python: word counts, and a thumbnail-like task.
+"""A complete warren worker in Python: word counts, a thumbnail-like task,
+and a reducer that runs a job's fan-in: the most frequent words.
 
 Run it against a `warren server` (see README.md here):
 
@@ -56,6 +57,28 @@ def thumbnail(payload, task):
     time.sleep(0.05)  # the work
     width = int(payload.get("width", 128))
     return {"url": "s3://thumbnails/%s/%d/%s" % (task.idempotency_key, width, key), "attempt": task.attempt}
+
+
+@w.reducer("top_words")
+def top_words(outcomes, job):
+    """The fan-in of a wordcount job: {"n": 10} -> the n most frequent words.
+
+    outcomes come in task id order, page by page, never all in memory; a
+    failed task (within the job's tolerance) is counted, not merged. What
+    this returns is the job's result.
+    """
+    n = 10
+    if isinstance(job.payload, dict):
+        n = int(job.payload.get("n", n))
+    counts, failed = {}, 0
+    for o in outcomes:
+        if o.state != "completed":
+            failed += 1
+            continue
+        for word, count in o.result.items():
+            counts[word] = counts.get(word, 0) + count
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return {"top": [{"word": word, "count": count} for word, count in top], "failed_tasks": failed}
 
 
 if __name__ == "__main__":
