@@ -14,6 +14,11 @@
 // of one job that complete together travel in one result batch, and acks
 // are combined into multiple-acks where that settles no task early; the
 // rule stays the same: a task is acked only once its outcome is confirmed.
+//
+// A job may also end with a reduce task, which a ReducerFunc registered
+// with Reducer runs over the job's task outcomes, read page by page from
+// the warren servers over the outcomes RPC; what it returns is the job's
+// result (docs/protocol.md, "Reduce tasks").
 package worker
 
 import (
