@@ -46,6 +46,10 @@ type Names struct {
 	// HeartbeatExchange is the fanout exchange workers publish their
 	// heartbeats to (Heartbeat); every server binds a queue of its own.
 	HeartbeatExchange string
+	// OutcomesQueue is the queue of the outcomes RPC: workers running a
+	// reduce task publish OutcomesRequests to it through the default
+	// exchange (it is the routing key), and every server consumes it.
+	OutcomesQueue string
 }
 
 // RetryQueue returns the name of the delay-tier queue for a tier.
@@ -66,5 +70,6 @@ func NamesFor(prefix string) Names {
 		RetryExchange:      prefix + "retry.x",
 		ControlExchange:    prefix + "control.x",
 		HeartbeatExchange:  prefix + "heartbeat.x",
+		OutcomesQueue:      prefix + "outcomes.q",
 	}
 }

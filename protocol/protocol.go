@@ -104,10 +104,19 @@ var ErrMalformed = errors.New("malformed message")
 type Task struct {
 	// JobID is the job the task belongs to.
 	JobID string `json:"job_id"`
-	// TaskID is the task's position in its job, 1..N.
+	// TaskID is the task's position in its job, 1..N, or ReduceTaskID
+	// (0) for the job's reduce task, which has Reduce set.
 	TaskID int64 `json:"task_id"`
 	// Payload is the task's whole input.
 	Payload json.RawMessage `json:"payload"`
+	// Reduce marks the job's reduce task (see ReduceTaskID): it runs a
+	// reducer over the outcomes of the job's map tasks, read through the
+	// outcomes RPC, and its result is the job's. Only a single task
+	// message carries it, and only with TaskID ReduceTaskID.
+	Reduce bool `json:"reduce,omitempty"`
+	// ExpectedTasks is the number of map tasks of the job, on a reduce
+	// task only.
+	ExpectedTasks int64 `json:"expected_tasks,omitempty"`
 }
 
 // Result is the body of a result message. Only JobID, TaskID and Result
@@ -140,22 +149,23 @@ func MessageID(jobID string, taskID int64) string {
 	return jobID + ":" + strconv.FormatInt(taskID, 10)
 }
 
-// ParseMessageID splits a MessageID back into its job and task ids.
+// ParseMessageID splits a MessageID back into its job and task ids. The
+// task id is positive, or ReduceTaskID for a reduce task's "<job_id>:0".
 func ParseMessageID(id string) (string, int64, error) {
 	i := strings.LastIndexByte(id, ':')
 	if i <= 0 {
 		return "", 0, fmt.Errorf("%w: message id %q is not job_id:task_id", ErrMalformed, id)
 	}
 	n, err := strconv.ParseInt(id[i+1:], 10, 64)
-	if err != nil || n < 1 {
-		return "", 0, fmt.Errorf("%w: message id %q has no positive task id", ErrMalformed, id)
+	if err != nil || n < ReduceTaskID {
+		return "", 0, fmt.Errorf("%w: message id %q has no task id", ErrMalformed, id)
 	}
 	return id[:i], n, nil
 }
 
 // EncodeTask returns the JSON body of a task message.
 func EncodeTask(t Task) ([]byte, error) {
-	if err := checkIDs(t.JobID, t.TaskID); err != nil {
+	if err := checkTask(t); err != nil {
 		return nil, err
 	}
 	if len(t.Payload) == 0 {
@@ -171,7 +181,7 @@ func DecodeTask(body []byte) (Task, error) {
 	if err := decodeStrict(body, &t); err != nil {
 		return Task{}, err
 	}
-	if err := checkIDs(t.JobID, t.TaskID); err != nil {
+	if err := checkTask(t); err != nil {
 		return Task{}, err
 	}
 	if err := checkPayloadDepth(t.TaskID, t.Payload); err != nil {
@@ -191,9 +201,10 @@ func checkPayloadDepth(taskID int64, payload json.RawMessage) error {
 	return nil
 }
 
-// EncodeResult returns the JSON body of a result message.
+// EncodeResult returns the JSON body of a result message: of a task, or
+// of a reduce task (TaskID ReduceTaskID), whose result is the job's.
 func EncodeResult(r Result) ([]byte, error) {
-	if err := checkIDs(r.JobID, r.TaskID); err != nil {
+	if err := checkResultIDs(r.JobID, r.TaskID); err != nil {
 		return nil, err
 	}
 	if len(r.Result) == 0 {
@@ -210,7 +221,25 @@ func DecodeResult(body []byte) (Result, error) {
 	if err := decodeStrict(body, &r); err != nil {
 		return Result{}, err
 	}
+	if err := checkReduceResult(body, r.TaskID); err != nil {
+		return Result{}, err
+	}
 	return checkResult(r)
+}
+
+// checkReduceResult refuses a single result body whose task_id is 0 by
+// omission: only a reduce task's result names task 0, and it names it.
+func checkReduceResult(body []byte, taskID int64) error {
+	if taskID != ReduceTaskID {
+		return nil
+	}
+	var m struct {
+		TaskID *int64 `json:"task_id"`
+	}
+	if err := json.Unmarshal(body, &m); err != nil || m.TaskID == nil {
+		return fmt.Errorf("%w: task_id is missing", ErrMalformed)
+	}
+	return nil
 }
 
 // decodeStrict unmarshals one JSON object. Unknown fields are allowed so
@@ -224,6 +253,36 @@ func decodeStrict(body []byte, v any) error {
 		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	return nil
+}
+
+// checkTask validates a single task's ids: a positive task id, or
+// ReduceTaskID on a reduce task; a reduce task has no other id.
+func checkTask(t Task) error {
+	if t.Reduce {
+		if t.JobID == "" {
+			return fmt.Errorf("%w: job_id is missing", ErrMalformed)
+		}
+		if t.TaskID != ReduceTaskID {
+			return fmt.Errorf("%w: a reduce task's task_id must be %d, got %d", ErrMalformed, ReduceTaskID, t.TaskID)
+		}
+		if t.ExpectedTasks < 0 {
+			return fmt.Errorf("%w: expected_tasks must not be negative, got %d", ErrMalformed, t.ExpectedTasks)
+		}
+		return nil
+	}
+	if t.TaskID == ReduceTaskID && t.JobID != "" {
+		return fmt.Errorf("%w: task_id %d is only valid with \"reduce\": true", ErrMalformed, ReduceTaskID)
+	}
+	return checkIDs(t.JobID, t.TaskID)
+}
+
+// checkResultIDs validates the ids of a single result: a positive task
+// id, or ReduceTaskID for a reduce task's result.
+func checkResultIDs(jobID string, taskID int64) error {
+	if taskID == ReduceTaskID && jobID != "" {
+		return nil
+	}
+	return checkIDs(jobID, taskID)
 }
 
 func checkIDs(jobID string, taskID int64) error {
@@ -282,25 +341,27 @@ func EncodeBatch(b Batch) ([]byte, error) {
 // the whole body malformed. Every error wraps ErrMalformed.
 func DecodeTasks(body []byte) ([]Task, bool, error) {
 	var m struct {
-		JobID   string          `json:"job_id"`
-		TaskID  int64           `json:"task_id"`
-		Payload json.RawMessage `json:"payload"`
-		Tasks   []BatchTask     `json:"tasks"`
+		Task
+		Tasks []BatchTask `json:"tasks"`
 	}
 	if err := decodeStrict(body, &m); err != nil {
 		return nil, false, err
 	}
 	if m.Tasks == nil {
-		if err := checkIDs(m.JobID, m.TaskID); err != nil {
+		if err := checkTask(m.Task); err != nil {
 			return nil, false, err
 		}
 		if err := checkPayloadDepth(m.TaskID, m.Payload); err != nil {
 			return nil, false, err
 		}
-		return []Task{{JobID: m.JobID, TaskID: m.TaskID, Payload: orNull(m.Payload)}}, false, nil
+		m.Payload = orNull(m.Payload)
+		return []Task{m.Task}, false, nil
 	}
 	if m.TaskID != 0 {
 		return nil, true, fmt.Errorf("%w: a batch has tasks, not a task_id", ErrMalformed)
+	}
+	if m.Reduce {
+		return nil, true, fmt.Errorf("%w: a reduce task is never batched", ErrMalformed)
 	}
 	if err := checkBatch(m.JobID, len(m.Tasks), func(i int) int64 { return m.Tasks[i].TaskID }); err != nil {
 		return nil, true, err
@@ -355,6 +416,9 @@ func DecodeResults(body []byte) ([]Result, error) {
 		return nil, err
 	}
 	if m.Results == nil {
+		if err := checkReduceResult(body, m.TaskID); err != nil {
+			return nil, err
+		}
 		r, err := checkResult(m.Result)
 		if err != nil {
 			return nil, err
@@ -383,7 +447,7 @@ func DecodeResults(body []byte) ([]Result, error) {
 
 // checkResult validates a decoded result and fills in its defaults.
 func checkResult(r Result) (Result, error) {
-	if err := checkIDs(r.JobID, r.TaskID); err != nil {
+	if err := checkResultIDs(r.JobID, r.TaskID); err != nil {
 		return Result{}, err
 	}
 	switch r.Status {

@@ -277,4 +277,4 @@ func defaultName() string {
 	return host + ":" + strconv.Itoa(os.Getpid())
 }
 
-var errNoHandlers = errors.New("worker: no handlers registered; call Handle before Run")
+var errNoHandlers = errors.New("worker: no handlers registered; call Handle (or Reducer) before Run")

@@ -22,3 +22,7 @@ func OnResults(w *Worker, f func(tasks int, err error)) { w.testHookResults = f 
 
 // Prefetch is the prefetch w consumes its work queue with.
 func Prefetch(w *Worker) int { return w.cfg.Prefetch }
+
+// SetOutcomesTimeout sets how long w waits for each reply of the
+// outcomes RPC, so that tests of a missing reply need not wait a minute.
+func SetOutcomesTimeout(w *Worker, d time.Duration) { w.outcomesTimeout = d }

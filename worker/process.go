@@ -47,6 +47,9 @@ func (s *session) process(d *delivery) {
 		d.span.AddEvent("skipped: the job is cancelled")
 		s.skip(d)
 		return
+	case d.msg.Reduce:
+		s.reduce(d)
+		return
 	case d.msg.Batch && d.msg.Redelivered:
 		// Its worker crashed, lost its connection or shut down mid-batch:
 		// one of the tasks may be what crashes workers. Alone, each task
@@ -168,9 +171,11 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 		evs = append(evs, ev)
 	}
 	traceCopies(d, outs)
-	if len(results) > 0 && !d.msg.Batch {
+	if len(results) > 0 && !d.msg.Batch && !d.msg.Reduce {
 		// A single task message that completed: its result may share a
-		// result batch with others that finish at the same time.
+		// result batch with others that finish at the same time. A
+		// reduce task's result (task 0) never does: a result batch holds
+		// map tasks only.
 		s.publishResult(d, results[0], evs)
 		return
 	}

@@ -27,6 +27,10 @@ type session struct {
 	w   *Worker
 	log *slog.Logger
 	pub *broker.Publisher
+	// rpc is the connection the outcomes RPC of reduce tasks opens its
+	// channels on: the publisher's, since the RPC publishes (a blocked
+	// connection must not hold up the consumer's acks).
+	rpc *amqp.Connection
 	// consumers maps each task consumer's tag to its work queue.
 	consumers map[string]string
 
@@ -62,13 +66,14 @@ type session struct {
 	lost atomic.Bool
 }
 
-func newSession(ctx context.Context, w *Worker, pub *broker.Publisher, ch amqp.Acknowledger, consumers map[string]string) *session {
+func newSession(ctx context.Context, w *Worker, pub *broker.Publisher, rpc *amqp.Connection, ch amqp.Acknowledger, consumers map[string]string) *session {
 	// The handlers keep ctx's values but not its cancellation.
 	handlers, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &session{
 		w:              w,
 		log:            w.log,
 		pub:            pub,
+		rpc:            rpc,
 		consumers:      consumers,
 		stop:           ctx,
 		handlers:       handlers,

@@ -14,6 +14,11 @@
 // of one job that complete together travel in one result batch, and acks
 // are combined into multiple-acks where that settles no task early; the
 // rule stays the same: a task is acked only once its outcome is confirmed.
+//
+// A job may also end with a reduce task, which a ReducerFunc registered
+// with Reducer runs over the job's task outcomes, read page by page from
+// the warren servers over the outcomes RPC; what it returns is the job's
+// result (docs/protocol.md, "Reduce tasks").
 package worker
 
 import (
@@ -75,6 +80,9 @@ type Worker struct {
 	// the parts it was cut into) of single task messages once its
 	// publish is confirmed or failed: how many tasks it answers, and err.
 	testHookResults func(tasks int, err error)
+	// outcomesTimeout bounds the wait for each reply of the outcomes
+	// RPC: protocol.OutcomesTimeout, shorter in tests.
+	outcomesTimeout time.Duration
 }
 
 // New returns a Worker for cfg with defaults applied, or a *ConfigError naming
@@ -96,6 +104,8 @@ func New(cfg Config) (*Worker, error) {
 		log:       cfg.Logger.With("worker", cfg.Name),
 		handlers:  make(map[string]handlerSet),
 		cancelled: newCancelSet(maxCancelledJobs, cancelledJobTTL, time.Now),
+
+		outcomesTimeout: protocol.OutcomesTimeout,
 	}, nil
 }
 
@@ -130,29 +140,51 @@ func (w *Worker) HandleBatch(taskType string, h BatchHandlerFunc) *Worker {
 	return w.register("HandleBatch", taskType, handlerSet{batch: h})
 }
 
+// register adds h, a handler or a reducer, to taskType's: a type has at
+// most one handler (HandlerFunc or BatchHandlerFunc) and one reducer.
 func (w *Worker) register(method, taskType string, h handlerSet) *Worker {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, dup := w.handlers[taskType]; dup {
-		panic(fmt.Sprintf("worker: %s(%q): the type already has a handler", method, taskType))
+	have := w.handlers[taskType]
+	if h.reduce != nil {
+		if have.reduce != nil {
+			panic(fmt.Sprintf("worker: %s(%q): the type already has a reducer", method, taskType))
+		}
+		have.reduce = h.reduce
+	} else {
+		if have.one != nil || have.batch != nil {
+			panic(fmt.Sprintf("worker: %s(%q): the type already has a handler", method, taskType))
+		}
+		have.one, have.batch = h.one, h.batch
 	}
-	w.handlers[taskType] = h
+	w.handlers[taskType] = have
 	return w
 }
 
-// handlerSet is a task type's handler: one of a HandlerFunc and a
-// BatchHandlerFunc.
+// handlerSet is what a task type has registered: at most one of a
+// HandlerFunc and a BatchHandlerFunc, for its tasks, and a ReducerFunc,
+// for its reduce tasks.
 type handlerSet struct {
-	one   HandlerFunc
-	batch BatchHandlerFunc
+	one    HandlerFunc
+	batch  BatchHandlerFunc
+	reduce ReducerFunc
 }
 
-// handler returns taskType's handler; ok is false when it has none.
+// handler returns taskType's handler; ok is false when it has none (it
+// may still have a reducer).
 func (w *Worker) handler(taskType string) (handlerSet, bool) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	h, ok := w.handlers[taskType]
-	return h, ok
+	h := w.handlers[taskType]
+	return h, h.one != nil || h.batch != nil
+}
+
+// reducer returns taskType's reducer; ok is false when it has none.
+func (w *Worker) reducer(taskType string) (ReducerFunc, bool) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	r := w.handlers[taskType].reduce
+	return r, r != nil
 }
 
 // Run connects to the broker, declares warren's topology, listens to the
@@ -263,7 +295,7 @@ func (w *Worker) reconnect(ctx context.Context, tag string, failed *int) (*link,
 // serve runs tasks from l until ctx is done, then drains and returns
 // nil, or until l is lost, then returns why. Either way it closes l.
 func (w *Worker) serve(ctx context.Context, l *link) error {
-	s := newSession(ctx, w, l.pub, l.ch, l.consumers)
+	s := newSession(ctx, w, l.pub, l.publisherConn, l.ch, l.consumers)
 	defer l.close()
 	hb := w.startHeartbeat(l.publisherConn)
 	defer hb.stop()

@@ -138,8 +138,10 @@ type queueSpec struct {
 // (docs/operations.md says how to migrate it).
 //
 // Besides the work, result and dead-letter queues it declares the retry
-// exchange with one delay queue per retry tier, and the fanout control
-// exchange (workers bind their own queues to it).
+// exchange with one delay queue per retry tier, the fanout control
+// exchange (workers bind their own queues to it), and the outcomes RPC's
+// queue (protocol.Names.OutcomesQueue), a quorum queue with no other
+// argument that only the default exchange routes to.
 func DeclareTopology(conn *amqp.Connection, names protocol.Names, opts *TopologyOptions) error {
 	tiers := opts.retryTiers()
 	if err := CheckRetryTiers(tiers); err != nil {
@@ -175,6 +177,9 @@ func DeclareTopology(conn *amqp.Connection, names protocol.Names, opts *Topology
 		// before there was a replica setting.
 		{names.TasksDLQ, names.DeadLetterExchange, protocol.RoutingKeyTaskFailed, parking(replicas), quorum(0)},
 		{names.ResultsDLQ, names.DeadLetterExchange, protocol.RoutingKeyResultInvalid, parking(replicas), quorum(0)},
+		// The outcomes RPC's requests: reached through the default
+		// exchange (no binding), never dead-lettered.
+		{names.OutcomesQueue, "", "", quorum(replicas), nil},
 	}
 	for _, d := range tiers {
 		queues = append(queues, retryTier(names, protocol.DefaultQueue, d, replicas))
@@ -223,6 +228,9 @@ func declareQueues(conn *amqp.Connection, ch *amqp.Channel, queues []queueSpec, 
 		if err != nil {
 			return fmt.Errorf("broker: declare queue %q (it may exist with other arguments; delete it or use another WARREN_PREFIX): %w", q.name, err)
 		}
+		if q.exchange == "" {
+			continue // the default exchange binds every queue by its name
+		}
 		if err := ch.QueueBind(q.name, q.key, q.exchange, false, nil); err != nil {
 			return fmt.Errorf("broker: bind queue %q to %q/%q: %w", q.name, q.exchange, q.key, err)
 		}
@@ -241,7 +249,7 @@ func DeleteTopology(conn *amqp.Connection, names protocol.Names, tiers ...time.D
 		return fmt.Errorf("broker: open channel: %w", err)
 	}
 	defer func() { _ = ch.Close() }()
-	queues := []string{names.TasksQueue, names.ResultsQueue, names.DeadQueue, names.TasksDLQ, names.ResultsDLQ}
+	queues := []string{names.TasksQueue, names.ResultsQueue, names.DeadQueue, names.TasksDLQ, names.ResultsDLQ, names.OutcomesQueue}
 	seen := make(map[string]bool)
 	for _, d := range append(append([]time.Duration(nil), protocol.DefaultRetryTiers...), tiers...) {
 		q := names.RetryQueue(protocol.RetryTierName(d))

@@ -44,7 +44,7 @@ func TestDeclareTopologyQuorumReplicas(t *testing.T) {
 	require.NoError(t, broker.DeclareTopology(conn, names, opts), "the same setting: idempotent")
 
 	queues := []string{names.TasksQueue, names.ResultsQueue, names.DeadQueue, names.TasksDLQ, names.ResultsDLQ,
-		names.RetryQueue("200ms"), names.RetryQueue("400ms")}
+		names.OutcomesQueue, names.RetryQueue("200ms"), names.RetryQueue("400ms")}
 	for q, args := range amqptest.QueueArguments(t, queues...) {
 		require.Equal(t, float64(1), args["x-quorum-initial-group-size"], "%s: %v", q, args)
 		require.Equal(t, "quorum", args["x-queue-type"], "%s: %v", q, args)
@@ -55,6 +55,15 @@ func TestDeclareTopologyQuorumReplicas(t *testing.T) {
 		require.ErrorContains(t, err, names.TasksQueue, "QuorumReplicas %d", other)
 		require.ErrorContains(t, err, "x-quorum-initial-group-size", "QuorumReplicas %d", other)
 	}
+}
+
+// The outcomes RPC's queue is a bare quorum queue, reached through the
+// default exchange: requests are never dead-lettered.
+func TestDeclareTopologyOutcomesQueue(t *testing.T) {
+	t.Parallel()
+	names, _ := amqptest.Topology(t, &broker.TopologyOptions{RetryTiers: shortTiers})
+	args := amqptest.QueueArguments(t, names.OutcomesQueue)[names.OutcomesQueue]
+	require.Equal(t, map[string]any{"x-queue-type": "quorum"}, args)
 }
 
 func TestDeclareTopologyRejectsBadRetryTiers(t *testing.T) {
@@ -201,7 +210,7 @@ func TestDeleteTopologyLeavesNothingBehind(t *testing.T) {
 	require.NoError(t, broker.DeleteTopology(conn, names, extra...), "deleting twice is fine")
 
 	queues := []string{names.TasksQueue, names.ResultsQueue, names.DeadQueue, names.TasksDLQ, names.ResultsDLQ,
-		names.RetryQueue("150ms")}
+		names.OutcomesQueue, names.RetryQueue("150ms")}
 	for _, d := range protocol.DefaultRetryTiers {
 		queues = append(queues, names.RetryQueue(protocol.RetryTierName(d)))
 	}

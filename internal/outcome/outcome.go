@@ -227,3 +227,12 @@ func UnknownType(taskType string) error {
 	}
 	return fmt.Errorf("worker: no handler for task type %q on this queue", taskType)
 }
+
+// UnknownReducer is the error of a reduce task no reducer is registered
+// for; such a task is dead-lettered with protocol.ReasonUnknownType.
+func UnknownReducer(taskType string) error {
+	if taskType == "" {
+		return errors.New("worker: the reduce task message has no type property, and reducers are chosen by type")
+	}
+	return fmt.Errorf("worker: no reducer for task type %q on this queue", taskType)
+}

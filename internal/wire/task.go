@@ -39,6 +39,12 @@ type TaskMessage struct {
 	// Queue is the job's work queue; "" or protocol.DefaultQueue routes
 	// to the default one and leaves x-queue out.
 	Queue string
+	// Reduce makes the message the job's reduce task: its one task must
+	// be protocol.ReduceTaskID, the body says "reduce": true and
+	// ExpectedTasks, and the header x-reduce is 1.
+	Reduce bool
+	// ExpectedTasks is the job's number of map tasks (Reduce only).
+	ExpectedTasks int64
 }
 
 // Tasks returns the publishing of m for the work queue: persistent,
@@ -55,8 +61,12 @@ func Tasks(names protocol.Names, m TaskMessage) (Outbound, error) {
 		err  error
 		id   string
 	)
+	if m.Reduce && len(m.Tasks) > 1 {
+		return Outbound{}, fmt.Errorf("%w: a reduce task is never batched", protocol.ErrMalformed)
+	}
 	if len(m.Tasks) == 1 {
-		body, err = protocol.EncodeTask(protocol.Task{JobID: m.JobID, TaskID: first.TaskID, Payload: first.Payload})
+		body, err = protocol.EncodeTask(protocol.Task{JobID: m.JobID, TaskID: first.TaskID, Payload: first.Payload,
+			Reduce: m.Reduce, ExpectedTasks: m.ExpectedTasks})
 		id = protocol.MessageID(m.JobID, first.TaskID)
 	} else {
 		body, err = protocol.EncodeBatch(protocol.Batch{JobID: m.JobID, Tasks: m.Tasks})
@@ -79,6 +89,9 @@ func Tasks(names protocol.Names, m TaskMessage) (Outbound, error) {
 		Body: body,
 	}}
 	setGeneration(out.Msg.Headers, m.Generation)
+	if m.Reduce {
+		out.Msg.Headers[protocol.HeaderReduce] = int64(1)
+	}
 	if m.Queue != "" && m.Queue != protocol.DefaultQueue {
 		out.Msg.Headers[protocol.HeaderQueue] = m.Queue
 	}
@@ -100,6 +113,10 @@ type TaskDelivery struct {
 	// Batch says the body was a task batch: each task is settled with a
 	// single task message of its own, and a redelivered batch is split.
 	Batch bool
+	// Reduce says the message is a job's reduce task (its one task has
+	// Reduce set and task id protocol.ReduceTaskID): a reducer runs it
+	// over the outcomes RPC, and its result is the job's.
+	Reduce bool
 	// Malformed is why the body is not a task message (it wraps
 	// protocol.ErrMalformed); nil for a task message.
 	Malformed error
@@ -160,6 +177,7 @@ func ReadTask(d amqp.Delivery) TaskDelivery {
 	if m.Malformed != nil {
 		m.Batch = false // it is dead-lettered whole, as it came
 	}
+	m.Reduce = m.Malformed == nil && m.Tasks[0].Reduce
 	return m
 }
 

@@ -181,7 +181,7 @@ def delete_topology(prefix, queues=("default",), tiers_ms=TIERS_MS):
     conn = admin_connection()
     try:
         ch = conn.channel()
-        qs = [names.results_queue, names.dead_queue, names.tasks_dlq, names.results_dlq]
+        qs = [names.results_queue, names.dead_queue, names.tasks_dlq, names.results_dlq, names.outcomes_queue]
         for q in queues:
             qs.append(names.work_queue(q))
             for ms in list(tiers_ms) + list(_wire.DEFAULT_RETRY_TIERS_MS):

@@ -142,3 +142,25 @@ class MessagesTest(unittest.TestCase):
         (out,) = single.results(names, [{"task_id": 9, "result": 1}], 700)
         self.assertEqual(("results.x", "result", "j:9"), (out.exchange, out.routing_key, out.properties.message_id))
         self.assertEqual({"job_id": "j", "task_id": 9, "result": 1}, json.loads(out.body))
+
+
+class ReduceWireTest(unittest.TestCase):
+    def test_task_id_zero_only_with_reduce(self):
+        self.assertEqual(("j", [(0, {"k": 1})], False, True, 9),
+                         _wire.decode_task_message(b'{"job_id":"j","task_id":0,"reduce":true,"payload":{"k":1},"expected_tasks":9}'))
+        for body in (b'{"job_id":"j","task_id":0}', b'{"job_id":"j","task_id":0,"reduce":false}',
+                     b'{"job_id":"j","task_id":2,"reduce":true}', b'{"job_id":"j","task_id":0,"reduce":1}',
+                     b'{"job_id":"j","reduce":true,"tasks":[{"task_id":1}]}'):
+            with self.assertRaises(_wire.Malformed, msg=body):
+                _wire.decode_task_message(body)
+
+    def test_outcomes_reply(self):
+        kind, page, nxt = _wire.decode_outcomes_reply(
+            b'{"outcomes":[{"task_id":1,"state":"completed","result":2},{"task_id":2,"state":"failed","error":"x"}],"next":2}', 0)
+        self.assertEqual(("page", 2), (kind, nxt))
+        self.assertEqual([_wire.Outcome(1, "completed", 2, ""), _wire.Outcome(2, "failed", None, "x")], page)
+        self.assertEqual(("error", "stale", "m"), _wire.decode_outcomes_reply(b'{"error":{"code":"stale","message":"m"}}', 0))
+        for body in (b'{}', b'{"outcomes":[]}', b'{"outcomes":[{"task_id":1,"state":"pending"}]}', b'{"error":{}}'):
+            with self.assertRaises(_wire.Malformed, msg=body):
+                _wire.decode_outcomes_reply(body, 0)
+

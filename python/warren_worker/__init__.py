@@ -16,8 +16,8 @@ on pika::
     w.run()   # until SIGINT/SIGTERM, draining in-flight tasks
 """
 
-from .worker import Event, Permanent, Task, Worker
+from .worker import Event, Outcome, OutcomesError, Permanent, ReduceJob, Stale, Task, Worker
 
 __version__ = "0.1.0"
 
-__all__ = ["Worker", "Task", "Permanent", "Event", "__version__"]
+__all__ = ["Worker", "Task", "Permanent", "Event", "ReduceJob", "Outcome", "OutcomesError", "Stale", "__version__"]

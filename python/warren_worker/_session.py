@@ -12,7 +12,8 @@ import pika.exceptions
 
 from . import _wire
 from ._publisher import POLL, _Publisher
-from ._task import Event, Permanent, Task, _go_duration, _now, _task_log
+from ._reduce import Outcomes
+from ._task import Event, Permanent, ReduceJob, Stale, Task, _go_duration, _now, _task_log
 
 # Bounds of the pause before a task whose outcome was not confirmed goes
 # back to the queue: long enough not to spin, short enough not to hold it.
@@ -120,7 +121,8 @@ class _Session:
                     ch.queue_declare(name, durable=True, arguments=legacy)
                     w.log.warning("warren worker: dead-letter queue %s was declared by an earlier warren, without a delivery "
                                   "limit of its own; migrate it as docs/operations.md says (Dead-letter queues)", name)
-                ch.queue_bind(name, exchange, routing_key=key)
+                if exchange:  # the default exchange binds every queue by its name
+                    ch.queue_bind(name, exchange, routing_key=key)
         finally:
             if ch.is_open:
                 ch.close()
@@ -236,6 +238,14 @@ class _Session:
         elif m.job_id in w._cancelled:
             self._settle(d, None, [self._event("skipped", t) for t in d.tasks])
             _task_log(d.tasks[0], "warren worker: task skipped; its job is cancelled", logger=w.log)
+        elif m.reduce:
+            fn = w._reducer(m.type)
+            if fn is None:
+                err = ("worker: no reducer for task type %r on this queue" % m.type) if m.type else \
+                    "worker: the reduce task message has no type property, and reducers are chosen by type"
+                self._dead_letter_all(d, _wire.REASON_UNKNOWN_TYPE, err)
+            else:
+                self.pool.submit(self._run, d, fn, self._run_reduce)
         elif m.batch and m.redelivered:
             # Its worker crashed, lost its connection or shut down mid-batch:
             # one of the tasks may be what crashes workers. Alone, each task
@@ -251,7 +261,7 @@ class _Session:
                     "worker: the task message has no type property, and handlers are chosen by type"
                 self._dead_letter_all(d, _wire.REASON_UNKNOWN_TYPE, err)
             else:
-                self.pool.submit(self._run, d, fn)
+                self.pool.submit(self._run, d, fn, self._run_tasks)
 
     def _dead_letter_all(self, d, reason, error, whole=False):
         w, m = self.w, d.msg
@@ -266,9 +276,9 @@ class _Session:
 
     # -- running handlers (on a handler thread) -----------------------------
 
-    def _run(self, d, fn):
+    def _run(self, d, fn, run):
         try:
-            self._run_tasks(d, fn)
+            run(d, fn)
         except Exception as e:  # a bug around the handler: the task goes back to the queue, never left unsettled
             _task_log(d.tasks[0], "warren worker: unexpected error around a handler; the task goes back to the queue: %s",
                       e, level=logging.ERROR, logger=self.w.log)
@@ -304,6 +314,49 @@ class _Session:
                 outs = outs + m.results(w.names, results, w.max_message_bytes)
         except Exception as e:  # only a bug gets here: the results were checked
             w.log.error("warren worker: cannot encode results; the task goes back to the queue: %s", e)
+            self._threadsafe(self._failed, d, e, evs)
+            return
+        self._publish(d, outs, evs)
+
+    def _run_reduce(self, d, fn):
+        """Run a reduce task through its reducer over the outcomes RPC, and settle it."""
+        w, m = self.w, d.msg
+        t = d.tasks[0]
+        payload = m.tasks[0][1]
+        started = _now()
+        t0 = time.monotonic()
+        t.started_at = started
+        t.deadline = t0 + t.timeout if t.timeout else None
+        job = ReduceJob(m.job_id, m.type, payload, m.expected_tasks, t.attempt, t.max_retries, m.generation,
+                        t.timeout, t.deadline, started)
+        outcomes = Outcomes(self._params("reduce"), w.names, m.job_id, m.generation, w._outcomes_timeout,
+                            deadline=t.deadline, ended=lambda: self.ended or d.settled)
+        value, err = None, None
+        try:
+            value = fn(outcomes, job)
+        except BaseException as e:  # noqa: BLE001 - every failure of a reducer is an outcome
+            err = e
+        finally:
+            outcomes.close()
+        elapsed = time.monotonic() - t0
+        finished = _now()
+        if self.ended or d.settled:
+            return
+        if outcomes.error is not None:
+            if isinstance(outcomes.error, Stale):
+                _task_log(t, "warren worker: reduce task dropped; its job no longer reduces: %s", outcomes.error,
+                          level=logging.INFO, logger=w.log)
+                self._publish(d, [], [self._event("skipped", t)])
+                return
+            value, err = None, outcomes.error  # the outcomes were not all read
+        outs, results, evs = [], [], []
+        self._decide(d, t, payload, value, err, elapsed, started, finished, outs, results, evs)
+        try:
+            if results:
+                # A single result message, never a result batch: task 0 is no map task.
+                outs = outs + m.results(w.names, results, w.max_message_bytes)
+        except Exception as e:  # only a bug gets here: the result was checked
+            w.log.error("warren worker: cannot encode the reduce result; the task goes back to the queue: %s", e)
             self._threadsafe(self._failed, d, e, evs)
             return
         self._publish(d, outs, evs)

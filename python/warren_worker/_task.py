@@ -63,6 +63,67 @@ class Task:
         return "Task(job_id=%r, task_id=%r, type=%r, attempt=%r)" % (self.job_id, self.task_id, self.type, self.attempt)
 
 
+class ReduceJob:
+    """A job's reduce task as its reducer sees it.
+
+    Attributes: ``job_id``, ``type`` (the reducer's name), ``payload`` (the
+    payload of the job's reduce, None when it has none),
+    ``expected_tasks`` (the number of the job's map tasks), ``attempt``,
+    ``max_retries``, ``generation``, ``timeout`` (seconds, or None),
+    ``deadline`` (``time.monotonic()`` value, or None) and
+    ``idempotency_key`` (``<job_id>:0``).
+    """
+
+    __slots__ = ("job_id", "type", "payload", "expected_tasks", "attempt", "max_retries", "generation",
+                 "timeout", "deadline", "started_at")
+
+    def __init__(self, job_id, type, payload, expected_tasks, attempt, max_retries, generation, timeout, deadline, started_at):
+        self.job_id = job_id
+        self.type = type
+        self.payload = payload
+        self.expected_tasks = expected_tasks
+        self.attempt = attempt
+        self.max_retries = max_retries
+        self.generation = generation
+        self.timeout = timeout
+        self.deadline = deadline
+        self.started_at = started_at
+
+    @property
+    def idempotency_key(self):
+        """``<job_id>:0``, the reduce task message's id."""
+        return _wire.message_id(self.job_id, _wire.REDUCE_TASK_ID)
+
+    def time_left(self):
+        """Seconds left before the run's deadline, or None when it has no time limit."""
+        if self.deadline is None:
+            return None
+        return self.deadline - time.monotonic()
+
+    def __repr__(self):
+        return "ReduceJob(job_id=%r, type=%r, attempt=%r)" % (self.job_id, self.type, self.attempt)
+
+
+class OutcomesError(Exception):
+    """The outcomes of a reduce task could not be read: the run fails and is retried.
+
+    ``code`` is the server's error code (``unavailable``, ``bad_request``),
+    or "" when there was no reply in time or the reply was not one.
+    """
+
+    def __init__(self, message, code=""):
+        super().__init__(message)
+        self.code = code
+
+
+class Stale(OutcomesError):
+    """The server says the job no longer reduces at this generation.
+
+    The reduce task is acked and nothing is published, whatever the
+    reducer returns.
+    """
+
+
 Event = collections.namedtuple("Event", "kind job_id task_id type attempt error reason delay")
 Event.__doc__ = """What happened to a task, for Worker(on_event=...).
 

@@ -31,6 +31,16 @@ HEADER_STARTED_AT = "x-started-at"
 HEADER_DELIVERY_COUNT = "x-delivery-count"
 HEADER_TRACEPARENT = "traceparent"
 HEADER_TRACESTATE = "tracestate"
+HEADER_REDUCE = "x-reduce"
+
+# Reduce tasks and the outcomes RPC (docs/protocol.md, "Reduce tasks").
+REDUCE_TASK_ID = 0
+DIRECT_REPLY_TO = "amq.rabbitmq.reply-to"
+OUTCOMES_TIMEOUT = 60.0  # seconds a worker waits for each reply
+OUTCOMES_EXPIRATION = "60000"
+OUTCOMES_STALE = "stale"
+OUTCOMES_UNAVAILABLE = "unavailable"
+OUTCOMES_BAD_REQUEST = "bad_request"
 
 # Dead-letter reasons (x-failure-reason).
 REASON_PERMANENT = "permanent"
@@ -82,6 +92,7 @@ class Names:
         self.retry_exchange = prefix + "retry.x"
         self.control_exchange = prefix + "control.x"
         self.heartbeat_exchange = prefix + "heartbeat.x"
+        self.outcomes_queue = prefix + "outcomes.q"
 
     def work_queue(self, q):
         """Work queue q: tasks.q for the default queue, tasks.<q>.q else."""
@@ -282,6 +293,16 @@ def decode_tasks(body):
     Raises Malformed with the reason when it is not a task message, as
     protocol.DecodeTasks does.
     """
+    job_id, tasks, batch, _, _ = decode_task_message(body)
+    return job_id, tasks, batch
+
+
+def decode_task_message(body):
+    """decode_tasks, and whether it is a reduce task with its expected_tasks.
+
+    A task_id of 0 is valid only with "reduce": true, on a single task
+    message: the job's reduce task.
+    """
     try:
         m = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
@@ -294,13 +315,34 @@ def decode_tasks(body):
     if not isinstance(job_id, str):
         raise Malformed("malformed message: job_id is not a string")
     tasks = m.get("tasks")
+    reduce = m.get("reduce", False)
+    if reduce is None:
+        reduce = False
+    if not isinstance(reduce, bool):
+        raise Malformed("malformed message: reduce is not a boolean")
     if tasks is None:
         if not job_id:
             raise Malformed("malformed message: job_id is missing")
-        task_id = _check_task_id(m.get("task_id", 0))
         payload = m.get("payload")
+        if reduce:
+            task_id = m.get("task_id", 0)
+            if not _is_int(task_id) or task_id != REDUCE_TASK_ID:
+                raise Malformed("malformed message: a reduce task's task_id must be 0, got %s" % json.dumps(task_id)[:64])
+            expected = m.get("expected_tasks", 0)
+            if expected is None:
+                expected = 0
+            if not _is_int(expected) or expected < 0:
+                raise Malformed("malformed message: expected_tasks must be a non-negative integer")
+            _check_payload(task_id, payload)
+            return job_id, [(task_id, payload)], False, True, expected
+        task_id = m.get("task_id", 0)
+        if _is_int(task_id) and task_id == 0 and "task_id" in m:
+            raise Malformed('malformed message: task_id 0 is only valid with "reduce": true')
+        task_id = _check_task_id(task_id)
         _check_payload(task_id, payload)
-        return job_id, [(task_id, payload)], False
+        return job_id, [(task_id, payload)], False, False, 0
+    if reduce:
+        raise Malformed("malformed message: a reduce task is never batched")
     if m.get("task_id") not in (None, 0) or not isinstance(tasks, list):
         raise Malformed("malformed message: a batch has tasks, not a task_id")
     if not job_id:
@@ -317,7 +359,7 @@ def decode_tasks(body):
         prev = task_id
         _check_payload(task_id, t.get("payload"))
         out.append((task_id, t.get("payload")))
-    return job_id, out, True
+    return job_id, out, True, False, 0
 
 
 def message_id(job_id, task_id):
@@ -373,6 +415,7 @@ class TaskDelivery:
         self.timeout_ms = header_int(headers, HEADER_TASK_TIMEOUT) or 0
         self.redelivered = bool(method.redelivered)
         self.job_id, self.tasks, self.batch = "", [], False
+        self.reduce, self.expected_tasks = False, 0
         self.malformed = None
         if len(body) > max_bytes:
             self.malformed = TooLarge(
@@ -380,7 +423,7 @@ class TaskDelivery:
                 "(max_message_bytes; keep it equal to the server's --max-message-bytes)" % (len(body), max_bytes))
             return
         try:
-            self.job_id, self.tasks, self.batch = decode_tasks(body)
+            self.job_id, self.tasks, self.batch, self.reduce, self.expected_tasks = decode_task_message(body)
         except Malformed as e:
             self.malformed = e
 
@@ -484,6 +527,59 @@ class TaskDelivery:
             timestamp=int(datetime.datetime.now(datetime.timezone.utc).timestamp()), headers=headers)
 
 
+Outcome = namedtuple("Outcome", "task_id state result error")
+Outcome.__doc__ = """One map task's outcome, as a reducer reads it: task_id, state
+("completed" or "failed"), result (when completed) and error (when failed)."""
+
+
+def outcomes_request(names, job_id, generation, after, correlation_id):
+    """The outcomes RPC request for job_id's outcomes after task after: an Outbound."""
+    body = encode_json({"job_id": job_id, "generation": generation, "after": after})
+    props = pika.BasicProperties(content_type=CONTENT_TYPE, delivery_mode=1, reply_to=DIRECT_REPLY_TO,
+                                 correlation_id=correlation_id, expiration=OUTCOMES_EXPIRATION)
+    return Outbound("", names.outcomes_queue, props, body)
+
+
+def decode_outcomes_reply(body, after):
+    """Read a reply of the outcomes RPC to a request for the outcomes after task after.
+
+    Returns ("page", [Outcome], next), next None on the last page, or
+    ("error", code, message); raises Malformed when the body is neither,
+    as protocol.DecodeOutcomesReply does.
+    """
+    try:
+        m = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise Malformed("malformed outcomes reply: %s" % e) from None
+    if not isinstance(m, dict):
+        raise Malformed("malformed outcomes reply: not a JSON object")
+    err = m.get("error")
+    if err is not None:
+        if not isinstance(err, dict) or not isinstance(err.get("code"), str) or not err.get("code"):
+            raise Malformed("malformed outcomes reply: an error needs a code")
+        msg = err.get("message")
+        return "error", err["code"], msg if isinstance(msg, str) else ""
+    items = m.get("outcomes")
+    if not isinstance(items, list) or not items:
+        raise Malformed("malformed outcomes reply: a page holds at least one outcome")
+    out, prev = [], after
+    for o in items:
+        if not isinstance(o, dict):
+            raise Malformed("malformed outcomes reply: outcomes must be objects")
+        tid, state = o.get("task_id"), o.get("state")
+        if not _is_int(tid) or tid <= prev:
+            raise Malformed("malformed outcomes reply: task ids must increase from after %d" % after)
+        if state not in ("completed", "failed"):
+            raise Malformed("malformed outcomes reply: task %d: unknown state %r" % (tid, state))
+        error = o.get("error")
+        out.append(Outcome(tid, state, o.get("result"), error if isinstance(error, str) else ""))
+        prev = tid
+    nxt = m.get("next")
+    if nxt is not None and (not _is_int(nxt) or nxt < prev):
+        raise Malformed("malformed outcomes reply: next must be an integer at or above the page's last task id")
+    return "page", out, nxt
+
+
 def decode_control(body):
     """Decode a control message: (type, job_id), or raise Malformed."""
     try:
@@ -555,6 +651,8 @@ def topology_specs(names, tiers_ms, delivery_limit, replicas):
          _dead_lettering(replicas, names.dead_letter_exchange, ROUTING_KEY_RESULT_INVALID, delivery_limit), None),
         (names.tasks_dlq, names.dead_letter_exchange, ROUTING_KEY_TASK_FAILED, _parking(replicas), _quorum(0)),
         (names.results_dlq, names.dead_letter_exchange, ROUTING_KEY_RESULT_INVALID, _parking(replicas), _quorum(0)),
+        # The outcomes RPC's requests: through the default exchange (no binding), never dead-lettered.
+        (names.outcomes_queue, "", "", _quorum(replicas), None),
     ]
     specs += [s + (None,) for s in work_queue_specs(names, DEFAULT_QUEUE, tiers_ms, delivery_limit, replicas)[1:]]
     return specs

@@ -35,10 +35,10 @@ import pika.exceptions
 
 from . import _wire
 from ._session import _Session
-from ._task import Event, Permanent, Task, _go_duration, _now, log
-from ._wire import Names
+from ._task import Event, OutcomesError, Permanent, ReduceJob, Stale, Task, _go_duration, _now, log
+from ._wire import Names, Outcome
 
-__all__ = ["Worker", "Task", "Permanent", "Event"]
+__all__ = ["Worker", "Task", "Permanent", "Event", "ReduceJob", "Outcome", "OutcomesError", "Stale"]
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
@@ -176,6 +176,8 @@ class Worker:
         self.on_event = on_event
         self.names = Names(self.prefix)
         self._handlers = {}
+        self._reducers = {}
+        self._outcomes_timeout = _wire.OUTCOMES_TIMEOUT  # seconds per reply; tests shorten it
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._hurry = threading.Event()
@@ -290,10 +292,45 @@ class Worker:
         with self._lock:
             return self._handlers.get(task_type)
 
-    def types(self):
-        """The task types with a handler, sorted."""
+    def reducer(self, task_type):
+        """Decorator: register fn(outcomes, job) as the reducer of task_type."""
+        def register(fn):
+            self.add_reducer(task_type, fn)
+            return fn
+        return register
+
+    def add_reducer(self, task_type, fn):
+        """Register fn(outcomes, job) as the reducer of the reduce tasks of task_type.
+
+        When every map task of a job whose reduce names task_type is
+        accounted for, warren sends one reduce task, and fn's return value
+        (any JSON value) is the job's result. ``outcomes`` iterates over
+        the map tasks' outcomes (Outcome: task_id, state, result, error)
+        in task id order, read from the server a page at a time as fn
+        iterates; iterating again starts again from the first. ``job`` is a
+        ReduceJob (job_id, payload, expected_tasks, ...). Raise Permanent to
+        fail the job at once; anything else is retried through the retry
+        tiers. When the outcomes cannot be read the iteration raises
+        OutcomesError, and the run is retried whatever fn returns; when the
+        job no longer reduces (cancelled, closed, reduced by a newer run)
+        it raises Stale, and the reduce task is acked with nothing
+        published. A type may have both a handler and a reducer.
+        """
+        if not isinstance(task_type, str) or not task_type:
+            raise ValueError("Worker.add_reducer: the task type must be a non-empty string")
+        if not callable(fn):
+            raise ValueError("Worker.add_reducer: the reducer of %r is not callable" % task_type)
         with self._lock:
-            return sorted(self._handlers)
+            self._reducers[task_type] = fn
+
+    def _reducer(self, task_type):
+        with self._lock:
+            return self._reducers.get(task_type)
+
+    def types(self):
+        """The task types with a handler or a reducer, sorted."""
+        with self._lock:
+            return sorted(set(self._handlers) | set(self._reducers))
 
     # -- running -----------------------------------------------------------
 
@@ -317,7 +354,8 @@ class Worker:
         refuses the topology (a queue declared with other arguments).
         """
         if not self.types():
-            raise RuntimeError("Worker.run: no handlers registered; register one with @worker.handler(type) first")
+            raise RuntimeError("Worker.run: no handlers registered; register one with @worker.handler(type) "
+                               "(or @worker.reducer(type)) first")
         with self._lock:
             if self._running:
                 raise RuntimeError("Worker.run is already running on this Worker")

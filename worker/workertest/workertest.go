@@ -13,7 +13,9 @@
 // the same tasks through a real worker to hold it to the worker's
 // behaviour. RunBatch runs a worker.BatchHandlerFunc the same way, and
 // RunWorker runs the handler a *worker.Worker has registered for the
-// task's type, so a test covers the program's real wiring.
+// task's type, so a test covers the program's real wiring. RunReducer
+// (and RunWorkerReducer) runs a worker.ReducerFunc over given map task
+// outcomes, as the worker runs a job's reduce task.
 //
 //	res := workertest.Run(ctx, worker.Typed(resize), worker.Task{Payload: payload}, nil)
 //	if res.Action != workertest.Completed {
@@ -23,7 +25,8 @@
 // What it does not do: it connects to nothing, publishes nothing (no
 // result, retry or dead-letter message is built) and acks nothing; it does
 // not wait a retry's delay or run the retry (run again with
-// Task.Attempt+1 for that); it has no store, aggregator, reducer or job,
+// Task.Attempt+1 for that); it has no store, aggregator, server or job
+// (a reducer reads the outcomes it is given, not the outcomes RPC),
 // so a job's failure tolerance and closing are not exercised. What the
 // worker does around a run is not modelled either: skipping the tasks of
 // cancelled jobs, splitting redelivered batches, the broker's delivery
