@@ -134,7 +134,8 @@ type Store interface {
 	// over the tolerance), limit <= 0 meaning DefaultPageSize as for the
 	// list methods. It finds jobs left half-closed by a crash.
 	JobsToClose(ctx context.Context, limit int) ([]string, error)
-	// ScanResults calls fn for each task of a job in task id order, with
+	// ScanResults calls fn for each map task of a job (never the reduce
+	// task) in task id order, with
 	// its terminal state and result, streaming (results are never all in
 	// memory at once). An error from fn stops the scan and is returned.
 	ScanResults(ctx context.Context, jobID string, fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error
@@ -153,10 +154,37 @@ type Store interface {
 	// that changes nothing, whatever the job: a job is cancelled by
 	// CancelJob.
 	//
-	// Every change to a job's counters or state (ApplyOutcomes,
-	// ReconcileStale, RelayBatch starting it, RedriveJob, ReopenTasks,
-	// UndoReopen, CancelJob, FinishJob) increments its version.
+	// Every change to a job's counters, state or reduce state
+	// (ApplyOutcomes, ReconcileStale, RelayBatch starting it, StartReduce,
+	// RedriveJob, ReopenTasks, UndoReopen, CancelJob, FinishJob)
+	// increments its version. FinishJob closes a job whatever its
+	// ReduceState.
 	FinishJob(ctx context.Context, jobID string, version int64, state warren.JobState, result []byte, errMsg string) (bool, error)
+	// StartReduce makes the reduce task of open job jobID pending, if the
+	// job is still at version, ready to close (ReadyToClose), has a
+	// warren.Policy.ReduceTask, its ReduceState is "", and its failures
+	// are within tolerance (warren.Policy.Tolerates): task
+	// warren.ReduceTaskID is inserted (generation 1, attempts 0, the
+	// ReduceTask's payload, JSON null when it has none) or, when a row is
+	// left from an earlier reduce (a redrive), reset (generation+1,
+	// attempts 0, pending, its result, error, worker and times cleared);
+	// ReduceState becomes warren.ReduceRunning and the version moves, in
+	// one transaction. The relay then publishes the reduce task alone
+	// (OutboxTask). It returns false, changing nothing, when the job is
+	// not so (closed, moved, not ready, over tolerance, reducing already
+	// or reduced, without a reduce task). An unknown job:
+	// warren.ErrNotFound.
+	StartReduce(ctx context.Context, jobID string, version int64) (bool, error)
+	// GetTask returns one task's record (task warren.ReduceTaskID is the
+	// reduce task); warren.ErrNotFound when the job or the task does not
+	// exist.
+	GetTask(ctx context.Context, jobID string, taskID int64) (warren.TaskRecord, error)
+	// ScanOutcomes calls fn for each map task of job jobID whose id is
+	// above after (0 for all), in task id order, with its state, result
+	// and error, never the reduce task; streaming: the outcomes are never
+	// all in memory at once. An error from fn stops the scan and is
+	// returned as it is. An unknown job: warren.ErrNotFound.
+	ScanOutcomes(ctx context.Context, jobID string, after int64, fn func(warren.TaskOutcome) error) error
 	// JobResult returns a closed job's stored reduced result. A job without
 	// one: warren.ErrNotFound.
 	JobResult(ctx context.Context, jobID string) ([]byte, error)
