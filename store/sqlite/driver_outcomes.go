@@ -61,7 +61,7 @@ var writeOutcomesQueries = func() map[int]string {
 }()
 
 // bumpCountersSQL adds ?1 and ?2 to job ?3's counters, sets its
-// reduce_state to ?4 unless ?4 is ”, and returns its row.
+// reduce_state to ?4 unless ?4 is empty, and returns its row.
 const bumpCountersSQL = `UPDATE jobs
 	SET completed_tasks = completed_tasks + ?1, failed_tasks = failed_tasks + ?2, version = version + 1,
 	    reduce_state = CASE WHEN ?4 = '' THEN reduce_state ELSE ?4 END
