@@ -58,18 +58,20 @@ type Store interface {
 	// ListJobs returns jobs newest first, and the cursor of the next page
 	// ("" when there is none).
 	ListJobs(ctx context.Context, opts ListJobsOpts) ([]warren.Job, string, error)
-	// ListTasks returns a job's tasks in task id order, and the cursor of
-	// the next page ("" when there is none). Unknown job: warren.ErrNotFound.
+	// ListTasks returns a job's tasks in task id order (its reduce task,
+	// warren.ReduceTaskID, first), and the cursor of the next page (""
+	// when there is none). Unknown job: warren.ErrNotFound.
 	ListTasks(ctx context.Context, jobID string, opts ListTasksOpts) ([]warren.TaskRecord, string, error)
-	// TaskTimeline counts a job's tasks that finished (completed or
-	// failed; cancelled tasks are not counted) by when they finished, in
+	// TaskTimeline counts a job's map tasks that finished (completed or
+	// failed; cancelled tasks are not counted, nor is the reduce task, as
+	// the job's counters do not count it) by when they finished, in
 	// span.N buckets of span.Bucket from span.Start, in order, a task
 	// that finished before the span in its first bucket and one after it
 	// in its last (span.Index).
 	// Unknown job: warren.ErrNotFound.
 	TaskTimeline(ctx context.Context, jobID string, span TimelineSpan) ([]TimelineBucket, error)
 	// JobErrors returns up to limit failed tasks of a job with their errors,
-	// in task id order, limit <= 0 meaning DefaultPageSize as for the list
+	// in task id order (a failed reduce task first), limit <= 0 meaning DefaultPageSize as for the list
 	// methods. Unknown job: warren.ErrNotFound.
 	JobErrors(ctx context.Context, jobID string, limit int) ([]warren.TaskError, error)
 	// CountJobs returns the number of jobs in each state; states without
@@ -114,6 +116,11 @@ type Store interface {
 	RelayRound(ctx context.Context, round Round, publish func(ctx context.Context, tasks []OutboxTask) ([]TaskRef, error)) (int, error)
 
 	// ApplyOutcomes records a batch of task outcomes in ONE transaction.
+	// An outcome of a reduce task (warren.ReduceTaskID) is judged as any
+	// while its job reduces (warren.Job.ReduceState
+	// warren.ReduceRunning), and a duplicate otherwise; applied, it moves
+	// no counter but sets the job's ReduceState to its state and lists
+	// the job in ReadyToClose.
 	// Each outcome is a guarded transition: it changes its task only if the
 	// task is not terminal yet, its job is open, and the outcome is of the
 	// task's current generation (or of an unknown one, 0: see
@@ -130,8 +137,9 @@ type Store interface {
 	// is an error, and nothing of it is written.
 	ApplyOutcomes(ctx context.Context, outcomes []Outcome) (ApplyReport, error)
 	// JobsToClose returns up to limit ids of open jobs that are ready to
-	// close (ReadyToClose: every task finished, or fail-fast with failures
-	// over the tolerance), limit <= 0 meaning DefaultPageSize as for the
+	// close, or to start their reduce task (ReadyToClose: every task
+	// finished, or fail-fast with failures over the tolerance; or the
+	// reduce task's outcome recorded), limit <= 0 meaning DefaultPageSize as for the
 	// list methods. It finds jobs left half-closed by a crash.
 	JobsToClose(ctx context.Context, limit int) ([]string, error)
 	// ScanResults calls fn for each map task of a job (never the reduce
@@ -190,14 +198,18 @@ type Store interface {
 	JobResult(ctx context.Context, jobID string) ([]byte, error)
 
 	// RedriveJob reopens a closed job that has failed tasks (a failed job,
-	// or one completed with tolerated failures), in one transaction: its
-	// failed tasks go back to pending with their generation bumped (the
+	// or one completed with tolerated failures) or whose reduce task
+	// failed (ReduceState warren.ReduceFailed), in one transaction: its
+	// failed map tasks go back to pending with their generation bumped (the
 	// relay publishes them again, their attempts kept, so
 	// OutboxTask.Attempts continues the count), the
 	// failed counter drops by as many, its stored result, result location,
 	// error and finished_at are cleared, and it is running again. It
 	// returns the reopened job and how many tasks were requeued. A job that
-	// is open, cancelled, or has no failed task: warren.ErrConflict.
+	// is open, cancelled, or has no failed task: warren.ErrConflict. Its
+	// ReduceState is reset to "", so that its reduce task runs again
+	// (StartReduce) on the new outcomes; the reduce task's row stays as
+	// it is until then.
 	RedriveJob(ctx context.Context, id string) (warren.Job, int, error)
 	// ReopenTasks makes failed tasks of job jobID runnable again, for a
 	// dead-letter replay that republishes them itself, in one
@@ -210,7 +222,13 @@ type Store interface {
 	// location, error and finished_at cleared) and the tasks its close
 	// cancelled go back to pending at their next generation (they never
 	// ran, and the job must be able to close again with every task
-	// accounted for). The Reopening lists the tasks reopened, with the
+	// accounted for). The reduce task (warren.ReduceTaskID) is reopened
+	// only for a job closed as failed by it (ReduceState
+	// warren.ReduceFailed), and not beside a map task: the job then
+	// reopens reducing (ReduceState warren.ReduceRunning). A reopened map
+	// task resets a closed job's ReduceState to "", and no map task of an
+	// open job whose ReduceState is not "" is reopened (its reduce reads
+	// the outcomes as they are). The Reopening lists the tasks reopened, with the
 	// generation each replayed message must carry, the task ids the job
 	// does not have, and what UndoReopen needs. A task that is not failed
 	// is left as it is, and so is every task of a cancelled job. An
@@ -247,7 +265,8 @@ type Store interface {
 	// all, no longer counts), for the relay to publish again (the relay's
 	// mark then sets a new queued_at); any other is failed at at.Now with
 	// attempts+1 and the error LostError, counted as failed as
-	// ApplyOutcomes would. Several servers may call it at once without
+	// ApplyOutcomes would (a reduce task failed as lost moves no counter
+	// and sets its job's ReduceState to warren.ReduceFailed). Several servers may call it at once without
 	// handling a task twice.
 	ReconcileStale(ctx context.Context, at Staleness, limit int) (ReconcileReport, error)
 
@@ -277,7 +296,9 @@ type Store interface {
 	// how many it deleted: fewer than limit when none is left (or, on a
 	// store shared by several servers, when the rest are being purged by
 	// another). A new job may not take the id of a deleted job until its
-	// tasks are purged (CreateJob: warren.ErrConflict).
+	// tasks are purged (CreateJob: warren.ErrConflict). A job's reduce
+	// task goes with its last map tasks, which may make a purge delete
+	// one row more than limit.
 	PurgeDeletedTasks(ctx context.Context, limit int) (int, error)
 
 	// ClaimDeliveries claims up to claim.Limit webhook deliveries that are
@@ -406,7 +427,10 @@ type TaskRef struct {
 	TaskID int64
 }
 
-// OutboxTask is an unpublished task with what its message needs.
+// OutboxTask is an unpublished task with what its message needs. A reduce
+// task (TaskID warren.ReduceTaskID) has its ReduceTask's Type, the
+// reduce queue (warren.Policy.ReduceQueue) and BatchSize 1: it travels
+// alone in its message, never batched with another task.
 type OutboxTask struct {
 	JobID   string
 	TaskID  int64
