@@ -20,3 +20,22 @@ func TestPolicyValidateRetention(t *testing.T) {
 		require.ErrorContains(t, warren.Policy{Retention: bad}.Validate(), "retention must be", "retention %s", bad)
 	}
 }
+
+// A reduce task names its type, may name a valid queue and a JSON
+// payload, and replaces Reduce; its queue defaults to the job's.
+func TestPolicyReduceTask(t *testing.T) {
+	t.Parallel()
+	ok := warren.Policy{Queue: "maps", ReduceTask: &warren.ReduceTask{Type: "sum"}}
+	require.NoError(t, ok.Validate())
+	require.Equal(t, "maps", ok.ReduceQueue(), "the job's queue")
+	require.Equal(t, "default", warren.Policy{}.ReduceQueue(), "no reduce task: the job's queue")
+	require.Equal(t, "reducers", warren.Policy{ReduceTask: &warren.ReduceTask{Type: "sum", Queue: "reducers"}}.ReduceQueue())
+	for name, bad := range map[string]warren.Policy{
+		"reduce.task":    {ReduceTask: &warren.ReduceTask{}},
+		"reduce must be": {Reduce: "collect", ReduceTask: &warren.ReduceTask{Type: "sum"}},
+		"reduce.queue":   {ReduceTask: &warren.ReduceTask{Type: "sum", Queue: "Bad Queue"}},
+		"reduce.payload": {ReduceTask: &warren.ReduceTask{Type: "sum", Payload: []byte(`{`)}},
+	} {
+		require.ErrorContains(t, bad.Validate(), name)
+	}
+}

@@ -97,8 +97,13 @@ const UnlimitedFailures = math.MaxInt64
 type Policy struct {
 	// Reduce names the reducer run over the task results in task order when
 	// the job closes ("collect", "sum", "concat", "merge", "none", or one
-	// registered in Go).
+	// registered in Go); "" when ReduceTask is set.
 	Reduce string
+	// ReduceTask, when not nil, is the job's reduce task: once every task
+	// is accounted for and the failures are within tolerance, warren runs
+	// this one task on a worker (task ReduceTaskID of the job), and the
+	// job's result is what it returns. nil means the reducer Reduce names.
+	ReduceTask *ReduceTask
 	// MaxRetries is how many times a transiently failing task is retried
 	// after its first run.
 	MaxRetries int
@@ -153,6 +158,48 @@ type Policy struct {
 	// the job closes again. 0 means the server's retention
 	// (server.Config.Retention, DefaultRetention unless configured).
 	Retention time.Duration
+}
+
+// ReduceTask is a job's reduce task (Policy.ReduceTask): a task of type
+// Type that a worker runs over the outcomes of the job's other tasks.
+type ReduceTask struct {
+	// Type names the worker's reducer.
+	Type string
+	// Queue is the work queue the reduce task goes to
+	// (protocol.CheckQueueName); "" means the job's queue
+	// (Policy.ReduceQueue).
+	Queue string
+	// Payload is the reduce task's payload, kept byte for byte; nil means
+	// JSON null.
+	Payload json.RawMessage
+}
+
+// ReduceTaskID is the task id of a job's reduce task: its map tasks are
+// 1..ExpectedTasks. It never counts in a job's task counters.
+const ReduceTaskID int64 = 0
+
+// Reduce states (Job.ReduceState) of a job with a reduce task. "" means
+// no reduce task was started (or a redrive reset it).
+const (
+	// ReduceRunning means the reduce task exists and has no terminal
+	// outcome yet: the job, still open, is reducing.
+	ReduceRunning = "running"
+	// ReduceCompleted means the reduce task's result is recorded: the job
+	// is ready to close with it.
+	ReduceCompleted = "completed"
+	// ReduceFailed means the reduce task failed: the job is ready to
+	// close as failed.
+	ReduceFailed = "failed"
+)
+
+// ReduceQueue returns the work queue of the job's reduce task: the
+// ReduceTask's queue, or the job's (EffectiveQueue) when it names none or
+// the job has no reduce task.
+func (p Policy) ReduceQueue() string {
+	if p.ReduceTask != nil && p.ReduceTask.Queue != "" {
+		return protocol.QueueOrDefault(p.ReduceTask.Queue)
+	}
+	return p.EffectiveQueue()
 }
 
 // Job priorities (Policy.Priority).
@@ -225,6 +272,25 @@ func (p Policy) Validate() error {
 	case p.Retention > MaxRetention:
 		return fmt.Errorf("retention must be at most %s (100 years), got %s", MaxRetention, p.Retention)
 	}
+	return p.validateReduceTask()
+}
+
+// validateReduceTask returns an error naming the first field of
+// ReduceTask that is out of range, or a Reduce set beside it.
+func (p Policy) validateReduceTask() error {
+	r := p.ReduceTask
+	switch {
+	case r == nil:
+		return nil
+	case r.Type == "":
+		return errors.New("reduce.task must name the reduce task's type")
+	case p.Reduce != "":
+		return fmt.Errorf("reduce must be empty with a reduce task, got %q", p.Reduce)
+	case r.Queue != "" && protocol.CheckQueueName(r.Queue) != nil:
+		return fmt.Errorf("reduce.queue: %v", protocol.CheckQueueName(r.Queue))
+	case len(r.Payload) > 0 && !json.Valid(r.Payload):
+		return errors.New("reduce.payload must be JSON")
+	}
 	return nil
 }
 
@@ -276,6 +342,16 @@ type Job struct {
 	// version is still the one the close was computed from. It is the
 	// store's, and not part of the API's JSON.
 	Version int64
+	// ReduceState is where the job's reduce task stands (JSON
+	// reduce_state): "" when none was started (or a redrive reset it),
+	// else ReduceRunning, ReduceCompleted or ReduceFailed. The job stays
+	// open (pending or running) while it reduces.
+	ReduceState string
+}
+
+// Reducing reports whether the job is open and its reduce task runs.
+func (j Job) Reducing() bool {
+	return !j.State.Terminal() && j.ReduceState == ReduceRunning
 }
 
 // PendingTasks is the number of tasks that have not finished yet.
@@ -288,18 +364,33 @@ func (j Job) Finished() bool {
 	return j.CompletedTasks+j.FailedTasks >= j.ExpectedTasks
 }
 
-// TaskRecord is one task's row in the store, without its payload.
+// TaskRecord is one task's row in the store, without its payload. Task
+// ReduceTaskID is the job's reduce task.
 type TaskRecord struct {
-	JobID      string
-	TaskID     int64
-	State      TaskState
-	Attempts   int
+	JobID    string
+	TaskID   int64
+	State    TaskState
+	Attempts int
+	// Generation is the task's generation: 1 for a new task, one more at
+	// each redrive, replay or reconciler requeue (store.Outcome.Generation).
+	Generation int
 	Worker     string
 	Error      string
 	QueuedAt   *time.Time
 	StartedAt  *time.Time
 	FinishedAt *time.Time
 	Result     json.RawMessage
+}
+
+// TaskOutcome is one map task's outcome as a reduce task reads it
+// (store.Store.ScanOutcomes).
+type TaskOutcome struct {
+	TaskID int64
+	State  TaskState
+	// Result is the task's result (completed tasks); nil for none.
+	Result json.RawMessage
+	// Error is the task's error (failed tasks).
+	Error string
 }
 
 // TaskError is one failed task and its error, for a job's failure sample.

@@ -13,11 +13,20 @@ import (
 // candidates and applies guarded updates: a rule written in two SQL
 // dialects drifts.
 
-// ReadyToClose reports whether open job j can close: every task finished,
-// or the job fails fast and its failures are over its tolerance
-// (warren.Policy.Tolerates). JobsToClose lists exactly the open jobs for
-// which it holds.
+// ReadyToClose reports whether open job j can close, or start its reduce
+// task: while its reduce task runs (j.ReduceState warren.ReduceRunning),
+// never; once the reduce task's outcome is recorded
+// (warren.ReduceCompleted, warren.ReduceFailed), always; before any
+// reduce task (""), when every task finished, or the job fails fast and
+// its failures are over its tolerance (warren.Policy.Tolerates).
+// JobsToClose lists exactly the open jobs for which it holds.
 func ReadyToClose(j warren.Job) bool {
+	switch j.ReduceState {
+	case warren.ReduceRunning:
+		return false
+	case warren.ReduceCompleted, warren.ReduceFailed:
+		return true
+	}
 	return j.Finished() || (j.Policy.FailFast && !j.Policy.Tolerates(j.FailedTasks, j.ExpectedTasks))
 }
 

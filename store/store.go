@@ -58,18 +58,20 @@ type Store interface {
 	// ListJobs returns jobs newest first, and the cursor of the next page
 	// ("" when there is none).
 	ListJobs(ctx context.Context, opts ListJobsOpts) ([]warren.Job, string, error)
-	// ListTasks returns a job's tasks in task id order, and the cursor of
-	// the next page ("" when there is none). Unknown job: warren.ErrNotFound.
+	// ListTasks returns a job's tasks in task id order (its reduce task,
+	// warren.ReduceTaskID, first), and the cursor of the next page (""
+	// when there is none). Unknown job: warren.ErrNotFound.
 	ListTasks(ctx context.Context, jobID string, opts ListTasksOpts) ([]warren.TaskRecord, string, error)
-	// TaskTimeline counts a job's tasks that finished (completed or
-	// failed; cancelled tasks are not counted) by when they finished, in
+	// TaskTimeline counts a job's map tasks that finished (completed or
+	// failed; cancelled tasks are not counted, nor is the reduce task, as
+	// the job's counters do not count it) by when they finished, in
 	// span.N buckets of span.Bucket from span.Start, in order, a task
 	// that finished before the span in its first bucket and one after it
 	// in its last (span.Index).
 	// Unknown job: warren.ErrNotFound.
 	TaskTimeline(ctx context.Context, jobID string, span TimelineSpan) ([]TimelineBucket, error)
 	// JobErrors returns up to limit failed tasks of a job with their errors,
-	// in task id order, limit <= 0 meaning DefaultPageSize as for the list
+	// in task id order (a failed reduce task first), limit <= 0 meaning DefaultPageSize as for the list
 	// methods. Unknown job: warren.ErrNotFound.
 	JobErrors(ctx context.Context, jobID string, limit int) ([]warren.TaskError, error)
 	// CountJobs returns the number of jobs in each state; states without
@@ -114,6 +116,11 @@ type Store interface {
 	RelayRound(ctx context.Context, round Round, publish func(ctx context.Context, tasks []OutboxTask) ([]TaskRef, error)) (int, error)
 
 	// ApplyOutcomes records a batch of task outcomes in ONE transaction.
+	// An outcome of a reduce task (warren.ReduceTaskID) is judged as any
+	// while its job reduces (warren.Job.ReduceState
+	// warren.ReduceRunning), and a duplicate otherwise; applied, it moves
+	// no counter but sets the job's ReduceState to its state and lists
+	// the job in ReadyToClose.
 	// Each outcome is a guarded transition: it changes its task only if the
 	// task is not terminal yet, its job is open, and the outcome is of the
 	// task's current generation (or of an unknown one, 0: see
@@ -130,11 +137,13 @@ type Store interface {
 	// is an error, and nothing of it is written.
 	ApplyOutcomes(ctx context.Context, outcomes []Outcome) (ApplyReport, error)
 	// JobsToClose returns up to limit ids of open jobs that are ready to
-	// close (ReadyToClose: every task finished, or fail-fast with failures
-	// over the tolerance), limit <= 0 meaning DefaultPageSize as for the
+	// close, or to start their reduce task (ReadyToClose: every task
+	// finished, or fail-fast with failures over the tolerance; or the
+	// reduce task's outcome recorded), limit <= 0 meaning DefaultPageSize as for the
 	// list methods. It finds jobs left half-closed by a crash.
 	JobsToClose(ctx context.Context, limit int) ([]string, error)
-	// ScanResults calls fn for each task of a job in task id order, with
+	// ScanResults calls fn for each map task of a job (never the reduce
+	// task) in task id order, with
 	// its terminal state and result, streaming (results are never all in
 	// memory at once). An error from fn stops the scan and is returned.
 	ScanResults(ctx context.Context, jobID string, fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error
@@ -153,23 +162,54 @@ type Store interface {
 	// that changes nothing, whatever the job: a job is cancelled by
 	// CancelJob.
 	//
-	// Every change to a job's counters or state (ApplyOutcomes,
-	// ReconcileStale, RelayBatch starting it, RedriveJob, ReopenTasks,
-	// UndoReopen, CancelJob, FinishJob) increments its version.
+	// Every change to a job's counters, state or reduce state
+	// (ApplyOutcomes, ReconcileStale, RelayBatch starting it, StartReduce,
+	// RedriveJob, ReopenTasks, UndoReopen, CancelJob, FinishJob)
+	// increments its version. FinishJob closes a job whatever its
+	// ReduceState.
 	FinishJob(ctx context.Context, jobID string, version int64, state warren.JobState, result []byte, errMsg string) (bool, error)
+	// StartReduce makes the reduce task of open job jobID pending, if the
+	// job is still at version, ready to close (ReadyToClose), has a
+	// warren.Policy.ReduceTask, its ReduceState is "", and its failures
+	// are within tolerance (warren.Policy.Tolerates): task
+	// warren.ReduceTaskID is inserted (generation 1, attempts 0, the
+	// ReduceTask's payload, JSON null when it has none) or, when a row is
+	// left from an earlier reduce (a redrive), reset (generation+1,
+	// attempts 0, pending, its result, error, worker and times cleared);
+	// ReduceState becomes warren.ReduceRunning and the version moves, in
+	// one transaction. The relay then publishes the reduce task alone
+	// (OutboxTask). It returns false, changing nothing, when the job is
+	// not so (closed, moved, not ready, over tolerance, reducing already
+	// or reduced, without a reduce task). An unknown job:
+	// warren.ErrNotFound.
+	StartReduce(ctx context.Context, jobID string, version int64) (bool, error)
+	// GetTask returns one task's record (task warren.ReduceTaskID is the
+	// reduce task); warren.ErrNotFound when the job or the task does not
+	// exist.
+	GetTask(ctx context.Context, jobID string, taskID int64) (warren.TaskRecord, error)
+	// ScanOutcomes calls fn for each map task of job jobID whose id is
+	// above after (0 for all), in task id order, with its state, result
+	// and error, never the reduce task; streaming: the outcomes are never
+	// all in memory at once. An error from fn stops the scan and is
+	// returned as it is. An unknown job: warren.ErrNotFound.
+	ScanOutcomes(ctx context.Context, jobID string, after int64, fn func(warren.TaskOutcome) error) error
 	// JobResult returns a closed job's stored reduced result. A job without
 	// one: warren.ErrNotFound.
 	JobResult(ctx context.Context, jobID string) ([]byte, error)
 
 	// RedriveJob reopens a closed job that has failed tasks (a failed job,
-	// or one completed with tolerated failures), in one transaction: its
-	// failed tasks go back to pending with their generation bumped (the
+	// or one completed with tolerated failures) or whose reduce task
+	// failed (ReduceState warren.ReduceFailed), in one transaction: its
+	// failed map tasks go back to pending with their generation bumped (the
 	// relay publishes them again, their attempts kept, so
 	// OutboxTask.Attempts continues the count), the
 	// failed counter drops by as many, its stored result, result location,
 	// error and finished_at are cleared, and it is running again. It
 	// returns the reopened job and how many tasks were requeued. A job that
-	// is open, cancelled, or has no failed task: warren.ErrConflict.
+	// is open, cancelled, or has no failed task: warren.ErrConflict. Its
+	// ReduceState is reset to "", so that its reduce task runs again
+	// (StartReduce) on the new outcomes; the reduce task's row stays as
+	// it is until then.
 	RedriveJob(ctx context.Context, id string) (warren.Job, int, error)
 	// ReopenTasks makes failed tasks of job jobID runnable again, for a
 	// dead-letter replay that republishes them itself, in one
@@ -182,7 +222,13 @@ type Store interface {
 	// location, error and finished_at cleared) and the tasks its close
 	// cancelled go back to pending at their next generation (they never
 	// ran, and the job must be able to close again with every task
-	// accounted for). The Reopening lists the tasks reopened, with the
+	// accounted for). The reduce task (warren.ReduceTaskID) is reopened
+	// only for a job closed as failed by it (ReduceState
+	// warren.ReduceFailed), and not beside a map task: the job then
+	// reopens reducing (ReduceState warren.ReduceRunning). A reopened map
+	// task resets a closed job's ReduceState to "", and no map task of an
+	// open job whose ReduceState is not "" is reopened (its reduce reads
+	// the outcomes as they are). The Reopening lists the tasks reopened, with the
 	// generation each replayed message must carry, the task ids the job
 	// does not have, and what UndoReopen needs. A task that is not failed
 	// is left as it is, and so is every task of a cancelled job. An
@@ -219,7 +265,8 @@ type Store interface {
 	// all, no longer counts), for the relay to publish again (the relay's
 	// mark then sets a new queued_at); any other is failed at at.Now with
 	// attempts+1 and the error LostError, counted as failed as
-	// ApplyOutcomes would. Several servers may call it at once without
+	// ApplyOutcomes would (a reduce task failed as lost moves no counter
+	// and sets its job's ReduceState to warren.ReduceFailed). Several servers may call it at once without
 	// handling a task twice.
 	ReconcileStale(ctx context.Context, at Staleness, limit int) (ReconcileReport, error)
 
@@ -249,7 +296,9 @@ type Store interface {
 	// how many it deleted: fewer than limit when none is left (or, on a
 	// store shared by several servers, when the rest are being purged by
 	// another). A new job may not take the id of a deleted job until its
-	// tasks are purged (CreateJob: warren.ErrConflict).
+	// tasks are purged (CreateJob: warren.ErrConflict). A job's reduce
+	// task goes with its last map tasks, which may make a purge delete
+	// one row more than limit.
 	PurgeDeletedTasks(ctx context.Context, limit int) (int, error)
 
 	// ClaimDeliveries claims up to claim.Limit webhook deliveries that are
@@ -378,7 +427,10 @@ type TaskRef struct {
 	TaskID int64
 }
 
-// OutboxTask is an unpublished task with what its message needs.
+// OutboxTask is an unpublished task with what its message needs. A reduce
+// task (TaskID warren.ReduceTaskID) has its ReduceTask's Type, the
+// reduce queue (warren.Policy.ReduceQueue) and BatchSize 1: it travels
+// alone in its message, never batched with another task.
 type OutboxTask struct {
 	JobID   string
 	TaskID  int64

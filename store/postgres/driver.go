@@ -105,10 +105,11 @@ func (t *tx) CancelTasks(ctx context.Context, jobID string, at time.Time) error 
 // the reopen.
 func (t *tx) CloseJob(ctx context.Context, c engine.JobClose) (warren.Job, bool, error) {
 	j, err := scanJob(t.tx.QueryRow(ctx, `
-		UPDATE jobs SET state = $2, finished_at = $3, error = $4, result_location = $5, version = version + 1
+		UPDATE jobs SET state = $2, finished_at = $3, error = $4, result_location = $5,
+			reduce_state = COALESCE($7::text, reduce_state), version = version + 1
 		WHERE id = $1 AND ($6 < 0 OR version = $6) AND state IN ('pending', 'running')
 		RETURNING `+jobColumns,
-		c.ID, string(c.State), c.FinishedAt, c.Error, c.ResultLocation, c.Version))
+		c.ID, string(c.State), c.FinishedAt, c.Error, c.ResultLocation, c.Version, c.ReduceState))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return warren.Job{}, false, nil
 	}

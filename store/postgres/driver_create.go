@@ -12,6 +12,7 @@ import (
 	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/internal/engine"
+	"github.com/warrenhq/warren/store/internal/sqlstore"
 )
 
 var _ engine.DeliveryExecutor = engineDriver{}
@@ -23,16 +24,20 @@ var _ engine.DeliveryExecutor = engineDriver{}
 // holds both the key and the id is a taken key.
 func (t *tx) InsertJob(ctx context.Context, r engine.NewJobRow) (bool, error) {
 	j, p := r.Job, r.Job.Policy
+	reduceTask, err := sqlstore.EncodeReduceTask(p.ReduceTask)
+	if err != nil {
+		return false, err
+	}
 	tag, err := t.tx.Exec(ctx, `
 		INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
 			tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, retention_ms, metadata, idempotency_key,
-			created_at, request_hash, priority, queue, webhook_url, webhook_secret, trace_parent, trace_state)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, NULLIF($13, ''), $14, $15, $16, $17, $18, $19, $20, $21)
+			created_at, request_hash, priority, queue, webhook_url, webhook_secret, trace_parent, trace_state, reduce_task)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, NULLIF($13, ''), $14, $15, $16, $17, $18, $19, $20, $21, $22)
 		ON CONFLICT (idempotency_key) DO NOTHING`,
 		j.ID, j.Type, string(j.State), p.Reduce, p.MaxRetries, p.ToleratedFailures,
 		p.ToleratedFailurePercent, p.FailFast, p.TaskTimeout.Milliseconds(), p.BatchSize, p.Retention.Milliseconds(),
 		[]byte(j.Metadata), j.IdempotencyKey, j.CreatedAt, r.RequestHash, p.Priority, p.Queue,
-		j.WebhookURL, r.WebhookSecret, j.TraceParent, j.TraceState)
+		j.WebhookURL, r.WebhookSecret, j.TraceParent, j.TraceState, reduceTask)
 	if isUniqueViolation(err, "jobs_pkey") {
 		return false, fmt.Errorf("%w: %w", engine.ErrIDTaken, err)
 	}

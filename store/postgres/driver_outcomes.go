@@ -19,7 +19,7 @@ import (
 // order, so that concurrent aggregators lock them in one order; the
 // second reads their jobs' states with a snapshot taken once those locks
 // are held.
-func (t *tx) LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) ([]engine.OutcomeTask, map[string]warren.JobState, error) {
+func (t *tx) LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) ([]engine.OutcomeTask, map[string]engine.OutcomeJob, error) {
 	jobIDs, taskIDs := splitRefs(refs)
 	var distinct []string
 	seen := make(map[string]bool)
@@ -40,7 +40,7 @@ func (t *tx) LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) ([]engi
 		WHERE (job_id, task_id) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))
 		ORDER BY job_id, task_id
 		FOR UPDATE`, jobIDs, taskIDs)
-	b.Queue(`SELECT id, state FROM jobs WHERE id = ANY($1)`, distinct)
+	b.Queue(`SELECT id, state, reduce_state FROM jobs WHERE id = ANY($1)`, distinct)
 	br := t.tx.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -60,14 +60,14 @@ func (t *tx) LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) ([]engi
 		return nil, nil, err
 	}
 	rows, _ = br.Query()
-	jobs := make(map[string]warren.JobState, len(distinct))
+	jobs := make(map[string]engine.OutcomeJob, len(distinct))
 	for rows.Next() {
-		var id, state string
-		if err := rows.Scan(&id, &state); err != nil {
+		var id, state, reduce string
+		if err := rows.Scan(&id, &state, &reduce); err != nil {
 			rows.Close()
 			return nil, nil, fmt.Errorf("read job states: %w", err)
 		}
-		jobs[id] = warren.JobState(state)
+		jobs[id] = engine.OutcomeJob{State: warren.JobState(state), ReduceState: reduce}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("read job states: %w", err)
@@ -138,10 +138,10 @@ func queueBumps(b *pgx.Batch, deltas []engine.CounterDelta) []engine.CounterDelt
 	for _, d := range deltas {
 		b.Queue(`
 			UPDATE jobs SET completed_tasks = completed_tasks + $2, failed_tasks = failed_tasks + $3,
-				version = version + 1
+				version = version + 1, reduce_state = CASE WHEN $4 = '' THEN reduce_state ELSE $4 END
 			WHERE id = $1
 			RETURNING `+jobColumns,
-			d.JobID, d.Completed, d.Failed)
+			d.JobID, d.Completed, d.Failed, d.ReduceState)
 	}
 	return deltas
 }
@@ -172,7 +172,8 @@ func (d engineDriver) CloseCandidates(ctx context.Context, after string, limit i
 	rows, err := d.s.pool.Query(ctx, `
 		SELECT `+jobColumns+` FROM jobs
 		WHERE state IN ('pending', 'running') AND id > $1
-		  AND (completed_tasks + failed_tasks >= expected_tasks OR (fail_fast AND failed_tasks > 0))
+		  AND (reduce_state IN ('completed', 'failed') OR (reduce_state = ''
+		       AND (completed_tasks + failed_tasks >= expected_tasks OR (fail_fast AND failed_tasks > 0))))
 		ORDER BY id
 		LIMIT $2`, after, limit)
 	if err != nil {

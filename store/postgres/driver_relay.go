@@ -9,13 +9,14 @@ import (
 
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/internal/engine"
+	"github.com/warrenhq/warren/store/internal/sqlstore"
 )
 
 // PendingJobs implements engine.RelayTx: an index range of at most limit
 // rows per job counts its pending tasks.
-func (t *tx) PendingJobs(ctx context.Context, limit int) ([]store.PendingJob, error) {
+func (t *tx) PendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow, error) {
 	rows, err := t.tx.Query(ctx, `
-		SELECT j.id, j.priority, j.batch_size, j.queue,
+		SELECT j.id, j.priority, j.batch_size, j.queue, j.reduce_task, j.reduce_state,
 			(SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT $1) p)
 		FROM jobs j
 		WHERE j.state IN ('pending', 'running')
@@ -23,9 +24,16 @@ func (t *tx) PendingJobs(ctx context.Context, limit int) ([]store.PendingJob, er
 	if err != nil {
 		return nil, fmt.Errorf("pending jobs: %w", err)
 	}
-	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.PendingJob, error) {
-		var j store.PendingJob
-		err := row.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &j.Pending)
+	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.PendingJobRow, error) {
+		var (
+			j      engine.PendingJobRow
+			reduce []byte
+		)
+		if err := row.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.Pending); err != nil {
+			return j, err
+		}
+		var err error
+		j.ReduceTask, err = sqlstore.DecodeReduceTask(reduce)
 		return j, err
 	})
 	if err != nil {

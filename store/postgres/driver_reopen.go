@@ -66,15 +66,15 @@ func (t *tx) WriteTasks(ctx context.Context, jobID string, rows []engine.TaskRow
 	return t.tx.SendBatch(ctx, b).Close()
 }
 
-// requeueTasksSQL locks job $1's tasks in the states $2, in task id
-// order, moves them back to pending at their next generation, with their
+// requeueTasksSQL locks job $1's map tasks (task_id > 0: never the
+// reduce task) in the states $2, in task id order, moves them back to pending at their next generation, with their
 // attempts, worker and queued_at kept (the relay's mark replaces
 // queued_at) and the rest of their last run cleared, and counts them by
 // the state they left.
 const requeueTasksSQL = `
 	WITH locked AS (
 		SELECT task_id, state FROM tasks
-		WHERE job_id = $1 AND state = ANY($2::text[])
+		WHERE job_id = $1 AND state = ANY($2::text[]) AND task_id > 0
 		ORDER BY task_id
 		FOR UPDATE
 	), requeued AS (
@@ -109,12 +109,13 @@ func (t *tx) RequeueTasks(ctx context.Context, jobID string, states []warren.Tas
 
 // reopenJobSQL moves job $1, if closed as failed or completed and, unless
 // $3 < 0, still at version $3, back to running, without finished_at,
-// error or result location, drops its failed counter by $2, and deletes
+// error or result location, drops its failed counter by $2, sets its
+// reduce_state to $5, and deletes
 // its stored result only if it moved, returning the result when $4.
 const reopenJobSQL = `
 	WITH reopened AS (
 		UPDATE jobs SET state = 'running', failed_tasks = failed_tasks - $2,
-			finished_at = NULL, error = '', result_location = '', version = version + 1
+			finished_at = NULL, error = '', result_location = '', reduce_state = $5, version = version + 1
 		WHERE id = $1 AND state IN ('failed', 'completed') AND ($3::bigint < 0 OR version = $3::bigint)
 		RETURNING ` + jobColumns + `
 	), dropped AS (
@@ -126,7 +127,7 @@ const reopenJobSQL = `
 // ReopenJob implements engine.ReopenTx, in one statement.
 func (t *tx) ReopenJob(ctx context.Context, r engine.JobReopen) (warren.Job, []byte, bool, error) {
 	var result []byte
-	j, err := scanJob(t.tx.QueryRow(ctx, reopenJobSQL, r.ID, r.Failed, r.Version, r.TakeResult), &result)
+	j, err := scanJob(t.tx.QueryRow(ctx, reopenJobSQL, r.ID, r.Failed, r.Version, r.TakeResult, r.ReduceState), &result)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return warren.Job{}, nil, false, nil
 	}
@@ -159,4 +160,25 @@ func stateNames(states []warren.TaskState) []string {
 		names[i] = string(s)
 	}
 	return names
+}
+
+// InsertReduceTask implements engine.ReduceTx.
+func (t *tx) InsertReduceTask(ctx context.Context, jobID string, payload []byte) error {
+	if len(payload) == 0 {
+		payload = []byte("null")
+	}
+	_, err := t.tx.Exec(ctx, `INSERT INTO tasks (job_id, task_id, state, payload) VALUES ($1, 0, 'pending', $2)`, jobID, payload)
+	return err
+}
+
+// SetReduceState implements engine.ReduceTx.
+func (t *tx) SetReduceState(ctx context.Context, c engine.ReduceStateChange) (bool, error) {
+	tag, err := t.tx.Exec(ctx, `
+		UPDATE jobs SET reduce_state = $2, version = version + 1
+		WHERE id = $1 AND state IN ('pending', 'running') AND reduce_state = $3 AND ($4::bigint < 0 OR version = $4::bigint)`,
+		c.JobID, c.To, c.From, c.Version)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/internal/engine"
 )
 
@@ -73,16 +74,16 @@ const requeueLostSQL = `
 	WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id AND tasks.state = 'queued'`
 
 // failLostSQL fails the tasks named by ($1, $2) that are still queued with
-// the error $3, finished_at $4 and attempts+1, and returns their job ids.
+// the error $3, finished_at $4 and attempts+1, and returns them.
 const failLostSQL = `
 	UPDATE tasks SET state = 'failed', attempts = tasks.attempts + 1, error = $3, finished_at = $4
 	FROM unnest($1::text[], $2::bigint[]) AS r(job_id, task_id)
 	WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id AND tasks.state = 'queued'
-	RETURNING tasks.job_id`
+	RETURNING tasks.job_id, tasks.task_id`
 
 // SettleLost implements engine.StaleTx: both sets in one pipelined round
 // trip.
-func (t *tx) SettleLost(ctx context.Context, l engine.LostTasks) (requeued int, failedJobs []string, err error) {
+func (t *tx) SettleLost(ctx context.Context, l engine.LostTasks) (requeued int, failed []store.TaskRef, err error) {
 	requeueJobs, requeueTasks := splitRefs(l.Requeue)
 	failJobs, failTasks := splitRefs(l.Fail)
 	b := &pgx.Batch{}
@@ -91,7 +92,7 @@ func (t *tx) SettleLost(ctx context.Context, l engine.LostTasks) (requeued int, 
 	br := t.tx.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
-			requeued, failedJobs, err = 0, nil, cerr
+			requeued, failed, err = 0, nil, cerr
 		}
 	}()
 	tag, err := br.Exec()
@@ -102,11 +103,15 @@ func (t *tx) SettleLost(ctx context.Context, l engine.LostTasks) (requeued int, 
 	if err != nil {
 		return 0, nil, err
 	}
-	failedJobs, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	failed, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.TaskRef, error) {
+		var r store.TaskRef
+		err := row.Scan(&r.JobID, &r.TaskID)
+		return r, err
+	})
 	if err != nil {
 		return 0, nil, err
 	}
-	return int(tag.RowsAffected()), failedJobs, nil
+	return int(tag.RowsAffected()), failed, nil
 }
 
 // expiringByDefaultSQL claims up to $2 closed jobs without a retention of
@@ -237,6 +242,8 @@ func (t *tx) PurgeTasks(ctx context.Context, plan []engine.PurgeRange) (int, err
 		if r.Last {
 			through = math.MaxInt64 // every task left, whatever its id
 			done = append(done, r.JobID)
+			// and the reduce task, task 0, which no range counts
+			ids, afters, throughs = append(ids, r.JobID), append(afters, -1), append(throughs, 0)
 		} else {
 			partial, progress = append(partial, r.JobID), append(progress, r.Through)
 		}

@@ -81,11 +81,15 @@ func (t *tx) CancelTasks(ctx context.Context, jobID string, at time.Time) error 
 
 // CloseJob implements engine.CloseTx.
 func (t *tx) CloseJob(ctx context.Context, c engine.JobClose) (warren.Job, bool, error) {
+	var reduceState any // NULL keeps it
+	if c.ReduceState != nil {
+		reduceState = *c.ReduceState
+	}
 	j, _, err := scanJob(t.tx.QueryRowContext(ctx, `UPDATE jobs SET state = ?, finished_at = ?, error = ?, result_location = ?,
-			version = version + 1
+			reduce_state = COALESCE(?, reduce_state), version = version + 1
 		WHERE id = ? AND (? < 0 OR version = ?) AND state IN ('pending', 'running')
 		RETURNING `+jobColumns,
-		string(c.State), c.FinishedAt.UnixMicro(), c.Error, c.ResultLocation, c.ID, c.Version, c.Version))
+		string(c.State), c.FinishedAt.UnixMicro(), c.Error, c.ResultLocation, reduceState, c.ID, c.Version, c.Version))
 	if errors.Is(err, sql.ErrNoRows) {
 		return warren.Job{}, false, nil
 	}

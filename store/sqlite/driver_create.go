@@ -16,6 +16,7 @@ import (
 	"github.com/warrenhq/warren/internal/spool"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/internal/engine"
+	"github.com/warrenhq/warren/store/internal/sqlstore"
 )
 
 // insertBatch is how many task rows one INSERT statement writes. Three
@@ -37,15 +38,23 @@ func (t *tx) InsertJob(ctx context.Context, r engine.NewJobRow) (bool, error) {
 	if j.Metadata != nil {
 		metadata = []byte(j.Metadata)
 	}
+	reduceTask, err := sqlstore.EncodeReduceTask(j.Policy.ReduceTask)
+	if err != nil {
+		return false, err
+	}
+	var reduceCol any // a nil []byte would not be NULL to every driver
+	if reduceTask != nil {
+		reduceCol = reduceTask
+	}
 	res, err := t.tx.ExecContext(ctx, `INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
 		tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, retention_ms, metadata, idempotency_key, created_at,
-		request_hash, priority, queue, webhook_url, webhook_secret, trace_parent, trace_state)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		request_hash, priority, queue, webhook_url, webhook_secret, trace_parent, trace_state, reduce_task)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (idempotency_key) DO NOTHING`,
 		j.ID, j.Type, string(j.State), j.Policy.Reduce, j.Policy.MaxRetries, j.Policy.ToleratedFailures,
 		j.Policy.ToleratedFailurePercent, j.Policy.FailFast, j.Policy.TaskTimeout.Milliseconds(),
 		j.Policy.BatchSize, j.Policy.Retention.Milliseconds(), metadata, key, j.CreatedAt.UnixMicro(),
-		r.RequestHash, j.Policy.Priority, j.Policy.Queue, j.WebhookURL, r.WebhookSecret, j.TraceParent, j.TraceState)
+		r.RequestHash, j.Policy.Priority, j.Policy.Queue, j.WebhookURL, r.WebhookSecret, j.TraceParent, j.TraceState, reduceCol)
 	if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
 		// jobs.id is the one unique column left: seq is the rowid.
 		return false, fmt.Errorf("%w: %w", engine.ErrIDTaken, err)

@@ -18,7 +18,7 @@ import (
 // needs of its tasks ?2 (a JSON array of task ids), each by primary key,
 // in one statement: no row when the job does not exist, one row with
 // NULL task columns when none of the tasks does.
-const readOutcomeTasksSQL = `SELECT j.state, t.task_id, t.state, t.generation, t.attempts, t.worker, t.started_at
+const readOutcomeTasksSQL = `SELECT j.state, j.reduce_state, t.task_id, t.state, t.generation, t.attempts, t.worker, t.started_at
 	FROM jobs j LEFT JOIN tasks t ON t.job_id = j.id AND t.task_id IN (SELECT value FROM json_each(?2))
 	WHERE j.id = ?1`
 
@@ -60,16 +60,18 @@ var writeOutcomesQueries = func() map[int]string {
 	return m
 }()
 
-// bumpCountersSQL adds to one job's counters and returns its row.
+// bumpCountersSQL adds ?1 and ?2 to job ?3's counters, sets its
+// reduce_state to ?4 unless ?4 is empty, and returns its row.
 const bumpCountersSQL = `UPDATE jobs
-	SET completed_tasks = completed_tasks + ?, failed_tasks = failed_tasks + ?, version = version + 1
-	WHERE id = ? RETURNING ` + jobColumns
+	SET completed_tasks = completed_tasks + ?1, failed_tasks = failed_tasks + ?2, version = version + 1,
+	    reduce_state = CASE WHEN ?4 = '' THEN reduce_state ELSE ?4 END
+	WHERE id = ?3 RETURNING ` + jobColumns
 
 // LockOutcomeTasks implements engine.OutcomeTx. Write transactions are
 // serialised on the writer connection, so reading is locking here. The
 // rows are read job by job, one statement for each job's state and tasks
 // (their ids as one JSON array, each found by primary key).
-func (t *tx) LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) ([]engine.OutcomeTask, map[string]warren.JobState, error) {
+func (t *tx) LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) ([]engine.OutcomeTask, map[string]engine.OutcomeJob, error) {
 	var (
 		jobIDs []string
 		byJob  = make(map[string][]int64)
@@ -86,7 +88,7 @@ func (t *tx) LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) ([]engi
 	}
 	defer read.Close()
 	tasks := make([]engine.OutcomeTask, 0, len(refs))
-	jobs := make(map[string]warren.JobState, len(jobIDs))
+	jobs := make(map[string]engine.OutcomeJob, len(jobIDs))
 	for _, id := range jobIDs {
 		if tasks, err = appendOutcomeTasks(ctx, read, id, byJob[id], tasks, jobs); err != nil {
 			return nil, nil, fmt.Errorf("read tasks of job %q: %w", id, err)
@@ -98,7 +100,7 @@ func (t *tx) LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) ([]engi
 // appendOutcomeTasks appends to tasks the rows of job jobID's tasks ids
 // that exist, and sets the job's state in jobs if the job exists, as read
 // reads them.
-func appendOutcomeTasks(ctx context.Context, read *sql.Stmt, jobID string, ids []int64, tasks []engine.OutcomeTask, jobs map[string]warren.JobState) ([]engine.OutcomeTask, error) {
+func appendOutcomeTasks(ctx context.Context, read *sql.Stmt, jobID string, ids []int64, tasks []engine.OutcomeTask, jobs map[string]engine.OutcomeJob) ([]engine.OutcomeTask, error) {
 	set := make([]byte, 0, 2+8*len(ids))
 	set = append(set, '[')
 	for i, id := range ids {
@@ -116,6 +118,7 @@ func appendOutcomeTasks(ctx context.Context, read *sql.Stmt, jobID string, ids [
 	for rows.Next() {
 		var (
 			jobState   string
+			reduce     string
 			taskID     sql.NullInt64
 			state      sql.NullString
 			generation sql.NullInt64
@@ -123,10 +126,10 @@ func appendOutcomeTasks(ctx context.Context, read *sql.Stmt, jobID string, ids [
 			worker     sql.NullString
 			started    sql.NullInt64
 		)
-		if err := rows.Scan(&jobState, &taskID, &state, &generation, &attempts, &worker, &started); err != nil {
+		if err := rows.Scan(&jobState, &reduce, &taskID, &state, &generation, &attempts, &worker, &started); err != nil {
 			return nil, err
 		}
-		jobs[jobID] = warren.JobState(jobState)
+		jobs[jobID] = engine.OutcomeJob{State: warren.JobState(jobState), ReduceState: reduce}
 		if !taskID.Valid {
 			continue
 		}
@@ -200,7 +203,7 @@ func (t *tx) BumpCounters(ctx context.Context, deltas []engine.CounterDelta) ([]
 	defer bump.Close()
 	jobs := make([]warren.Job, 0, len(deltas))
 	for _, d := range deltas {
-		j, _, err := scanJob(bump.QueryRowContext(ctx, d.Completed, d.Failed, d.JobID))
+		j, _, err := scanJob(bump.QueryRowContext(ctx, d.Completed, d.Failed, d.JobID, d.ReduceState))
 		if err != nil {
 			return nil, fmt.Errorf("count results of job %q: %w", d.JobID, err)
 		}
@@ -224,7 +227,8 @@ func (d engineDriver) CloseCandidates(ctx context.Context, after string, limit i
 	}
 	rows, err := d.s.r.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs INDEXED BY jobs_open
 		WHERE state IN ('pending', 'running') AND seq > ?
-		  AND (completed_tasks + failed_tasks >= expected_tasks OR (fail_fast = 1 AND failed_tasks > 0))
+		  AND (reduce_state IN ('completed', 'failed') OR (reduce_state = ''
+		       AND (completed_tasks + failed_tasks >= expected_tasks OR (fail_fast = 1 AND failed_tasks > 0))))
 		ORDER BY seq
 		LIMIT ?`, seq, limit)
 	if err != nil {

@@ -8,13 +8,14 @@ import (
 
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/internal/engine"
+	"github.com/warrenhq/warren/store/internal/sqlstore"
 )
 
 // pendingJobsSQL lists the open jobs, oldest first, with their pending
 // tasks counted up to ?1. jobs_open walks the open jobs in seq order and
 // tasks_by_state counts a job's pending range, reading at most ?1 rows of
 // it.
-const pendingJobsSQL = `SELECT j.id, j.priority, j.batch_size, j.queue,
+const pendingJobsSQL = `SELECT j.id, j.priority, j.batch_size, j.queue, j.reduce_task, j.reduce_state,
 	(SELECT count(*) FROM (SELECT 1 FROM tasks AS t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT ?1))
 	FROM jobs AS j INDEXED BY jobs_open
 	WHERE j.state IN ('pending', 'running')
@@ -74,7 +75,7 @@ type relayTx struct {
 }
 
 // PendingJobs implements engine.RelayTx.
-func (r *relayTx) PendingJobs(ctx context.Context, limit int) ([]store.PendingJob, error) {
+func (r *relayTx) PendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow, error) {
 	return pendingJobs(ctx, r.s.r, limit)
 }
 
@@ -147,7 +148,7 @@ func (r *relayTx) end() {
 }
 
 // PendingJobs implements engine.RelayTx.
-func (t *tx) PendingJobs(ctx context.Context, limit int) ([]store.PendingJob, error) {
+func (t *tx) PendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow, error) {
 	return pendingJobs(ctx, t.tx, limit)
 }
 
@@ -231,16 +232,22 @@ func (t *tx) StartJobs(ctx context.Context, ids []string, at time.Time) error {
 
 // pendingJobs reads the open jobs with their pending tasks counted up to
 // limit (engine.RelayTx.PendingJobs).
-func pendingJobs(ctx context.Context, q querier, limit int) ([]store.PendingJob, error) {
+func pendingJobs(ctx context.Context, q querier, limit int) ([]engine.PendingJobRow, error) {
 	rows, err := q.QueryContext(ctx, pendingJobsSQL, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pending jobs: %w", err)
 	}
 	defer rows.Close()
-	var jobs []store.PendingJob
+	var jobs []engine.PendingJobRow
 	for rows.Next() {
-		var j store.PendingJob
-		if err := rows.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &j.Pending); err != nil {
+		var (
+			j      engine.PendingJobRow
+			reduce []byte
+		)
+		if err := rows.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.Pending); err != nil {
+			return nil, fmt.Errorf("pending jobs: %w", err)
+		}
+		if j.ReduceTask, err = sqlstore.DecodeReduceTask(reduce); err != nil {
 			return nil, fmt.Errorf("pending jobs: %w", err)
 		}
 		jobs = append(jobs, j)

@@ -73,12 +73,13 @@ func (t *tx) WriteTasks(ctx context.Context, jobID string, rows []engine.TaskRow
 }
 
 // RequeueTasks implements engine.ReopenTx, one statement per state.
+// task_id > 0 keeps the reduce task out.
 func (t *tx) RequeueTasks(ctx context.Context, jobID string, states []warren.TaskState) (map[warren.TaskState]int64, error) {
 	moved := make(map[warren.TaskState]int64, len(states))
 	for _, state := range states {
 		res, err := t.tx.ExecContext(ctx, `UPDATE tasks SET state = 'pending', generation = generation + 1,
 			error = '', result = NULL, started_at = NULL, finished_at = NULL
-			WHERE job_id = ? AND state = ?`, jobID, string(state))
+			WHERE job_id = ? AND state = ? AND task_id > 0`, jobID, string(state))
 		if err != nil {
 			return nil, err
 		}
@@ -92,9 +93,9 @@ func (t *tx) RequeueTasks(ctx context.Context, jobID string, states []warren.Tas
 // ReopenJob implements engine.ReopenTx.
 func (t *tx) ReopenJob(ctx context.Context, r engine.JobReopen) (warren.Job, []byte, bool, error) {
 	j, _, err := scanJob(t.tx.QueryRowContext(ctx, `UPDATE jobs SET state = 'running', failed_tasks = failed_tasks - ?,
-			finished_at = NULL, error = '', result_location = '', version = version + 1
+			finished_at = NULL, error = '', result_location = '', reduce_state = ?, version = version + 1
 		WHERE id = ? AND state IN ('failed', 'completed') AND (? < 0 OR version = ?)
-		RETURNING `+jobColumns, r.Failed, r.ID, r.Version, r.Version))
+		RETURNING `+jobColumns, r.Failed, r.ReduceState, r.ID, r.Version, r.Version))
 	if errors.Is(err, sql.ErrNoRows) {
 		return warren.Job{}, nil, false, nil
 	}
@@ -129,4 +130,25 @@ func (t *tx) AdjustCounters(ctx context.Context, a engine.CounterAdjust) (int64,
 		return 0, false, err
 	}
 	return version, true, nil
+}
+
+// InsertReduceTask implements engine.ReduceTx.
+func (t *tx) InsertReduceTask(ctx context.Context, jobID string, payload []byte) error {
+	if len(payload) == 0 {
+		payload = []byte("null")
+	}
+	_, err := t.tx.ExecContext(ctx, `INSERT INTO tasks (job_id, task_id, payload) VALUES (?, 0, ?)`, jobID, payload)
+	return err
+}
+
+// SetReduceState implements engine.ReduceTx.
+func (t *tx) SetReduceState(ctx context.Context, c engine.ReduceStateChange) (bool, error) {
+	res, err := t.tx.ExecContext(ctx, `UPDATE jobs SET reduce_state = ?, version = version + 1
+		WHERE id = ? AND state IN ('pending', 'running') AND reduce_state = ? AND (? < 0 OR version = ?)`,
+		c.To, c.JobID, c.From, c.Version, c.Version)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }

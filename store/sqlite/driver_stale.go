@@ -73,14 +73,14 @@ const requeueLostSQL = `UPDATE tasks SET state = 'pending', attempts = attempts 
 
 // failLostSQL fails the tasks of the set ?1 (lostRefsSQL) that are still
 // queued with the error ?2, finished_at ?3 and attempts+1, and returns
-// their job ids.
+// them.
 const failLostSQL = `UPDATE tasks SET state = 'failed', attempts = attempts + 1, error = ?2, finished_at = ?3
 	FROM ` + lostRefsSQL + ` AS r
 	WHERE tasks.job_id = r.job_id AND tasks.task_id = r.task_id AND tasks.state = 'queued'
-	RETURNING tasks.job_id`
+	RETURNING tasks.job_id, tasks.task_id`
 
 // SettleLost implements engine.StaleTx: one statement for each set.
-func (t *tx) SettleLost(ctx context.Context, l engine.LostTasks) (int, []string, error) {
+func (t *tx) SettleLost(ctx context.Context, l engine.LostTasks) (int, []store.TaskRef, error) {
 	requeued, err := t.requeueLost(ctx, l.Requeue)
 	if err != nil {
 		return 0, nil, err
@@ -111,8 +111,8 @@ func (t *tx) requeueLost(ctx context.Context, refs []store.TaskRef) (int, error)
 }
 
 // failLost applies failLostSQL to refs, failing them with msg at at, and
-// returns the job id of each task it failed.
-func (t *tx) failLost(ctx context.Context, refs []store.TaskRef, msg string, at time.Time) ([]string, error) {
+// returns the tasks it failed.
+func (t *tx) failLost(ctx context.Context, refs []store.TaskRef, msg string, at time.Time) ([]store.TaskRef, error) {
 	if len(refs) == 0 {
 		return nil, nil
 	}
@@ -125,15 +125,15 @@ func (t *tx) failLost(ctx context.Context, refs []store.TaskRef, msg string, at 
 		return nil, err
 	}
 	defer rows.Close()
-	var jobs []string
+	var failed []store.TaskRef
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var r store.TaskRef
+		if err := rows.Scan(&r.JobID, &r.TaskID); err != nil {
 			return nil, err
 		}
-		jobs = append(jobs, id)
+		failed = append(failed, r)
 	}
-	return jobs, rows.Err()
+	return failed, rows.Err()
 }
 
 // lostRefsJSON is refs as lostRefsSQL reads them.
@@ -326,7 +326,8 @@ func (t *tx) purgeRange(ctx context.Context, r engine.PurgeRange) (int64, error)
 		err error
 	)
 	if r.Last {
-		res, err = t.tx.ExecContext(ctx, `DELETE FROM tasks WHERE job_id = ? AND task_id > ?`, r.JobID, r.After)
+		// task_id = 0: the reduce task, which no range counts.
+		res, err = t.tx.ExecContext(ctx, `DELETE FROM tasks WHERE job_id = ? AND (task_id > ? OR task_id = 0)`, r.JobID, r.After)
 	} else {
 		res, err = t.tx.ExecContext(ctx, `DELETE FROM tasks WHERE job_id = ? AND task_id > ? AND task_id <= ?`, r.JobID, r.After, r.Through)
 	}

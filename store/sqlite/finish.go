@@ -10,7 +10,8 @@ import (
 	"github.com/warrenhq/warren"
 )
 
-// ScanResults calls fn for each task of job jobID in task id order with
+// ScanResults calls fn for each map task of job jobID (task_id > 0: never
+// the reduce task) in task id order with
 // its state and result (nil when it has none), reading the rows as a
 // stream inside one read transaction, so fn sees one consistent snapshot.
 // An unknown job wraps warren.ErrNotFound; an error from fn is returned as
@@ -24,7 +25,7 @@ func (s *Store) ScanResults(ctx context.Context, jobID string, fn func(taskID in
 	if _, err := getJob(ctx, tx, "id = ?", jobID); err != nil {
 		return fmt.Errorf("sqlite: scan results of %s: %w", jobID, err)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT task_id, state, result FROM tasks WHERE job_id = ? ORDER BY task_id`, jobID)
+	rows, err := tx.QueryContext(ctx, `SELECT task_id, state, result FROM tasks WHERE job_id = ? AND task_id > 0 ORDER BY task_id`, jobID)
 	if err != nil {
 		return fmt.Errorf("sqlite: scan results of %s: %w", jobID, err)
 	}
@@ -44,6 +45,46 @@ func (s *Store) ScanResults(ctx context.Context, jobID string, fn func(taskID in
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("sqlite: scan results of %s: %w", jobID, err)
+	}
+	return nil
+}
+
+// ScanOutcomes calls fn for each map task of job jobID above after (and
+// above 0: never the reduce task), in task id order, with its state,
+// result and error, reading the rows as a stream inside one read
+// transaction. An unknown job wraps warren.ErrNotFound; an error from fn
+// is returned as it is.
+func (s *Store) ScanOutcomes(ctx context.Context, jobID string, after int64, fn func(warren.TaskOutcome) error) error {
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("sqlite: scan outcomes of %s: %w", jobID, err)
+	}
+	defer tx.Rollback()
+	if _, err := getJob(ctx, tx, "id = ?", jobID); err != nil {
+		return fmt.Errorf("sqlite: scan outcomes of %s: %w", jobID, err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT task_id, state, result, error FROM tasks
+		WHERE job_id = ? AND task_id > max(?, 0) ORDER BY task_id`, jobID, after)
+	if err != nil {
+		return fmt.Errorf("sqlite: scan outcomes of %s: %w", jobID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			o      warren.TaskOutcome
+			state  string
+			result []byte
+		)
+		if err := rows.Scan(&o.TaskID, &state, &result, &o.Error); err != nil {
+			return fmt.Errorf("sqlite: scan outcomes of %s: %w", jobID, err)
+		}
+		o.State, o.Result = warren.TaskState(state), nilIfEmpty(result)
+		if err := fn(o); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite: scan outcomes of %s: %w", jobID, err)
 	}
 	return nil
 }

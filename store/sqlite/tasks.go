@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -16,15 +17,15 @@ import (
 // optionally of one state; an unknown job wraps warren.ErrNotFound.
 func (s *Store) ListTasks(ctx context.Context, jobID string, opts store.ListTasksOpts) ([]warren.TaskRecord, string, error) {
 	limit := engine.PageSize(opts.Limit)
-	after, err := parseCursor(opts.Cursor, 0)
+	// -1: the reduce task, task 0, is listed first.
+	after, err := parseCursor(opts.Cursor, -1)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlite: list tasks: %w", err)
 	}
 	if err := s.jobExists(ctx, jobID); err != nil {
 		return nil, "", fmt.Errorf("sqlite: list tasks of %s: %w", jobID, err)
 	}
-	query := `SELECT task_id, state, attempts, worker, error, queued_at, started_at, finished_at, result
-		FROM tasks WHERE job_id = ? AND task_id > ? `
+	query := `SELECT ` + taskColumns + ` FROM tasks WHERE job_id = ? AND task_id > ? `
 	args := []any{jobID, after}
 	if opts.State != "" {
 		query += `AND state = ? `
@@ -39,18 +40,10 @@ func (s *Store) ListTasks(ctx context.Context, jobID string, opts store.ListTask
 	defer rows.Close()
 	var tasks []warren.TaskRecord
 	for rows.Next() {
-		t := warren.TaskRecord{JobID: jobID}
-		var (
-			state                     string
-			queued, started, finished sql.NullInt64
-			result                    []byte
-		)
-		if err := rows.Scan(&t.TaskID, &state, &t.Attempts, &t.Worker, &t.Error, &queued, &started, &finished, &result); err != nil {
+		t, err := scanTask(rows, jobID)
+		if err != nil {
 			return nil, "", fmt.Errorf("sqlite: list tasks of %s: %w", jobID, err)
 		}
-		t.State = warren.TaskState(state)
-		t.QueuedAt, t.StartedAt, t.FinishedAt = timeOf(queued), timeOf(started), timeOf(finished)
-		t.Result = nilIfEmpty(result)
 		tasks = append(tasks, t)
 	}
 	if err := rows.Err(); err != nil {
@@ -60,6 +53,42 @@ func (s *Store) ListTasks(ctx context.Context, jobID string, opts store.ListTask
 		return tasks, "", nil
 	}
 	return tasks[:limit], strconv.FormatInt(tasks[limit-1].TaskID, 10), nil
+}
+
+// taskColumns are the columns of a task that scanTask reads.
+const taskColumns = `task_id, state, attempts, worker, error, queued_at, started_at, finished_at, result, generation`
+
+// scanTask reads a row of taskColumns of job jobID's.
+func scanTask(row interface{ Scan(...any) error }, jobID string) (warren.TaskRecord, error) {
+	t := warren.TaskRecord{JobID: jobID}
+	var (
+		state                     string
+		queued, started, finished sql.NullInt64
+		result                    []byte
+	)
+	if err := row.Scan(&t.TaskID, &state, &t.Attempts, &t.Worker, &t.Error, &queued, &started, &finished, &result, &t.Generation); err != nil {
+		return warren.TaskRecord{}, err
+	}
+	t.State = warren.TaskState(state)
+	t.QueuedAt, t.StartedAt, t.FinishedAt = timeOf(queued), timeOf(started), timeOf(finished)
+	t.Result = nilIfEmpty(result)
+	return t, nil
+}
+
+// GetTask returns task taskID of job jobID; an unknown job or task wraps
+// warren.ErrNotFound.
+func (s *Store) GetTask(ctx context.Context, jobID string, taskID int64) (warren.TaskRecord, error) {
+	// EXISTS: the tasks of a deleted job outlive its row until they are
+	// purged, and are not its tasks.
+	t, err := scanTask(s.r.QueryRowContext(ctx, `SELECT `+taskColumns+` FROM tasks
+		WHERE job_id = ?1 AND task_id = ?2 AND EXISTS (SELECT 1 FROM jobs WHERE id = ?1)`, jobID, taskID), jobID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return warren.TaskRecord{}, fmt.Errorf("sqlite: task %d of job %s: %w", taskID, jobID, warren.ErrNotFound)
+	}
+	if err != nil {
+		return warren.TaskRecord{}, fmt.Errorf("sqlite: task %d of job %s: %w", taskID, jobID, err)
+	}
+	return t, nil
 }
 
 // JobErrors returns up to limit failed tasks of job jobID with their

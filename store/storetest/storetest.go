@@ -65,6 +65,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Generations", testGenerations},
 		{"Retention", testRetention},
 		{"Webhooks", testWebhooks},
+		{"Reduce", testReduce},
 		{"Model", testModel},
 	}
 	for _, g := range groups {

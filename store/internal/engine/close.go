@@ -24,8 +24,8 @@ type CloseTx interface {
 	CancelTasks(ctx context.Context, jobID string, at time.Time) error
 	// CloseJob applies c to its job row if the job is open (pending or
 	// running) and, unless c.Version is AnyVersion, still at c.Version:
-	// state, finished_at, error and result_location set, the version
-	// bumped. It returns the row as written and true, or false when the
+	// state, finished_at, error and result_location set (and
+	// reduce_state, when c.ReduceState is not nil), the version bumped. It returns the row as written and true, or false when the
 	// guard kept it as it was (or the job does not exist).
 	CloseJob(ctx context.Context, c JobClose) (warren.Job, bool, error)
 	// PutResult stores a job's reduced result, replacing any earlier one.
@@ -47,6 +47,9 @@ type JobClose struct {
 	ResultLocation string
 	// Version is the version the job must still be at, or AnyVersion.
 	Version int64
+	// ReduceState, when not nil, is the job's new reduce state
+	// (warren.Job.ReduceState); nil keeps it.
+	ReduceState *string
 }
 
 // NewDelivery is a webhook delivery to write, pending and due at At.

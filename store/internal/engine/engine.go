@@ -108,6 +108,7 @@ type Tx interface {
 	OutcomeTx
 	RelayTx
 	ReopenTx
+	ReduceTx
 	StaleTx
 	CreateTx
 }

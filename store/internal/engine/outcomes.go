@@ -22,8 +22,8 @@ type OutcomeTx interface {
 	// task that is not finished, so a job read open stays open while the
 	// transaction holds its open tasks. A task or a job that does not
 	// exist is absent from what it returns; jobs maps a job id to its
-	// state.
-	LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) (tasks []OutcomeTask, jobs map[string]warren.JobState, err error)
+	// state and reduce state.
+	LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) (tasks []OutcomeTask, jobs map[string]OutcomeJob, err error)
 	// WriteOutcomes writes each of writes to its task row, if the row is
 	// still open (pending or queued) at the write's Generation, then
 	// applies deltas as BumpCounters does, pipelined with the writes
@@ -32,7 +32,8 @@ type OutcomeTx interface {
 	WriteOutcomes(ctx context.Context, writes []TaskWrite, deltas []CounterDelta) (int, []warren.Job, error)
 	// BumpCounters adds each delta to its job's completed and failed
 	// counters (a delta may be negative: a redrive takes failed tasks
-	// back) and increments the job's version, one job row at a time in
+	// back), sets its reduce_state to the delta's ReduceState when that is
+	// not "", and increments the job's version, one job row at a time in
 	// job id order (PostgreSQL's lock order for job rows), whatever the
 	// order of deltas. It returns the updated job rows in that order. A
 	// delta of zero still increments the version: leave such deltas out.
@@ -53,6 +54,14 @@ type CloseCandidateReader interface {
 	// page) and returns the cursor that continues after the last job it
 	// returned. The cursor is the driver's own.
 	CloseCandidates(ctx context.Context, after string, limit int) (jobs []warren.Job, next string, err error)
+}
+
+// OutcomeJob is a job as LockOutcomeTasks read it: what judging its
+// outcomes needs.
+type OutcomeJob struct {
+	State warren.JobState
+	// ReduceState is the job's warren.Job.ReduceState.
+	ReduceState string
 }
 
 // OutcomeTask is a task row as LockOutcomeTasks read it: what judging an
@@ -83,10 +92,14 @@ type TaskWrite struct {
 }
 
 // CounterDelta is how many tasks to add to one job's completed and failed
-// counters.
+// counters, and the reduce state an outcome of its reduce task leaves.
 type CounterDelta struct {
 	JobID             string
 	Completed, Failed int64
+	// ReduceState, when not "", is the job's new reduce_state: the
+	// outcome of its reduce task (warren.ReduceCompleted or
+	// warren.ReduceFailed), which moves no counter.
+	ReduceState string
 }
 
 // ApplyOutcomes records a batch of outcomes in one transaction, as
@@ -167,10 +180,15 @@ type judgement struct {
 // its job's state, as read and locked: Unknown when either is missing
 // (a task id outside the job has no row), Closed when the job is closed,
 // Duplicate when the task is already terminal (also by an earlier outcome
-// of this batch) or the outcome's generation is neither 0 nor the task's,
-// else Applied. Of several outcomes of one task in a batch, the first
-// that is applied is the only one: the task is terminal after it.
-func judgeOutcomes(outcomes []store.Outcome, tasks []OutcomeTask, jobs map[string]warren.JobState, now time.Time) judgement {
+// of this batch), the outcome's generation is neither 0 nor the task's,
+// or it is of the reduce task (warren.ReduceTaskID) of a job that is not
+// reducing (a stale copy: its ReduceState is not warren.ReduceRunning),
+// else Applied. An applied outcome of a map task moves its job's
+// counters; one of the reduce task moves none and sets the job's reduce
+// state to its own state. Of several outcomes of one task in a batch,
+// the first that is applied is the only one: the task is terminal after
+// it.
+func judgeOutcomes(outcomes []store.Outcome, tasks []OutcomeTask, jobs map[string]OutcomeJob, now time.Time) judgement {
 	// The rows are copied: an applied outcome marks its row terminal for
 	// the outcomes after it, not the caller's.
 	rows := make(map[store.TaskRef]*OutcomeTask, len(tasks))
@@ -182,29 +200,36 @@ func judgeOutcomes(outcomes []store.Outcome, tasks []OutcomeTask, jobs map[strin
 		counts = make(map[string]*CounterDelta)
 	)
 	for i, o := range outcomes {
-		jobState, jobFound := jobs[o.JobID]
+		job, jobFound := jobs[o.JobID]
 		task := rows[store.TaskRef{JobID: o.JobID, TaskID: o.TaskID}]
+		reduce := o.TaskID == warren.ReduceTaskID
 		switch {
 		case !jobFound || task == nil:
 			j.report.Unknown = append(j.report.Unknown, i)
-		case jobState.Terminal():
+		case job.State.Terminal():
 			j.report.Closed++
-		case task.State.Terminal() || (o.Generation != 0 && o.Generation != task.Generation):
+		case task.State.Terminal() || (o.Generation != 0 && o.Generation != task.Generation),
+			reduce && job.ReduceState != warren.ReduceRunning:
 			j.report.Duplicates++
 		default:
 			j.writes = append(j.writes, outcomeWrite(o, *task, now))
 			task.State = o.State
 			j.report.Applied++
+			if o.State == warren.TaskFailed {
+				j.report.AppliedFailed++
+			}
 			d := counts[o.JobID]
 			if d == nil {
 				d = &CounterDelta{JobID: o.JobID}
 				counts[o.JobID] = d
 			}
-			if o.State == warren.TaskCompleted {
+			switch {
+			case reduce:
+				d.ReduceState = string(o.State)
+			case o.State == warren.TaskCompleted:
 				d.Completed++
-			} else {
+			default:
 				d.Failed++
-				j.report.AppliedFailed++
 			}
 		}
 	}
@@ -250,7 +275,7 @@ func readyAfter(bumped []warren.Job, deltas []CounterDelta) []string {
 	}
 	var ready []string
 	for _, job := range bumped {
-		if d := byID[job.ID]; becameReady(job, d.Completed, d.Failed) {
+		if becameReady(job, byID[job.ID]) {
 			ready = append(ready, job.ID)
 		}
 	}
@@ -287,19 +312,23 @@ func (e *Engine) JobsToClose(ctx context.Context, limit int) ([]string, error) {
 	return ids, nil
 }
 
-// becameReady reports whether job j, whose counters were just moved by
-// completed and failed tasks, is open and ready to close
+// becameReady reports whether job j, just moved by d (its counters, and
+// its reduce state when d sets one: the reduce task's outcome, recorded
+// only while it was warren.ReduceRunning), is open and ready to close
 // (store.ReadyToClose) and was not ready before the move. ApplyOutcomes
 // and ReconcileStale list exactly these jobs in ReadyToClose, so a job is
 // reported ready once, by the batch that made it so, however many batches
 // touch it afterwards.
-func becameReady(j warren.Job, completed, failed int64) bool {
+func becameReady(j warren.Job, d CounterDelta) bool {
 	if j.State.Terminal() || !store.ReadyToClose(j) {
 		return false
 	}
 	before := j
-	before.CompletedTasks -= completed
-	before.FailedTasks -= failed
+	before.CompletedTasks -= d.Completed
+	before.FailedTasks -= d.Failed
+	if d.ReduceState != "" {
+		before.ReduceState = warren.ReduceRunning
+	}
 	return !store.ReadyToClose(before)
 }
 

@@ -51,7 +51,7 @@ func TestJudgeOutcomes(t *testing.T) {
 		{TaskRef: store.TaskRef{JobID: "closed", TaskID: 1}, State: warren.TaskCancelled, Generation: 1},
 		{TaskRef: store.TaskRef{JobID: "deleted", TaskID: 1}, State: warren.TaskQueued, Generation: 1},
 	}
-	jobs := map[string]warren.JobState{"a": warren.JobRunning, "b": warren.JobPending, "closed": warren.JobCancelled}
+	jobs := map[string]OutcomeJob{"a": {State: warren.JobRunning}, "b": {State: warren.JobPending}, "closed": {State: warren.JobCancelled}}
 	outcome := func(job string, task int64, state warren.TaskState, generation int) store.Outcome {
 		return store.Outcome{JobID: job, TaskID: task, State: state, Generation: generation}
 	}
@@ -81,11 +81,38 @@ func TestBecameReady(t *testing.T) {
 		return warren.Job{State: state, Policy: warren.Policy{FailFast: true},
 			ExpectedTasks: 4, CompletedTasks: completed, FailedTasks: failed}
 	}
-	require.True(t, becameReady(job(warren.JobRunning, 1, 1), 0, 1), "the first failure of a fail-fast job")
-	require.False(t, becameReady(job(warren.JobRunning, 1, 2), 0, 1), "it was ready before")
-	require.True(t, becameReady(job(warren.JobRunning, 4, 0), 2, 0), "the last tasks finished")
-	require.False(t, becameReady(job(warren.JobRunning, 3, 0), 1, 0), "tasks are left")
-	require.False(t, becameReady(job(warren.JobFailed, 1, 1), 0, 1), "a closed job is never listed")
+	require.True(t, becameReady(job(warren.JobRunning, 1, 1), CounterDelta{Failed: 1}), "the first failure of a fail-fast job")
+	require.False(t, becameReady(job(warren.JobRunning, 1, 2), CounterDelta{Failed: 1}), "it was ready before")
+	require.True(t, becameReady(job(warren.JobRunning, 4, 0), CounterDelta{Completed: 2}), "the last tasks finished")
+	require.False(t, becameReady(job(warren.JobRunning, 3, 0), CounterDelta{Completed: 1}), "tasks are left")
+	require.False(t, becameReady(job(warren.JobFailed, 1, 1), CounterDelta{Failed: 1}), "a closed job is never listed")
+	reduced := job(warren.JobRunning, 4, 0)
+	reduced.ReduceState = warren.ReduceCompleted
+	require.True(t, becameReady(reduced, CounterDelta{ReduceState: warren.ReduceCompleted}), "the reduce task's outcome")
+}
+
+// The reduce task's outcome is judged as any, but only while its job
+// reduces, and moves no counter: it sets the job's reduce state.
+func TestJudgeReduceOutcomes(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	tasks := []OutcomeTask{
+		{TaskRef: store.TaskRef{JobID: "r", TaskID: 0}, State: warren.TaskQueued, Generation: 2},
+		{TaskRef: store.TaskRef{JobID: "idle", TaskID: 0}, State: warren.TaskQueued, Generation: 1},
+	}
+	jobs := map[string]OutcomeJob{"r": {State: warren.JobRunning, ReduceState: warren.ReduceRunning},
+		"idle": {State: warren.JobRunning}}
+	outcome := func(job string, state warren.TaskState, generation int) store.Outcome {
+		return store.Outcome{JobID: job, TaskID: 0, State: state, Generation: generation}
+	}
+	j := judgeOutcomes([]store.Outcome{
+		outcome("r", warren.TaskCompleted, 1),    // 0: an older generation: Duplicate
+		outcome("idle", warren.TaskCompleted, 1), // 1: the job is not reducing: Duplicate
+		outcome("r", warren.TaskFailed, 2),       // 2: Applied
+		outcome("r", warren.TaskCompleted, 2),    // 3: terminal by 2: Duplicate
+	}, tasks, jobs, now)
+	require.Equal(t, store.ApplyReport{Applied: 1, AppliedFailed: 1, Duplicates: 3}, j.report)
+	require.Equal(t, []CounterDelta{{JobID: "r", ReduceState: warren.ReduceFailed}}, j.deltas, "no counter moves")
 }
 
 func TestValidateOutcomes(t *testing.T) {

@@ -16,9 +16,10 @@ import (
 type RelayTx interface {
 	// PendingJobs reads every open job (pending or running), in creation
 	// order, with its ID, Priority, BatchSize and Queue as stored ("" for
-	// the default queue) and its pending tasks counted up to limit (an
-	// index range of at most limit of its task rows) in Pending.
-	PendingJobs(ctx context.Context, limit int) ([]store.PendingJob, error)
+	// the default queue), its pending tasks (its reduce task among them)
+	// counted up to limit (an index range of at most limit of its task
+	// rows) in Pending, and its reduce task and reduce state.
+	PendingJobs(ctx context.Context, limit int) ([]PendingJobRow, error)
 	// ClaimTasks claims pending tasks of open jobs: of each claim's job,
 	// its first N pending tasks in task id order, the claims in the order
 	// given, while the payload bytes claimed before a task are under
@@ -45,6 +46,15 @@ type RelayTx interface {
 	// tasks of one job at once, the second to lock the row sees the
 	// first one's commit.
 	StartJobs(ctx context.Context, ids []string, at time.Time) error
+}
+
+// PendingJobRow is an open job as PendingJobs reads it.
+type PendingJobRow struct {
+	store.PendingJob
+	// ReduceTask is the job's warren.Policy.ReduceTask (nil for none).
+	ReduceTask *warren.ReduceTask
+	// ReduceState is the job's warren.Job.ReduceState.
+	ReduceState string
 }
 
 // RelayClaim is one job's share of a relay round: the most of its
@@ -142,6 +152,12 @@ func (e *Engine) RelayRound(ctx context.Context, round store.Round, publish func
 // the order it served them, and each task given what its job's share
 // says (batch size, whether the round cut it) and the defaults of what
 // its job leaves unset (queue, task timeout).
+//
+// A job whose reduce task runs (warren.ReduceRunning) has no pending map
+// task (StartReduce starts it once every map task finished; nothing
+// reopens one while it runs): its pending task is its reduce task, which
+// the round serves from the reduce queue (warren.Policy.ReduceQueue),
+// alone in its message (batch size 1), of the reduce task's type.
 func (e *Engine) claim(ctx context.Context, tx RelayTx, round store.Round) ([]store.OutboxTask, error) {
 	limit := pendingCap(round.Tasks, int(e.openJobs.Load()))
 	open, err := tx.PendingJobs(ctx, limit)
@@ -150,12 +166,20 @@ func (e *Engine) claim(ctx context.Context, tx RelayTx, round store.Round) ([]st
 	}
 	e.openJobs.Store(int64(len(open)))
 	var jobs []store.PendingJob
-	for _, j := range open {
-		if j.Pending > 0 {
-			j.Queue = protocol.QueueOrDefault(j.Queue)
-			j.More = j.Pending >= limit
-			jobs = append(jobs, j)
+	reducing := make(map[string]*warren.ReduceTask)
+	for _, row := range open {
+		j := row.PendingJob
+		if j.Pending == 0 {
+			continue
 		}
+		j.Queue = protocol.QueueOrDefault(j.Queue)
+		if row.ReduceState == warren.ReduceRunning && row.ReduceTask != nil {
+			reducing[j.ID] = row.ReduceTask
+			j.Queue = warren.Policy{Queue: j.Queue, ReduceTask: row.ReduceTask}.ReduceQueue()
+			j.BatchSize = 1
+		}
+		j.More = j.Pending >= limit
+		jobs = append(jobs, j)
 	}
 	if len(jobs) == 0 {
 		return nil, nil
@@ -190,6 +214,11 @@ func (e *Engine) claim(ctx context.Context, tx RelayTx, round store.Round) ([]st
 		t.More = j.More || offered[t.JobID] < j.Pending
 		t.Queue = protocol.QueueOrDefault(t.Queue)
 		t.TaskTimeout = warren.Policy{TaskTimeout: t.TaskTimeout}.EffectiveTaskTimeout()
+		if r := reducing[t.JobID]; r != nil && t.TaskID == warren.ReduceTaskID {
+			t.Type = r.Type
+			t.Queue = warren.Policy{Queue: t.Queue, ReduceTask: r}.ReduceQueue()
+			t.BatchSize = 1
+		}
 	}
 	return tasks, nil
 }

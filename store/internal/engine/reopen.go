@@ -22,17 +22,18 @@ type ReopenTx interface {
 	// jobID as they are: state, attempts, worker, error, result, the
 	// three times and the generation.
 	WriteTasks(ctx context.Context, jobID string, rows []TaskRow) error
-	// RequeueTasks moves job jobID's tasks in states back to pending at
-	// their next generation, with their attempts, worker and queued_at
-	// kept and their error, result, started_at and finished_at cleared,
-	// locking them in task id order first. It returns how many it moved
-	// from each state.
+	// RequeueTasks moves job jobID's map tasks (task ids above
+	// warren.ReduceTaskID: never its reduce task) in states back to
+	// pending at their next generation, with their attempts, worker and
+	// queued_at kept and their error, result, started_at and finished_at
+	// cleared, locking them in task id order first. It returns how many
+	// it moved from each state.
 	RequeueTasks(ctx context.Context, jobID string, states []warren.TaskState) (map[warren.TaskState]int64, error)
 	// ReopenJob applies r to its job row if the job is closed as failed
 	// or completed and, unless r.Version is AnyVersion, still at
 	// r.Version: running again, without finished_at, error or result
-	// location, the failed counter dropped by r.Failed, the version
-	// bumped. It deletes the job's stored result in the same step and
+	// location, the failed counter dropped by r.Failed, the reduce state
+	// set to r.ReduceState, the version bumped. It deletes the job's stored result in the same step and
 	// returns it when r.TakeResult. It returns the row as written and
 	// true, or false when the guard kept it as it was (or the job does
 	// not exist), deleting nothing.
@@ -45,10 +46,10 @@ type ReopenTx interface {
 	AdjustCounters(ctx context.Context, a CounterAdjust) (int64, bool, error)
 }
 
-// TaskRow is a task row as the reopen primitives read and write it.
+// TaskRow is a task row as the reopen primitives read and write it, its
+// generation among its fields.
 type TaskRow struct {
 	warren.TaskRecord
-	Generation int
 }
 
 // JobReopen is the guarded transition of a closed job back to running.
@@ -60,6 +61,9 @@ type JobReopen struct {
 	Failed int64
 	// TakeResult asks for the deleted result to be returned.
 	TakeResult bool
+	// ReduceState is the job's reduce state once reopened
+	// (warren.Job.ReduceState).
+	ReduceState string
 }
 
 // CounterAdjust is the guarded change of an open job's counters.
@@ -83,17 +87,21 @@ var (
 )
 
 // RedriveJob reopens job id, closed as failed or completed, in one
-// transaction: its failed tasks, and the tasks that closing it cancelled
-// (a fail-fast job's tasks that never finished), go back to pending at
-// their next generation with their attempts kept (a redrive keeps
-// counting) and the rest of their last run cleared; the failed counter
-// drops by the failed ones; the job is running again, without
-// finished_at, error, result location or stored result. It returns the
+// transaction: its failed map tasks, and the map tasks that closing it
+// cancelled (a fail-fast job's tasks that never finished), go back to
+// pending at their next generation with their attempts kept (a redrive
+// keeps counting) and the rest of their last run cleared; the failed
+// counter drops by the failed ones; the job is running again, without
+// finished_at, error, result location or stored result, and its reduce
+// state is reset to "" (its reduce task's row stays as it is until
+// StartReduce resets it), so that its reduce task runs again on the new
+// outcomes. A job whose only fault is its reduce task (reduce state
+// warren.ReduceFailed, no failed map task) is redriven too. It returns the
 // reopened job and how many tasks went back to pending, both kinds
 // together, so that completed + failed + pending tasks is expected again.
 // The job row moves by a guarded transition after the task rows are
 // locked: of concurrent redrives of one job exactly one succeeds. An open
-// or cancelled job, or one without a failed task, wraps
+// or cancelled job, or one without a failed task or reduce task, wraps
 // warren.ErrConflict; an unknown one, warren.ErrNotFound.
 func (e *Engine) RedriveJob(ctx context.Context, id string) (warren.Job, int, error) {
 	var (
@@ -113,9 +121,11 @@ func (e *Engine) RedriveJob(ctx context.Context, id string) (warren.Job, int, er
 			return fmt.Errorf("requeue tasks: %w", err)
 		}
 		failed := moved[warren.TaskFailed]
-		if failed == 0 {
+		if failed == 0 && j.ReduceState != warren.ReduceFailed {
 			return fmt.Errorf("%w: the job has no failed task", warren.ErrConflict)
 		}
+		// The reduce runs again on the new outcomes (StartReduce resets
+		// its task row then).
 		j, _, ok, err := tx.ReopenJob(ctx, JobReopen{ID: id, Version: AnyVersion, Failed: failed})
 		if err != nil {
 			return err
@@ -212,10 +222,7 @@ func (e *Engine) reopenTasks(ctx context.Context, jobID string, ids []int64) (st
 		r.Unknown = unknownIDs(ids, rows)
 		now := e.now()
 		var reopen []TaskRow
-		for _, row := range rows {
-			if row.State != warren.TaskFailed {
-				continue
-			}
+		for _, row := range reopenableTasks(job, rows) {
 			r.Tasks = append(r.Tasks, store.ReopenedTask{TaskID: row.TaskID, Generation: row.Generation + 1, Was: row.TaskRecord})
 			row.State, row.Attempts, row.Generation = warren.TaskQueued, 0, row.Generation+1
 			row.Error, row.Result, row.StartedAt, row.FinishedAt, row.QueuedAt = "", nil, nil, nil, &now
@@ -227,7 +234,13 @@ func (e *Engine) reopenTasks(ctx context.Context, jobID string, ids []int64) (st
 		if err := tx.WriteTasks(ctx, jobID, reopen); err != nil {
 			return fmt.Errorf("write tasks: %w", err)
 		}
-		n := int64(len(reopen))
+		n := mapTasks(reopen)
+		// A reopened map task makes the reduce run again once the map
+		// tasks are done; a reopened reduce task is the reduce running.
+		reduceState := ""
+		if n == 0 {
+			reduceState = warren.ReduceRunning
+		}
 		if !closed {
 			v, ok, err := tx.AdjustCounters(ctx, CounterAdjust{JobID: jobID, Failed: -n, Version: AnyVersion})
 			if err != nil {
@@ -243,7 +256,7 @@ func (e *Engine) reopenTasks(ctx context.Context, jobID string, ids []int64) (st
 			return fmt.Errorf("requeue tasks: %w", err)
 		}
 		reopened, result, ok, err := tx.ReopenJob(ctx, JobReopen{ID: jobID, Version: job.Version, Failed: n,
-			TakeResult: job.ResultLocation != ""})
+			TakeResult: job.ResultLocation != "", ReduceState: reduceState})
 		if err != nil {
 			return err
 		}
@@ -257,6 +270,47 @@ func (e *Engine) reopenTasks(ctx context.Context, jobID string, ids []int64) (st
 		return store.Reopening{}, err
 	}
 	return r, nil
+}
+
+// reopenableTasks returns the rows, of job's tasks locked for a replay,
+// that the replay reopens: the failed ones, but for the reduce task
+// (warren.ReduceTaskID) and the job's reduce state. While the job's
+// reduce task runs or its outcome waits for the close (an open job whose
+// reduce state is not ""), nothing is reopened: the reduce reads the map
+// tasks' outcomes as they are. The reduce task is reopened only when it
+// failed the job (closed as failed, reduce state warren.ReduceFailed),
+// and not beside a map task: a reopened map task makes the reduce start
+// over anyway once the map tasks are done.
+func reopenableTasks(job warren.Job, rows []TaskRow) []TaskRow {
+	if !job.State.Terminal() && job.ReduceState != "" {
+		return nil
+	}
+	var failedMap, failedReduce []TaskRow
+	for _, row := range rows {
+		switch {
+		case row.State != warren.TaskFailed:
+		case row.TaskID != warren.ReduceTaskID:
+			failedMap = append(failedMap, row)
+		case job.State == warren.JobFailed && job.ReduceState == warren.ReduceFailed:
+			failedReduce = append(failedReduce, row)
+		}
+	}
+	if len(failedMap) > 0 {
+		return failedMap
+	}
+	return failedReduce
+}
+
+// mapTasks counts the map tasks of rows (those that are not the reduce
+// task): the tasks a job's counters count.
+func mapTasks(rows []TaskRow) int64 {
+	var n int64
+	for _, row := range rows {
+		if row.TaskID != warren.ReduceTaskID {
+			n++
+		}
+	}
+	return n
 }
 
 // unknownIDs lists the ids, in order, that rows, in the same order, lack.
@@ -320,7 +374,7 @@ func (e *Engine) UndoReopen(ctx context.Context, r store.Reopening) (bool, error
 				return err
 			}
 		}
-		v, ok, err := tx.AdjustCounters(ctx, CounterAdjust{JobID: r.JobID, Failed: int64(len(restore)), Version: r.Version})
+		v, ok, err := tx.AdjustCounters(ctx, CounterAdjust{JobID: r.JobID, Failed: mapTasks(restore), Version: r.Version})
 		if err != nil {
 			return err
 		}
@@ -331,7 +385,7 @@ func (e *Engine) UndoReopen(ctx context.Context, r store.Reopening) (bool, error
 			return nil
 		}
 		_, ok, err = tx.CloseJob(ctx, JobClose{ID: r.JobID, State: closed.State, FinishedAt: finishedAt, Error: closed.Error,
-			ResultLocation: closed.ResultLocation, Version: v})
+			ResultLocation: closed.ResultLocation, Version: v, ReduceState: &closed.ReduceState})
 		if err != nil {
 			return err
 		}
@@ -364,8 +418,8 @@ func restoredTasks(r store.Reopening, rows []TaskRow) ([]TaskRow, error) {
 			return nil, errMoved
 		}
 		was := t.Was
-		was.JobID, was.TaskID = r.JobID, t.TaskID
-		restore = append(restore, TaskRow{TaskRecord: was, Generation: t.Generation})
+		was.JobID, was.TaskID, was.Generation = r.JobID, t.TaskID, t.Generation
+		restore = append(restore, TaskRow{TaskRecord: was})
 	}
 	return restore, nil
 }

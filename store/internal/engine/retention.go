@@ -88,8 +88,10 @@ type DeletedJob struct {
 
 // PurgeRange is the task rows of one deleted job that a purge deletes
 // (PurgeTasks): those of task ids After+1..Through, or, when Last, every
-// one after After (Through is then the job's last task id), after which
-// the job has no task left and is forgotten.
+// one after After (Through is then the job's last task id) and the job's
+// reduce task (warren.ReduceTaskID, which no range counts: a job's task
+// count is its map tasks), after which the job has no task left and is
+// forgotten. A purge may so delete one row more than its limit.
 type PurgeRange struct {
 	JobID          string
 	After, Through int64

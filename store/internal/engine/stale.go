@@ -27,9 +27,9 @@ type StaleTx interface {
 	// SettleLost applies the transitions of l to those of its tasks that
 	// are still queued: l.Requeue back to pending at their next
 	// generation, l.Fail to failed with l.Error, finished at l.At; both
-	// with attempts+1. It returns how many it requeued and the job id of
-	// each task it failed, once per task.
-	SettleLost(ctx context.Context, l LostTasks) (requeued int, failedJobs []string, err error)
+	// with attempts+1. It returns how many it requeued and the tasks it
+	// failed.
+	SettleLost(ctx context.Context, l LostTasks) (requeued int, failed []store.TaskRef, err error)
 
 	RetentionTx
 }
@@ -83,13 +83,13 @@ func (e *Engine) ReconcileStale(ctx context.Context, at store.Staleness, limit i
 		if len(requeue)+len(fail) == 0 {
 			return nil
 		}
-		requeued, failedJobs, err := tx.SettleLost(ctx, LostTasks{Requeue: requeue, Fail: fail,
+		requeued, failedTasks, err := tx.SettleLost(ctx, LostTasks{Requeue: requeue, Fail: fail,
 			Error: store.LostError, At: asStored(at.Now)})
 		if err != nil {
 			return err
 		}
-		report.Requeued, report.Failed = requeued, len(failedJobs)
-		report.ReadyToClose, err = addFailed(ctx, tx, failedJobs)
+		report.Requeued, report.Failed = requeued, len(failedTasks)
+		report.ReadyToClose, err = addFailed(ctx, tx, failedTasks)
 		return err
 	})
 	if err != nil {
@@ -98,17 +98,27 @@ func (e *Engine) ReconcileStale(ctx context.Context, at store.Staleness, limit i
 	return report, nil
 }
 
-// addFailed adds the failed tasks of failedJobs (a job id per task) to
-// their jobs' counters, in job id order, and returns the jobs that made
-// ready to close, in that order.
-func addFailed(ctx context.Context, tx Tx, failedJobs []string) ([]string, error) {
-	failed := make(map[string]int64)
-	for _, id := range failedJobs {
-		failed[id]++
+// addFailed adds the failed map tasks of failedTasks to their jobs'
+// failed counters, and a failed reduce task (warren.ReduceTaskID) to its
+// job's reduce state (warren.ReduceFailed, no counter moved), in job id
+// order, and returns the jobs that made ready to close, in that order.
+func addFailed(ctx context.Context, tx Tx, failedTasks []store.TaskRef) ([]string, error) {
+	failed := make(map[string]*CounterDelta)
+	for _, ref := range failedTasks {
+		d := failed[ref.JobID]
+		if d == nil {
+			d = &CounterDelta{JobID: ref.JobID}
+			failed[ref.JobID] = d
+		}
+		if ref.TaskID == warren.ReduceTaskID {
+			d.ReduceState = warren.ReduceFailed
+		} else {
+			d.Failed++
+		}
 	}
 	adds := make([]CounterDelta, 0, len(failed))
 	for _, id := range slices.Sorted(maps.Keys(failed)) {
-		adds = append(adds, CounterDelta{JobID: id, Failed: failed[id]})
+		adds = append(adds, *failed[id])
 	}
 	if len(adds) == 0 {
 		return nil, nil
@@ -119,7 +129,7 @@ func addFailed(ctx context.Context, tx Tx, failedJobs []string) ([]string, error
 	}
 	var ready []string
 	for i, j := range jobs {
-		if becameReady(j, adds[i].Completed, adds[i].Failed) {
+		if becameReady(j, adds[i]) {
 			ready = append(ready, j.ID)
 		}
 	}
