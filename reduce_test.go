@@ -37,7 +37,7 @@ type reduceSum struct {
 }
 
 // sumOutcomes reads outcomes as a reducer does, checking their order.
-func sumOutcomes(job worker.ReduceJob, outcomes iter.Seq2[worker.Outcome, error]) (reduceSum, error) {
+func sumOutcomes(job worker.ReduceJob, outcomes iter.Seq2[worker.TaskOutcome, error]) (reduceSum, error) {
 	out := reduceSum{Failed: []int64{}}
 	var last int64
 	for o, err := range outcomes {
@@ -49,7 +49,7 @@ func sumOutcomes(job worker.ReduceJob, outcomes iter.Seq2[worker.Outcome, error]
 		}
 		last = o.TaskID
 		out.Read++
-		if o.State == warren.TaskFailed {
+		if o.State == string(warren.TaskFailed) {
 			out.Failed = append(out.Failed, o.TaskID)
 			continue
 		}
@@ -98,7 +98,7 @@ func doubleWorker(t *testing.T, b *testBundle, runs *atomic.Int64, fail func(run
 		}
 		return 2 * p.N, nil
 	})
-	w.Reducer("sum", func(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker.Outcome, error]) (any, error) {
+	w.Reducer("sum", func(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker.TaskOutcome, error]) (any, error) {
 		run := runs.Add(1)
 		if fail != nil {
 			if err := fail(run, job); err != nil {
@@ -221,7 +221,7 @@ func TestRedriveRunsTheReduceAgain(t *testing.T) {
 			}
 			return 2 * tk.TaskID, nil
 		})
-		w.Reducer("sum", func(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker.Outcome, error]) (any, error) {
+		w.Reducer("sum", func(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker.TaskOutcome, error]) (any, error) {
 			runs.Add(1)
 			return sumOutcomes(job, outcomes)
 		})
@@ -259,7 +259,7 @@ func TestCancelDuringReduce(t *testing.T) {
 		w, err := worker.New(b.workerConfig(4))
 		require.NoError(t, err)
 		w.Handle("double", func(_ context.Context, tk worker.Task) (any, error) { return 2 * tk.TaskID, nil })
-		w.Reducer("sum", func(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker.Outcome, error]) (any, error) {
+		w.Reducer("sum", func(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker.TaskOutcome, error]) (any, error) {
 			started <- struct{}{}
 			<-release
 			return sumOutcomes(job, outcomes)
@@ -293,7 +293,7 @@ func crashingReducer(prefix string) {
 	if err != nil {
 		os.Exit(2)
 	}
-	w.Reducer("sum", func(_ context.Context, _ worker.ReduceJob, outcomes iter.Seq2[worker.Outcome, error]) (any, error) {
+	w.Reducer("sum", func(_ context.Context, _ worker.ReduceJob, outcomes iter.Seq2[worker.TaskOutcome, error]) (any, error) {
 		for range outcomes {
 			os.Exit(3)
 		}
@@ -343,7 +343,7 @@ func TestWorkerKilledMidReduce(t *testing.T) {
 	good, err := worker.New(worker.Config{AMQPURL: amqptest.URL(), Prefix: b.names.Prefix, Concurrency: 2, Queues: []string{"reduce"},
 		RetryTiers: testTiers, DeliveryLimit: testDeliveryLimit})
 	require.NoError(t, err)
-	good.Reducer("sum", func(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker.Outcome, error]) (any, error) {
+	good.Reducer("sum", func(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker.TaskOutcome, error]) (any, error) {
 		runs.Add(1)
 		return sumOutcomes(job, outcomes)
 	})

@@ -453,8 +453,13 @@ type OutboxTask struct {
 	// (warren.Policy.EffectiveTaskTimeout: the default when the job gives
 	// none), which its message carries as the limit of each run.
 	TaskTimeout time.Duration
-	// Queue is the job's work queue (warren.Policy.EffectiveQueue).
+	// Queue is the job's work queue (warren.Policy.EffectiveQueue); for
+	// its reduce task, the reduce task's (warren.Policy.ReduceQueue).
 	Queue string
+	// ExpectedTasks is the job's number of map tasks on its reduce task
+	// (TaskID warren.ReduceTaskID), which the task message carries; 0 on
+	// every other task.
+	ExpectedTasks int64
 	// TraceParent and TraceState are the job's trace context
 	// (NewJob.TraceParent, NewJob.TraceState), "" when it has none.
 	TraceParent, TraceState string

@@ -18,6 +18,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/protocol"
 )
 
 // Store is what the responder reads.
@@ -116,42 +117,25 @@ func (r *Responder) handle(ctx context.Context, d amqp.Delivery) {
 	}
 	body := r.answer(ctx, d.Body)
 	err := r.ch.PublishWithContext(ctx, "", d.ReplyTo, false, false, amqp.Publishing{
-		ContentType: "application/json", CorrelationId: d.CorrelationId, Body: body,
+		ContentType: protocol.ContentType, CorrelationId: d.CorrelationId, Body: body,
+		DeliveryMode: amqp.Transient, Expiration: protocol.OutcomesExpiration,
 	})
 	if err != nil && ctx.Err() == nil {
 		r.cfg.Logger.Warn("outcomes: answering a request failed", "reply_to", d.ReplyTo, "error", err)
 	}
 }
 
-// Request is an outcomes request's body.
-type Request struct {
-	JobID      string `json:"job_id"`
-	Generation int    `json:"generation"`
-	After      int64  `json:"after"`
-}
-
-// Error codes of an answer.
-const (
-	// CodeStale means the job is not reducing at the request's
-	// generation: the reduce task is to be dropped.
-	CodeStale = "stale"
-	// CodeUnavailable means the store could not be read: retry.
-	CodeUnavailable = "unavailable"
-	// CodeBadRequest means the request is not one.
-	CodeBadRequest = "bad_request"
-)
-
 // errPageFull stops a scan when the page is full.
 var errPageFull = errors.New("page full")
 
 // answer returns the answer to a request body.
 func (r *Responder) answer(ctx context.Context, body []byte) []byte {
-	var req Request
 	if len(body) > maxRequestBytes {
-		return errorAnswer(CodeBadRequest, fmt.Sprintf("request over %d bytes", maxRequestBytes))
+		return errorAnswer(protocol.OutcomesBadRequest, fmt.Sprintf("request over %d bytes", maxRequestBytes))
 	}
-	if err := json.Unmarshal(body, &req); err != nil || req.JobID == "" || req.After < 0 || req.Generation < 0 {
-		return errorAnswer(CodeBadRequest, `the request must be {"job_id": string, "generation": integer >= 0, "after": integer >= 0}`)
+	req, err := protocol.DecodeOutcomesRequest(body)
+	if err != nil {
+		return errorAnswer(protocol.OutcomesBadRequest, err.Error())
 	}
 	if code, msg := r.check(ctx, req); code != "" {
 		return errorAnswer(code, msg)
@@ -161,36 +145,28 @@ func (r *Responder) answer(ctx context.Context, body []byte) []byte {
 
 // check reports whether the job is reducing at the request's generation:
 // "" when it is, else the error code and message.
-func (r *Responder) check(ctx context.Context, req Request) (code, msg string) {
+func (r *Responder) check(ctx context.Context, req protocol.OutcomesRequest) (code, msg string) {
 	job, err := r.cfg.Store.GetJob(ctx, req.JobID)
 	switch {
 	case errors.Is(err, warren.ErrNotFound):
-		return CodeStale, "job " + req.JobID + " does not exist"
+		return protocol.OutcomesStale, "job " + req.JobID + " does not exist"
 	case err != nil:
-		return CodeUnavailable, "reading the job: " + err.Error()
+		return protocol.OutcomesUnavailable, "reading the job: " + err.Error()
 	case job.State.Terminal() || job.ReduceState != warren.ReduceRunning:
-		return CodeStale, fmt.Sprintf("job %s is not reducing (state %s, reduce_state %q)", req.JobID, job.State, job.ReduceState)
+		return protocol.OutcomesStale, fmt.Sprintf("job %s is not reducing (state %s, reduce_state %q)", req.JobID, job.State, job.ReduceState)
 	}
 	task, err := r.cfg.Store.GetTask(ctx, req.JobID, warren.ReduceTaskID)
 	switch {
 	case errors.Is(err, warren.ErrNotFound):
-		return CodeStale, "job " + req.JobID + " has no reduce task"
+		return protocol.OutcomesStale, "job " + req.JobID + " has no reduce task"
 	case err != nil:
-		return CodeUnavailable, "reading the reduce task: " + err.Error()
+		return protocol.OutcomesUnavailable, "reading the reduce task: " + err.Error()
 	case task.State.Terminal():
-		return CodeStale, fmt.Sprintf("the reduce task of job %s is %s already", req.JobID, task.State)
+		return protocol.OutcomesStale, fmt.Sprintf("the reduce task of job %s is %s already", req.JobID, task.State)
 	case req.Generation != 0 && req.Generation != task.Generation:
-		return CodeStale, fmt.Sprintf("the reduce task of job %s is at generation %d, not %d", req.JobID, task.Generation, req.Generation)
+		return protocol.OutcomesStale, fmt.Sprintf("the reduce task of job %s is at generation %d, not %d", req.JobID, task.Generation, req.Generation)
 	}
 	return "", ""
-}
-
-// wireOutcome is one outcome in an answer.
-type wireOutcome struct {
-	TaskID int64            `json:"task_id"`
-	State  warren.TaskState `json:"state"`
-	Result json.RawMessage  `json:"result,omitempty"`
-	Error  string           `json:"error,omitempty"`
 }
 
 // pageOverhead is room for the answer's envelope and its "next".
@@ -198,7 +174,7 @@ const pageOverhead = 64
 
 // page reads the outcomes after req.After into one answer no larger than
 // MaxMessageBytes (at least one outcome, whatever its size).
-func (r *Responder) page(ctx context.Context, req Request) []byte {
+func (r *Responder) page(ctx context.Context, req protocol.OutcomesRequest) []byte {
 	var (
 		buf  bytes.Buffer
 		n    int
@@ -207,7 +183,7 @@ func (r *Responder) page(ctx context.Context, req Request) []byte {
 	)
 	buf.WriteString(`{"outcomes":[`)
 	err := r.cfg.Store.ScanOutcomes(ctx, req.JobID, req.After, func(o warren.TaskOutcome) error {
-		item, err := json.Marshal(wireOutcome{TaskID: o.TaskID, State: o.State, Result: validResult(o.Result), Error: o.Error})
+		item, err := json.Marshal(protocol.TaskOutcome{TaskID: o.TaskID, State: string(o.State), Result: validResult(o.Result), Error: o.Error})
 		if err != nil {
 			return fmt.Errorf("task %d: %w", o.TaskID, err)
 		}
@@ -224,7 +200,7 @@ func (r *Responder) page(ctx context.Context, req Request) []byte {
 		return nil
 	})
 	if err != nil && !errors.Is(err, errPageFull) {
-		return errorAnswer(CodeUnavailable, "reading the outcomes: "+err.Error())
+		return errorAnswer(protocol.OutcomesUnavailable, "reading the outcomes: "+err.Error())
 	}
 	buf.WriteString(`]`)
 	if full {
@@ -251,6 +227,6 @@ func validResult(result json.RawMessage) json.RawMessage {
 
 // errorAnswer is an error answer's body.
 func errorAnswer(code, msg string) []byte {
-	b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+	b, _ := json.Marshal(protocol.OutcomesReply{Error: &protocol.OutcomesError{Code: code, Message: msg}})
 	return b
 }

@@ -114,7 +114,7 @@ func (r *Relay) message(g []store.OutboxTask) (wire.Outbound, error) {
 		Generation: g[0].Generation, Timeout: g[0].TaskTimeout, Queue: g[0].Queue, Tasks: make([]protocol.BatchTask, len(g)),
 		// Task 0 is the job's reduce task (warren.ReduceTaskID), which
 		// the store gives the relay alone, with its own type and queue.
-		Reduce: g[0].TaskID == warren.ReduceTaskID}
+		Reduce: g[0].TaskID == warren.ReduceTaskID, ExpectedTasks: g[0].ExpectedTasks}
 	for i, t := range g {
 		m.Tasks[i] = protocol.BatchTask{TaskID: t.TaskID, Payload: t.Payload}
 	}

@@ -16,7 +16,7 @@ import (
 // rows per job counts its pending tasks.
 func (t *tx) PendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow, error) {
 	rows, err := t.tx.Query(ctx, `
-		SELECT j.id, j.priority, j.batch_size, j.queue, j.reduce_task, j.reduce_state,
+		SELECT j.id, j.priority, j.batch_size, j.queue, j.reduce_task, j.reduce_state, j.expected_tasks,
 			(SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT $1) p)
 		FROM jobs j
 		WHERE j.state IN ('pending', 'running')
@@ -29,7 +29,7 @@ func (t *tx) PendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow
 			j      engine.PendingJobRow
 			reduce []byte
 		)
-		if err := row.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.Pending); err != nil {
+		if err := row.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.ExpectedTasks, &j.Pending); err != nil {
 			return j, err
 		}
 		var err error

@@ -15,7 +15,7 @@ import (
 // tasks counted up to ?1. jobs_open walks the open jobs in seq order and
 // tasks_by_state counts a job's pending range, reading at most ?1 rows of
 // it.
-const pendingJobsSQL = `SELECT j.id, j.priority, j.batch_size, j.queue, j.reduce_task, j.reduce_state,
+const pendingJobsSQL = `SELECT j.id, j.priority, j.batch_size, j.queue, j.reduce_task, j.reduce_state, j.expected_tasks,
 	(SELECT count(*) FROM (SELECT 1 FROM tasks AS t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT ?1))
 	FROM jobs AS j INDEXED BY jobs_open
 	WHERE j.state IN ('pending', 'running')
@@ -244,7 +244,7 @@ func pendingJobs(ctx context.Context, q querier, limit int) ([]engine.PendingJob
 			j      engine.PendingJobRow
 			reduce []byte
 		)
-		if err := rows.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.Pending); err != nil {
+		if err := rows.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.ExpectedTasks, &j.Pending); err != nil {
 			return nil, fmt.Errorf("pending jobs: %w", err)
 		}
 		if j.ReduceTask, err = sqlstore.DecodeReduceTask(reduce); err != nil {

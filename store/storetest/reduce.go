@@ -201,6 +201,7 @@ func testReduceTasks(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, "sum", r.Type, "the reduce task's type")
 		require.Equal(t, "reducers", r.Queue, "the reduce queue")
 		require.Equal(t, 1, r.BatchSize, "never batched")
+		require.Equal(t, int64(3), r.ExpectedTasks, "the message says how many map tasks there are")
 		require.Equal(t, 1, r.Generation)
 		require.Equal(t, 2, r.MaxRetries)
 		require.JSONEq(t, `{"k":1}`, string(r.Payload))

@@ -55,6 +55,9 @@ type PendingJobRow struct {
 	ReduceTask *warren.ReduceTask
 	// ReduceState is the job's warren.Job.ReduceState.
 	ReduceState string
+	// ExpectedTasks is the job's number of map tasks, which its reduce
+	// task's message carries.
+	ExpectedTasks int64
 }
 
 // RelayClaim is one job's share of a relay round: the most of its
@@ -166,7 +169,7 @@ func (e *Engine) claim(ctx context.Context, tx RelayTx, round store.Round) ([]st
 	}
 	e.openJobs.Store(int64(len(open)))
 	var jobs []store.PendingJob
-	reducing := make(map[string]*warren.ReduceTask)
+	reducing := make(map[string]PendingJobRow)
 	for _, row := range open {
 		j := row.PendingJob
 		if j.Pending == 0 {
@@ -174,7 +177,7 @@ func (e *Engine) claim(ctx context.Context, tx RelayTx, round store.Round) ([]st
 		}
 		j.Queue = protocol.QueueOrDefault(j.Queue)
 		if row.ReduceState == warren.ReduceRunning && row.ReduceTask != nil {
-			reducing[j.ID] = row.ReduceTask
+			reducing[j.ID] = row
 			j.Queue = warren.Policy{Queue: j.Queue, ReduceTask: row.ReduceTask}.ReduceQueue()
 			j.BatchSize = 1
 		}
@@ -214,10 +217,11 @@ func (e *Engine) claim(ctx context.Context, tx RelayTx, round store.Round) ([]st
 		t.More = j.More || offered[t.JobID] < j.Pending
 		t.Queue = protocol.QueueOrDefault(t.Queue)
 		t.TaskTimeout = warren.Policy{TaskTimeout: t.TaskTimeout}.EffectiveTaskTimeout()
-		if r := reducing[t.JobID]; r != nil && t.TaskID == warren.ReduceTaskID {
-			t.Type = r.Type
-			t.Queue = warren.Policy{Queue: t.Queue, ReduceTask: r}.ReduceQueue()
+		if r, ok := reducing[t.JobID]; ok && t.TaskID == warren.ReduceTaskID {
+			t.Type = r.ReduceTask.Type
+			t.Queue = warren.Policy{Queue: t.Queue, ReduceTask: r.ReduceTask}.ReduceQueue()
 			t.BatchSize = 1
+			t.ExpectedTasks = r.ExpectedTasks
 		}
 	}
 	return tasks, nil
