@@ -248,7 +248,8 @@ func TestRedriveRunsTheReduceAgain(t *testing.T) {
 }
 
 // Cancelling a job while it reduces closes it cancelled; the reducer's
-// late result changes nothing.
+// late result changes nothing. (A reducer that asks for outcomes after the
+// cancel is answered stale and publishes nothing: the worker's tests.)
 func TestCancelDuringReduce(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, kind string) {
@@ -260,9 +261,12 @@ func TestCancelDuringReduce(t *testing.T) {
 		require.NoError(t, err)
 		w.Handle("double", func(_ context.Context, tk worker.Task) (any, error) { return 2 * tk.TaskID, nil })
 		w.Reducer("sum", func(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker.TaskOutcome, error]) (any, error) {
+			// Every page is read before the job is cancelled: the result
+			// is published, and the aggregator finds the job closed.
+			sum, err := sumOutcomes(job, outcomes)
 			started <- struct{}{}
 			<-release
-			return sumOutcomes(job, outcomes)
+			return sum, err
 		})
 		runWorker(t, w)
 		job := b.submitReduced(t, 10, "sum", warren.Policy{})
@@ -373,9 +377,9 @@ func TestStaleReduceResultIsIgnored(t *testing.T) {
 		b.wakeRelays()
 		// The queue exists once the relay published the reduce task to it.
 		b.waitFor(t, func() bool {
-			j, err := b.store.GetJob(context.Background(), job.ID)
-			return err == nil && j.ReduceState == warren.ReduceRunning
-		}, "the reduce task to start")
+			tk, err := b.store.GetTask(context.Background(), job.ID, warren.ReduceTaskID)
+			return err == nil && tk.State == warren.TaskQueued
+		}, "the reduce task to be published")
 		ch, ds := takeTasks(t, b.admin, b.names.WorkQueue("manual"), 1)
 		defer ch.Close()
 		d := ds[0]
