@@ -1,4 +1,5 @@
-"""Reduce tasks: the Python worker's reducers, and a plain pika reducer, against a fake outcomes responder.
+"""Reduce tasks: the Python worker's reducers, and a plain pika reducer, against a fake outcomes responder,
+then end to end against a real `warren server` (ReduceEndToEndTest).
 
 No warren server answers the outcomes RPC in these tests: a responder
 thread of the test's own, on its own pika connection, consumes outcomes.q
@@ -17,7 +18,9 @@ import unittest
 
 import pika
 
-from .harness import AMQP_URL, PYTHON_DIR, TIERS, TIERS_MS, WorkerRun, admin_connection, delete_topology, get_all, new_prefix
+from .harness import (AMQP_URL, PYTHON_DIR, TIERS, TIERS_MS, WarrenTestCase, WorkerRun, admin_connection, delete_topology,
+                      get_all, new_prefix)
+from warren_client import Client
 from warren_worker import Permanent, Stale, _wire
 
 
@@ -298,3 +301,70 @@ class ReduceTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ReduceEndToEndTest(WarrenTestCase):
+    """Reduce tasks against a real `warren server`: its outcomes RPC, its store, the job's result."""
+
+    queues = ("default", "maps")
+
+    def setUp(self):
+        self.client = Client(self.server.base, "")
+
+    def test_a_python_reducer_is_the_jobs_fan_in(self):
+        def double(payload, task):
+            if payload % 7 == 0:
+                raise Permanent("multiples of 7 fail")
+            return 2 * payload
+
+        def total(outcomes, job):
+            last, s, failed = 0, 0, []
+            for o in outcomes:
+                self.assertGreater(o.task_id, last, "task id order")
+                last = o.task_id
+                if o.state == "completed":
+                    s += o.result
+                else:
+                    failed.append(o.task_id)
+                    self.assertIn("multiples of 7", o.error)
+            return {"sum": s * job.payload["scale"], "failed": failed, "expected": job.expected_tasks}
+
+        w = self.start_worker({"double": double})
+        w.worker.add_reducer("total", total)
+        n = 700
+        job = self.client.submit("double", (i for i in range(1, n + 1)), tolerated_failure_percent=20,
+                                 reduce={"task": "total", "payload": {"scale": 2}})
+        closed = self.client.wait(job.id, timeout=120)
+        self.assertEqual("completed", closed.state, closed.error)
+        self.assertEqual("completed", closed.reduce_state)
+        self.assertEqual({"task": "total", "queue": "default", "payload": {"scale": 2}}, closed.reduce)
+        sevens = [i for i in range(1, n + 1) if i % 7 == 0]
+        want = 2 * 2 * (n * (n + 1) // 2 - sum(sevens))
+        self.assertEqual({"sum": want, "failed": sevens, "expected": n}, self.client.result(job.id))
+        first = next(iter(self.client.tasks(job.id)))
+        self.assertEqual((0, "completed"), (first.task_id, first.state), "the reduce task is task 0")
+
+    def test_a_reducers_permanent_failure_fails_the_job(self):
+        def broken(outcomes, job):
+            raise Permanent("no ledger for %s" % job.job_id)
+
+        w = self.start_worker({"double": lambda p, t: 2 * p})
+        w.worker.add_reducer("broken", broken)
+        job = self.client.submit("double", [1, 2, 3], reduce={"task": "broken"})
+        closed = self.client.wait(job.id, timeout=60)
+        self.assertEqual("failed", closed.state)
+        self.assertEqual("failed", closed.reduce_state)
+        self.assertIn("no ledger for " + job.id, closed.error)
+
+    def test_the_plain_pika_reducer_against_the_server(self):
+        """python/examples/pika_reducer.py serves the reduce task of a job whose map tasks run on queue maps."""
+        self.start_worker({"double": lambda p, t: 2 * p}, queues=["maps"])
+        job = self.client.submit("double", list(range(1, 101)), queue="maps",
+                                 reduce={"task": "sum", "queue": "default", "payload": {"scale": 10}})
+        env = dict(os.environ, WARREN_AMQP_URL=AMQP_URL, WARREN_PREFIX=self.prefix, PYTHONPATH="")
+        proc = subprocess.run([sys.executable, os.path.join(PYTHON_DIR, "examples", "pika_reducer.py"), "--once"],
+                              env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(0, proc.returncode, proc.stderr)
+        closed = self.client.wait(job.id, timeout=60)
+        self.assertEqual("completed", closed.state, closed.error)
+        self.assertEqual({"sum": 2 * 10 * 5050, "failed": 0}, self.client.result(job.id))
