@@ -10,6 +10,7 @@ import (
 
 	"github.com/warrenhq/warren/client"
 	"github.com/warrenhq/warren/cmd/warren/internal/demo"
+	"github.com/warrenhq/warren/cmd/warren/internal/handlers"
 	"github.com/warrenhq/warren/internal/broker"
 )
 
@@ -87,14 +88,33 @@ func runDemoJob(ctx context.Context, f demoFlags, files int, chunks []string, en
 		return err
 	}
 	if f.json {
-		out, err := json.Marshal(map[string]json.RawMessage{"job": res.JobJSON, "result": res.Counts})
+		out, err := json.Marshal(map[string]json.RawMessage{"job": res.JobJSON, "result": res.Counts, "top_words": res.Top})
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(env.stdout, string(out))
 		return nil
 	}
-	return printDemoSummary(env.stdout, res.Job, res.Counts, res.Retries, res.Elapsed)
+	if err := printDemoSummary(env.stdout, res.Job, res.Counts, res.Retries, res.Elapsed); err != nil {
+		return err
+	}
+	return printDemoReduced(env.stdout, res.Reduced, res.Top)
+}
+
+// printDemoReduced prints the demo's second job: the top words as its
+// reduce task, run by a worker, returned them.
+func printDemoReduced(w io.Writer, job client.Job, top json.RawMessage) error {
+	var res handlers.TopWordsResult
+	if err := json.Unmarshal(top, &res); err != nil {
+		return fmt.Errorf("the reduce task's result is not top words: %v", err)
+	}
+	fmt.Fprintf(w, "\nthe same fan-in as a reduce task run by a worker (job %s, reducer top_words;\n"+
+		"examples/python-worker has it in Python): top %d words\n ", job.ID, len(res.Top))
+	for _, x := range res.Top {
+		fmt.Fprintf(w, " %s %d", x.Word, x.Count)
+	}
+	fmt.Fprintln(w)
+	return nil
 }
 
 func printDemoSummary(w io.Writer, job client.Job, result json.RawMessage, retries int64, elapsed time.Duration) error {

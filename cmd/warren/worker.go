@@ -100,6 +100,9 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	for _, name := range serve {
 		w.Handle(name, handlers.Builtins[name])
 	}
+	for name, fn := range handlers.Reducers {
+		w.Reducer(name, fn)
+	}
 	env.logger.Info("warren worker running", "types", strings.Join(serve, ","), "queues", strings.Join(consume, ","),
 		"concurrency", *concurrency, "prefix", c.prefix, "amqp", broker.Redact(c.amqpURL))
 	return w.Run(ctx)

@@ -71,7 +71,15 @@ type Result struct {
 	Retries int64
 	// Elapsed is the time from submission to the job closed.
 	Elapsed time.Duration
+	// Reduced is the second job, the same counts with their fan-in run by
+	// a worker as a reduce task (handlers.TopWords), and Top its result.
+	Reduced client.Job
+	// Top is the reduce task's result: the TopN most frequent words.
+	Top json.RawMessage
 }
+
+// TopN is how many words the demo's reduce task returns.
+const TopN = 10
 
 // Run counts the words of chunks (one task each) with a warren job and
 // returns the job and its merged counts. A job that does not complete is
@@ -137,6 +145,7 @@ func Run(ctx context.Context, cfg Config, chunks []string) (res Result, err erro
 			return res, err
 		}
 		w.Handle("wordcount", failFirstAttempt(handlers.Wordcount))
+		w.Reducer("top_words", handlers.TopWords)
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- w.Run(runCtx) }()
 	}
@@ -158,7 +167,22 @@ func Run(ctx context.Context, cfg Config, chunks []string) (res Result, err erro
 	if res.Counts, err = c.Result(ctx, res.Job.ID); err != nil {
 		return res, err
 	}
-	res.JobJSON, err = c.GetRaw(ctx, res.Job.ID)
+	if res.JobJSON, err = c.GetRaw(ctx, res.Job.ID); err != nil {
+		return res, err
+	}
+	// The same counts, their fan-in in a worker's own code: a reduce task.
+	spec := client.JobSpec{Type: "wordcount", ReduceTask: &client.ReduceTask{Task: "top_words",
+		Payload: json.RawMessage(fmt.Sprintf(`{"n": %d}`, TopN))}}
+	if sub, err = c.SubmitNDJSON(ctx, spec, tasks(chunks, 0)); err != nil {
+		return res, err
+	}
+	if res.Reduced, err = c.Wait(ctx, sub.ID, &client.WaitOpts{MinInterval: 20 * time.Millisecond, MaxInterval: 250 * time.Millisecond}); err != nil {
+		return res, err
+	}
+	if res.Reduced.State != client.JobCompleted {
+		return res, fmt.Errorf("job %s (reduce task top_words) is %s: %s", res.Reduced.ID, res.Reduced.State, res.Reduced.Error)
+	}
+	res.Top, err = c.Result(ctx, res.Reduced.ID)
 	return res, err
 }
 

@@ -1,12 +1,16 @@
 // Package handlers holds the built-in task handlers that `warren worker`
-// serves and `warren demo` runs: echo, wordcount, sleep and flaky.
+// serves and `warren demo` runs: echo, wordcount, sleep and flaky, and
+// the built-in reducer top_words.
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -20,6 +24,67 @@ var Builtins = map[string]worker.HandlerFunc{
 	"wordcount": Wordcount,
 	"sleep":     Sleep,
 	"flaky":     Flaky,
+}
+
+// Reducers are the built-in reducers (reduce tasks), by task type.
+var Reducers = map[string]worker.ReducerFunc{
+	"top_words": TopWords,
+}
+
+// TopWordsResult is what TopWords returns: the most frequent words, most
+// frequent first (ties in word order), and how many wordcount tasks
+// failed.
+type TopWordsResult struct {
+	Top         []WordCount `json:"top"`
+	FailedTasks int64       `json:"failed_tasks"`
+}
+
+// WordCount is one word and its count.
+type WordCount struct {
+	Word  string `json:"word"`
+	Count int64  `json:"count"`
+}
+
+// TopWords is the fan-in of a wordcount job as a reduce task: it merges
+// the counts of every completed task, read in task id order page by page,
+// and returns the {"n": N} (default 10) most frequent words. The same
+// reducer in Python is examples/python-worker's top_words.
+func TopWords(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker.TaskOutcome, error]) (any, error) {
+	in := struct {
+		N int `json:"n"`
+	}{N: 10}
+	if len(job.Payload) > 0 && string(job.Payload) != "null" {
+		if err := json.Unmarshal(job.Payload, &in); err != nil || in.N < 1 {
+			return nil, worker.Permanent(errors.New(`top_words: payload must be {"n": N} with N >= 1`))
+		}
+	}
+	counts := map[string]int64{}
+	var out TopWordsResult
+	for o, err := range outcomes {
+		if err != nil {
+			return nil, err
+		}
+		if !o.Completed() {
+			out.FailedTasks++
+			continue
+		}
+		var c map[string]int64
+		if err := json.Unmarshal(o.Result, &c); err != nil {
+			return nil, worker.Permanent(fmt.Errorf("top_words: task %d's result is not word counts: %w", o.TaskID, err))
+		}
+		for w, n := range c {
+			counts[w] += n
+		}
+	}
+	out.Top = make([]WordCount, 0, len(counts))
+	for w, n := range counts {
+		out.Top = append(out.Top, WordCount{w, n})
+	}
+	slices.SortFunc(out.Top, func(a, b WordCount) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Word, b.Word))
+	})
+	out.Top = out.Top[:min(in.N, len(out.Top))]
+	return out, nil
 }
 
 // Echo returns its payload unchanged.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren/worker"
+	"github.com/warrenhq/warren/worker/workertest"
 )
 
 func task(payload string, attempt int) worker.Task {
@@ -65,4 +66,22 @@ func TestFlakyFollowsItsPayload(t *testing.T) {
 	got, err = Flaky(ctx, task(`{"value": "ok", "fail_until": "`+past+`"}`, 1))
 	require.NoError(t, err)
 	require.JSONEq(t, `"ok"`, string(got.(json.RawMessage)))
+}
+
+func TestTopWordsMergesCompletedCountsAndCountsFailures(t *testing.T) {
+	t.Parallel()
+	outcomes := []worker.TaskOutcome{
+		{TaskID: 1, State: "completed", Result: json.RawMessage(`{"the": 2, "cat": 1}`)},
+		{TaskID: 2, State: "failed", Error: "boom"},
+		{TaskID: 3, State: "completed", Result: json.RawMessage(`{"the": 1, "hat": 1}`)},
+	}
+	res := workertest.RunReducer(context.Background(), TopWords, worker.ReduceJob{JobID: "j", Payload: json.RawMessage(`{"n": 2}`)}, outcomes, nil)
+	require.Equal(t, workertest.Completed, res.Action, "%v", res.Err)
+	require.JSONEq(t, `{"top": [{"word": "the", "count": 3}, {"word": "cat", "count": 1}], "failed_tasks": 1}`, string(res.Output))
+
+	res = workertest.RunReducer(context.Background(), TopWords, worker.ReduceJob{JobID: "j", Payload: json.RawMessage(`{"n": 0}`)}, outcomes, nil)
+	require.Equal(t, workertest.Failed, res.Action, "a bad payload is permanent")
+	bad := []worker.TaskOutcome{{TaskID: 1, State: "completed", Result: json.RawMessage(`[1]`)}}
+	res = workertest.RunReducer(context.Background(), TopWords, worker.ReduceJob{JobID: "j"}, bad, nil)
+	require.Equal(t, workertest.Failed, res.Action, "a result that is not counts is permanent")
 }
