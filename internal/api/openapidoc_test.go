@@ -90,6 +90,8 @@ type schema struct {
 	Pattern              string             `json:"pattern"`
 	Description          string             `json:"description"`
 	Default              json.RawMessage    `json:"default"`
+	// OneOf: the value validates against exactly one of these.
+	OneOf []*schema `json:"oneOf"`
 
 	re *regexp.Regexp // Pattern, compiled when the document is loaded
 }
@@ -239,6 +241,9 @@ func (d *openapiDoc) prepare(s *schema, where string) error {
 		s.re = re
 	}
 	errs := []error{d.prepare(s.Items, where+"/items")}
+	for i, o := range s.OneOf {
+		errs = append(errs, d.prepare(o, fmt.Sprintf("%s/oneOf/%d", where, i)))
+	}
 	if s.AdditionalProperties != nil {
 		errs = append(errs, d.prepare(s.AdditionalProperties.schema, where+"/additionalProperties"))
 	}
@@ -360,6 +365,17 @@ func (d *openapiDoc) validate(s *schema, v any, at string) error {
 			return nil
 		}
 		return fmt.Errorf("%s: null is not allowed", at)
+	}
+	if len(s.OneOf) > 0 {
+		matched := 0
+		for _, o := range s.OneOf {
+			if d.validate(o, v, at) == nil {
+				matched++
+			}
+		}
+		if matched != 1 {
+			return fmt.Errorf("%s: %v matches %d of the %d schemas of oneOf, not one", at, v, matched, len(s.OneOf))
+		}
 	}
 	if len(s.Enum) > 0 && !slices.ContainsFunc(s.Enum, func(e any) bool { return reflect.DeepEqual(e, v) }) {
 		return fmt.Errorf("%s: %v is not one of %v", at, v, s.Enum)
@@ -515,6 +531,9 @@ func TestOpenAPICheckerRefusesWhatTheDocumentDoesNotSay(t *testing.T) {
 	require.ErrorContains(t, sp.validateResponse(getJob, http.StatusNotFound, http.Header{"Content-Type": {"text/html"}}, notFound), "is not one of the documented")
 	require.ErrorContains(t, sp.validateResponse(getJob, http.StatusNotFound, jsonHeader, []byte("<html>")), "body is not JSON")
 
-	_, err = loadOpenAPI([]byte(`{"components":{"schemas":{"X":{"type":"object","oneOf":[]}}}}`))
-	require.ErrorContains(t, err, `unknown field "oneOf"`, "a keyword the checker does not know refuses the document")
+	_, err = loadOpenAPI([]byte(`{"components":{"schemas":{"X":{"type":"object","anyOf":[]}}}}`))
+	require.ErrorContains(t, err, `unknown field "anyOf"`, "a keyword the checker does not know refuses the document")
+	oneOf := &schema{OneOf: []*schema{{Type: "string"}, {Type: "integer"}}}
+	require.NoError(t, sp.validate(oneOf, "x", "v"))
+	require.ErrorContains(t, sp.validate(oneOf, true, "v"), "matches 0 of the 2 schemas of oneOf")
 }

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -221,7 +222,12 @@ func TestSubmitBadInput(t *testing.T) {
 		{"negative retention", j, `{"type":"echo","tasks":[1],"retention":-1}`, nil, 422, "validation_failed"},
 		{"retention over 100 years", j, `{"type":"echo","tasks":[1],"retention":3153600001}`, nil, 422, "validation_failed"},
 		{"retention overflows", j, `{"type":"echo","tasks":[1],"retention":1e300}`, nil, 422, "validation_failed"},
-		{"reduce is an object", j, `{"type":"echo","tasks":[1],"reduce":{}}`, nil, 400, "invalid_type"},
+		{"reduce is an array", j, `{"type":"echo","tasks":[1],"reduce":["sum"]}`, nil, 400, "invalid_type"},
+		{"reduce task without a task", j, `{"type":"echo","tasks":[1],"reduce":{}}`, nil, 422, "validation_failed"},
+		{"reduce task with an unknown field", j, `{"type":"echo","tasks":[1],"reduce":{"task":"t","type":"x"}}`, nil, 400, "invalid_type"},
+		{"reduce task type not a string", j, `{"type":"echo","tasks":[1],"reduce":{"task":7}}`, nil, 400, "invalid_type"},
+		{"reduce task on a bad queue", j, `{"type":"echo","tasks":[1],"reduce":{"task":"t","queue":"No Queue"}}`, nil, 422, "validation_failed"},
+		{"reduce task payload too deep", j, `{"type":"echo","tasks":[1],"reduce":{"task":"t","payload":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}}`, nil, 422, "validation_failed"},
 		{"metadata is an array", j, `{"type":"echo","tasks":[1],"metadata":[1]}`, nil, 400, "invalid_type"},
 		{"metadata is a string", j, `{"type":"echo","tasks":[1],"metadata":"x"}`, nil, 400, "invalid_type"},
 		{"tasks is an object", j, `{"type":"echo","tasks":{"a":1}}`, nil, 400, "invalid_type"},
@@ -300,11 +306,11 @@ func TestSubmitCustomReducer(t *testing.T) {
 	require.Equal(t, "median", job.Policy.Reduce)
 	resp := custom.submitNDJSON(t, `{"type":"echo","reduce":"avg"}`+"\n1\n")
 	requireError(t, resp, http.StatusUnprocessableEntity, "validation_failed")
-	require.Contains(t, errorMessage(t, resp), `unknown reducer "avg" (known: collect, concat, median, merge, none, sum)`)
+	require.Contains(t, errorMessage(t, resp), `unknown reducer "avg" (known: collect, concat, median, merge, none, sum; or an object {"task": TYPE} for a reduce task run by a worker)`)
 
 	resp = builtins.submit(t, `{"type":"echo","tasks":[1],"reduce":"median"}`)
 	requireError(t, resp, http.StatusUnprocessableEntity, "validation_failed")
-	require.Contains(t, errorMessage(t, resp), `unknown reducer "median" (known: collect, concat, merge, none, sum)`)
+	require.Contains(t, errorMessage(t, resp), `unknown reducer "median" (known: collect, concat, merge, none, sum; or an object {"task": TYPE} for a reduce task run by a worker)`)
 	requireNoJobs(t, builtins.store)
 }
 
@@ -340,4 +346,58 @@ func TestSubmitTooLarge(t *testing.T) {
 	// Just under the limit is fine.
 	id := b.mustSubmit(t, `{"type":"echo","tasks":[`+strings.Repeat("1,", 100)+`1]}`)
 	require.NotEmpty(t, id)
+}
+
+// A job's reduce may be a reduce task, an object: stored as the policy's
+// ReduceTask, shown back with its queue filled in, its reduce_state once
+// it starts, and the task 0 it becomes in the task list.
+func TestSubmitReduceTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	id := b.mustSubmit(t, `{"type":"echo","tasks":[1,2],"queue":"maps","reduce":{"task":"total","payload":{"top":3}}}`)
+	ctx := context.Background()
+	job, err := b.store.GetJob(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "", job.Policy.Reduce)
+	require.Equal(t, "total", job.Policy.ReduceTask.Type)
+	require.JSONEq(t, `{"top":3}`, string(job.Policy.ReduceTask.Payload))
+	var got map[string]json.RawMessage
+	resp := b.get(t, "/v1/jobs/"+id)
+	require.Equal(t, http.StatusOK, resp.status)
+	require.NoError(t, json.Unmarshal(resp.body, &got))
+	require.JSONEq(t, `{"task":"total","queue":"maps","payload":{"top":3}}`, string(got["reduce"]), "the reduce queue defaults to the job's")
+	require.NotContains(t, got, "reduce_state", "absent before the reduce task starts")
+
+	other := b.mustSubmit(t, `{"type":"echo","tasks":[1],"reduce":{"task":"total","queue":"reducers"}}`)
+	resp = b.get(t, "/v1/jobs/"+other)
+	require.NoError(t, json.Unmarshal(resp.body, &got))
+	require.JSONEq(t, `{"task":"total","queue":"reducers","payload":null}`, string(got["reduce"]))
+
+	// Once the map tasks are done, the reduce task starts: the job shows
+	// it reducing, and its tasks list it as task 0.
+	publishAll(t, b.store)
+	_, err = b.store.ApplyOutcomes(ctx, []store.Outcome{{JobID: id, TaskID: 1, State: warren.TaskCompleted, Result: json.RawMessage(`1`)},
+		{JobID: id, TaskID: 2, State: warren.TaskCompleted, Result: json.RawMessage(`2`)}})
+	require.NoError(t, err)
+	job, err = b.store.GetJob(ctx, id)
+	require.NoError(t, err)
+	started, err := b.store.StartReduce(ctx, id, job.Version)
+	require.NoError(t, err)
+	require.True(t, started)
+	resp = b.get(t, "/v1/jobs/"+id)
+	require.NoError(t, json.Unmarshal(resp.body, &got))
+	require.JSONEq(t, `"running"`, string(got["reduce_state"]))
+	require.JSONEq(t, `"running"`, string(got["state"]))
+	resp = b.get(t, "/v1/jobs/"+id+"/tasks")
+	require.Equal(t, http.StatusOK, resp.status)
+	var page struct {
+		Tasks []struct {
+			TaskID int64  `json:"task_id"`
+			State  string `json:"state"`
+		} `json:"tasks"`
+	}
+	require.NoError(t, json.Unmarshal(resp.body, &page))
+	require.Len(t, page.Tasks, 3)
+	require.Equal(t, int64(0), page.Tasks[0].TaskID, "the reduce task is task 0")
+	require.Equal(t, "pending", page.Tasks[0].State)
 }
