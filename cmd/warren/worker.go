@@ -28,7 +28,7 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	c.register(fs, env)
 	concurrency := fs.Int("concurrency", 8, "handlers running at once")
 	name := fs.String("name", "", "the worker's name in results, dead letters and GET /v1/workers (default host:pid)")
-	types := fs.String("types", "", "comma-separated handlers to serve (default: all built-ins)")
+	types := fs.String("types", "", "comma-separated handlers and reducers to serve (default: all built-ins: echo, flaky, sleep, wordcount, and the reducer top_words)")
 	queues := fs.String("queues", "", "comma-separated work queues to consume, the jobs' \"queue\" option (default: default)")
 	shutdown := fs.Duration("shutdown-timeout", 0, "how long to let in-flight tasks finish on SIGTERM (default 30s)")
 	health := fs.String("health-listen", "", "serve /healthz and /readyz (connected to the broker) on this address, e.g. 127.0.0.1:9090")
@@ -98,10 +98,11 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 		defer stop()
 	}
 	for _, name := range serve {
-		w.Handle(name, handlers.Builtins[name])
-	}
-	for name, fn := range handlers.Reducers {
-		w.Reducer(name, fn)
+		if fn, ok := handlers.Reducers[name]; ok {
+			w.Reducer(name, fn)
+		} else {
+			w.Handle(name, handlers.Builtins[name])
+		}
 	}
 	env.logger.Info("warren worker running", "types", strings.Join(serve, ","), "queues", strings.Join(consume, ","),
 		"concurrency", *concurrency, "prefix", c.prefix, "amqp", broker.Redact(c.amqpURL))
@@ -117,11 +118,15 @@ var workerFields = map[string]string{
 	"MaxInflightBytes": "max-inflight-bytes", "Prefetch": "the prefetch",
 }
 
-// selectBuiltins parses --types; empty means every built-in.
+// selectBuiltins parses --types; empty means every built-in handler and
+// reducer.
 func selectBuiltins(list string) ([]string, error) {
 	var out []string
 	if strings.TrimSpace(list) == "" {
 		for name := range handlers.Builtins {
+			out = append(out, name)
+		}
+		for name := range handlers.Reducers {
 			out = append(out, name)
 		}
 		sort.Strings(out)
@@ -130,8 +135,10 @@ func selectBuiltins(list string) ([]string, error) {
 	seen := map[string]bool{}
 	for _, name := range strings.Split(list, ",") {
 		name = strings.TrimSpace(name)
-		if _, ok := handlers.Builtins[name]; !ok {
-			return nil, fmt.Errorf("unknown handler %q (built-ins: echo, flaky, sleep, wordcount)", name)
+		_, handler := handlers.Builtins[name]
+		_, reducer := handlers.Reducers[name]
+		if !handler && !reducer {
+			return nil, fmt.Errorf("unknown handler %q (built-ins: echo, flaky, sleep, wordcount; reducer: top_words)", name)
 		}
 		if !seen[name] {
 			seen[name] = true
