@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren"
+	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/broker/amqptest"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store"
@@ -313,6 +314,7 @@ func crashingReducer(prefix string) {
 func TestWorkerKilledMidReduce(t *testing.T) {
 	t.Parallel()
 	b := setupFailures(t, "sqlite")
+	t.Cleanup(func() { require.NoError(t, broker.DeleteWorkQueue(b.admin, b.names, "reduce", testTiers...)) })
 	b.startServer(t, b.store)
 	w, err := worker.New(b.workerConfig(4))
 	require.NoError(t, err)
@@ -365,6 +367,7 @@ func TestStaleReduceResultIsIgnored(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, kind string) {
 		b := setup(t, kind)
+		t.Cleanup(func() { require.NoError(t, broker.DeleteWorkQueue(b.admin, b.names, "manual")) })
 		b.startServer(t, b.store)
 		w, err := worker.New(b.workerConfig(4))
 		require.NoError(t, err)

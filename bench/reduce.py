@@ -8,11 +8,11 @@ own. Submits a job of N tasks (payloads 1..N, streamed with
 warren_client) whose reduce is that Python reducer, waits for it, checks
 the sum, and reports the time from the reduce task's start to the job's
 close, the reduce task's own run, and the peak RSS of the server and of
-the Python worker. With --compare, it first runs the same job with the
-built-in reducer `sum`, in the same run, for the overhead of a reduce
-task.
+the Python worker. With --compare, each round first runs the same job
+with the built-in reducer `sum`, and both jobs' time from their last map
+result to their close is measured: the overhead of a reduce task.
 
-    bench/reduce.py [--tasks 1000000] [--compare] [--warren PATH]
+    bench/reduce.py [--tasks 1000000] [--compare] [--rounds R] [--warren PATH]
 
 Needs /usr/bin/python3 with pika (python/test.sh installs it) and Go.
 """
@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -76,6 +77,12 @@ def ts(s):
     return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 
 
+def last_result_to_close(client, job_id, closed):
+    """Seconds from the job's last map task result to its close (every task read, page by page)."""
+    last = max(ts(t.finished_at) for t in client.tasks(job_id) if t.task_id > 0 and t.finished_at)
+    return ts(closed.finished_at) - last
+
+
 def run_job(client, n, reduce):
     t0 = time.time()
     job = client.submit("echo", (i for i in range(1, n + 1)), reduce=reduce)
@@ -90,7 +97,10 @@ def run_job(client, n, reduce):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", type=int, default=1000000)
-    ap.add_argument("--compare", action="store_true", help="run the built-in reducer sum first, for the overhead")
+    ap.add_argument("--compare", action="store_true",
+                    help="before each reduce-task job, run the same job with the built-in reducer sum, and measure both jobs' "
+                         "time from their last map result to their close (reads every task)")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds (built-in, reduce task) interleaved; medians reported")
     ap.add_argument("--warren", default="", help="a warren binary (default: go build ./cmd/warren)")
     args = ap.parse_args()
 
@@ -120,25 +130,34 @@ def main():
         procs += [mapper, reducer]
         n = args.tasks
         want = n * (n + 1) // 2
-        out = {"tasks": n}
-        if args.compare:
-            _, closed, result, wall = run_job(client, n, "sum")
-            if result != want:
-                raise SystemExit("built-in sum: got %r, want %d" % (result, want))
-            out["builtin_wall_s"] = round(wall, 3)
-        job_id, closed, result, wall = run_job(client, n, {"task": "sum_py", "queue": "reduce"})
-        if result != {"sum": want, "failed": 0}:
-            raise SystemExit("reduce task: got %r, want sum %d" % (result, want))
-        task0 = next(iter(client.tasks(job_id)))
+        out = {"tasks": n, "rounds": args.rounds}
+        builtin, reduced = [], []
+        for _ in range(args.rounds):
+            if args.compare:
+                job_id, closed, result, wall = run_job(client, n, "sum")
+                if result != want:
+                    raise SystemExit("built-in sum: got %r, want %d" % (result, want))
+                builtin.append((wall, last_result_to_close(client, job_id, closed)))
+            job_id, closed, result, wall = run_job(client, n, {"task": "sum_py", "queue": "reduce"})
+            if result != {"sum": want, "failed": 0}:
+                raise SystemExit("reduce task: got %r, want sum %d" % (result, want))
+            task0 = next(iter(client.tasks(job_id)))
+            reduced.append((wall, last_result_to_close(client, job_id, closed) if args.compare else None,
+                            ts(closed.finished_at) - ts(task0.queued_at), ts(task0.finished_at) - ts(task0.started_at)))
+        med = lambda xs: round(statistics.median(xs), 3)
         out.update({
-            "reduce_wall_s": round(wall, 3),
-            "reduce_task_queued_to_close_s": round(ts(closed.finished_at) - ts(task0.queued_at), 3),
-            "reduce_task_run_s": round(ts(task0.finished_at) - ts(task0.started_at), 3),
+            "reduce_wall_s": med([r[0] for r in reduced]),
+            "reduce_task_queued_to_close_s": med([r[2] for r in reduced]),
+            "reduce_task_run_s": med([r[3] for r in reduced]),
             "server_peak_rss_mb": round(peak_rss_mb(server.pid), 1),
             "python_worker_peak_rss_mb": round(peak_rss_mb(reducer.pid), 1),
         })
         if args.compare:
-            out["overhead_s"] = round(wall - out["builtin_wall_s"], 3)
+            out.update({
+                "builtin_wall_s": med([b[0] for b in builtin]),
+                "builtin_last_result_to_close_s": med([b[1] for b in builtin]),
+                "reduce_last_result_to_close_s": med([r[1] for r in reduced]),
+            })
         print(json.dumps(out))
     finally:
         for p in reversed(procs):
