@@ -67,11 +67,18 @@ func sumOutcomes(job worker.ReduceJob, outcomes iter.Seq2[worker.TaskOutcome, er
 }
 
 // submitReduced creates a job of n "double" tasks ({"n": i}) whose reduce
-// task is of type typ.
+// task is of type typ with the payload "p", on policy.
 func (b *testBundle) submitReduced(t *testing.T, n int, typ string, policy warren.Policy) warren.Job {
 	t.Helper()
 	policy.Reduce = ""
 	policy.ReduceTask = &warren.ReduceTask{Type: typ, Payload: json.RawMessage(`"p"`)}
+	return b.createReduced(t, n, policy)
+}
+
+// createReduced creates a job of n "double" tasks ({"n": i}) on policy,
+// which has a reduce task, and wakes the relays.
+func (b *testBundle) createReduced(t *testing.T, n int, policy warren.Policy) warren.Job {
+	t.Helper()
 	tasks := func(yield func(json.RawMessage, error) bool) {
 		for i := 1; i <= n; i++ {
 			if !yield(json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), nil) {
@@ -175,7 +182,7 @@ func TestReduceTaskRetriesAndFails(t *testing.T) {
 		require.Equal(t, 2, task0.Attempts)
 
 		ctx := context.Background()
-		permJob := b.submitReducedPayload(t, 5, `"permanent"`)
+		permJob := b.createReduced(t, 5, warren.Policy{ReduceTask: &warren.ReduceTask{Type: "sum", Payload: json.RawMessage(`"permanent"`)}})
 		require.Equal(t, warren.JobFailed, b.waitClosed(t, permJob.ID))
 		failed, err := b.store.GetJob(ctx, permJob.ID)
 		require.NoError(t, err)
@@ -183,25 +190,6 @@ func TestReduceTaskRetriesAndFails(t *testing.T) {
 		require.Equal(t, warren.ReduceFailed, failed.ReduceState)
 		require.Equal(t, int64(5), failed.CompletedTasks, "the map tasks all completed")
 	})
-}
-
-// submitReducedPayload is submitReduced of "sum" with the reduce task's
-// payload.
-func (b *testBundle) submitReducedPayload(t *testing.T, n int, payload string) warren.Job {
-	t.Helper()
-	policy := warren.Policy{ReduceTask: &warren.ReduceTask{Type: "sum", Payload: json.RawMessage(payload)}}
-	tasks := func(yield func(json.RawMessage, error) bool) {
-		for i := 1; i <= n; i++ {
-			if !yield(json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), nil) {
-				return
-			}
-		}
-	}
-	job, created, err := b.store.CreateJob(context.Background(), store.NewJob{Type: "double", Policy: policy}, tasks)
-	require.NoError(t, err)
-	require.True(t, created)
-	b.wakeRelays()
-	return job
 }
 
 // A redrive of failed map tasks runs the reduce again, on the new
@@ -322,17 +310,7 @@ func TestWorkerKilledMidReduce(t *testing.T) {
 	runWorker(t, w)
 
 	const n = 300
-	policy := warren.Policy{ReduceTask: &warren.ReduceTask{Type: "sum", Queue: "reduce", Payload: json.RawMessage(`"p"`)}}
-	tasks := func(yield func(json.RawMessage, error) bool) {
-		for i := 1; i <= n; i++ {
-			if !yield(json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), nil) {
-				return
-			}
-		}
-	}
-	job, _, err := b.store.CreateJob(context.Background(), store.NewJob{Type: "double", Policy: policy}, tasks)
-	require.NoError(t, err)
-	b.wakeRelays()
+	job := b.createReduced(t, n, warren.Policy{ReduceTask: &warren.ReduceTask{Type: "sum", Queue: "reduce", Payload: json.RawMessage(`"p"`)}})
 
 	exe, err := os.Executable()
 	require.NoError(t, err)
@@ -373,11 +351,7 @@ func TestStaleReduceResultIsIgnored(t *testing.T) {
 		require.NoError(t, err)
 		w.Handle("double", func(_ context.Context, tk worker.Task) (any, error) { return 2 * tk.TaskID, nil })
 		runWorker(t, w)
-		policy := warren.Policy{ReduceTask: &warren.ReduceTask{Type: "sum", Queue: "manual"}}
-		tasks := func(yield func(json.RawMessage, error) bool) { yield(json.RawMessage(`1`), nil) }
-		job, _, err := b.store.CreateJob(context.Background(), store.NewJob{Type: "double", Policy: policy}, tasks)
-		require.NoError(t, err)
-		b.wakeRelays()
+		job := b.createReduced(t, 1, warren.Policy{ReduceTask: &warren.ReduceTask{Type: "sum", Queue: "manual"}})
 		// The queue exists once the relay published the reduce task to it.
 		b.waitFor(t, func() bool {
 			tk, err := b.store.GetTask(context.Background(), job.ID, warren.ReduceTaskID)
