@@ -301,7 +301,11 @@ func crashingReducer(prefix string) {
 // the job completes exactly. The reduce task goes to a queue of its own.
 func TestWorkerKilledMidReduce(t *testing.T) {
 	t.Parallel()
-	b := setupFailures(t, "sqlite")
+	forEachStore(t, func(t *testing.T, kind string) { workerKilledMidReduce(t, kind) })
+}
+
+func workerKilledMidReduce(t *testing.T, kind string) {
+	b := setupFailures(t, kind)
 	t.Cleanup(func() { require.NoError(t, broker.DeleteWorkQueue(b.admin, b.names, "reduce", testTiers...)) })
 	b.startServer(t, b.store)
 	w, err := worker.New(b.workerConfig(4))

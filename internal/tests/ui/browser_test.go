@@ -576,3 +576,71 @@ func TestDashboardWithoutTokensFollowsEvents(t *testing.T) {
 		document.querySelector('#live').textContent === 'closed'`)
 	require.Empty(t, b.jsErrors(), "the page logged errors")
 }
+
+// A job whose reduce is a task shows, through the event stream, that it
+// reduces (the badge beside its state), its reduce task as task 0 in the
+// task table, and its close with the reduce task's result.
+func TestDashboardShowsAReducingJob(t *testing.T) {
+	t.Parallel()
+	b := startBrowser(t)
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "warren.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	events := api.NewEvents(api.EventsConfig{PollInterval: time.Hour})
+	h, err := api.New(api.Config{Store: st, Events: events, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	t.Cleanup(events.Close)
+	ctx := context.Background()
+	policy := warren.Policy{ReduceTask: &warren.ReduceTask{Type: "total", Queue: "reducers"}}
+	job, _, err := st.CreateJob(ctx, store.NewJob{Type: "echo", Policy: policy}, func(yield func(json.RawMessage, error) bool) {
+		yield(json.RawMessage(`1`), nil)
+	})
+	require.NoError(t, err)
+	publish := func() {
+		_, err := st.RelayBatch(ctx, 10, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+			refs := make([]store.TaskRef, len(tasks))
+			for i, task := range tasks {
+				refs[i] = task.Ref()
+			}
+			return refs, nil
+		})
+		require.NoError(t, err)
+	}
+	publish()
+	now := time.Now()
+	_, err = st.ApplyOutcomes(ctx, []store.Outcome{{JobID: job.ID, TaskID: 1, State: warren.TaskCompleted,
+		Result: json.RawMessage(`1`), StartedAt: &now, FinishedAt: &now}})
+	require.NoError(t, err)
+
+	b.open(t, srv.URL+"/ui/jobs/"+job.ID, "#job-title")
+	b.until(t, "running, following the stream", `document.querySelector('#job-title .badge')?.textContent === 'running' &&
+		document.querySelector('#live').textContent === 'live'`)
+	require.False(t, eval[bool](t, b, present("#reducing")), "not reducing before the reduce task starts")
+
+	ready, err := st.GetJob(ctx, job.ID)
+	require.NoError(t, err)
+	started, err := st.StartReduce(ctx, job.ID, ready.Version)
+	require.NoError(t, err)
+	require.True(t, started)
+	publish()
+	events.Notify(job.ID)
+	b.until(t, "reducing, from a progress event", present("#reducing"))
+	b.until(t, "the reduce task in the task table", `[...document.querySelectorAll('#tasks tr[data-task-id="0"] td')].some((td) => td.textContent === '0 (reduce)')`)
+	require.Contains(t, eval[string](t, b, `document.querySelector('.kv').textContent`), "task total on queue reducers")
+
+	_, err = st.ApplyOutcomes(ctx, []store.Outcome{{JobID: job.ID, TaskID: warren.ReduceTaskID, State: warren.TaskCompleted,
+		Result: json.RawMessage(`{"total": 1}`), StartedAt: &now, FinishedAt: &now}})
+	require.NoError(t, err)
+	reduced, err := st.GetJob(ctx, job.ID)
+	require.NoError(t, err)
+	closed, err := st.FinishJob(ctx, job.ID, reduced.Version, warren.JobCompleted, []byte(`{"total": 1}`), "")
+	require.NoError(t, err)
+	require.True(t, closed)
+	events.Notify(job.ID)
+	b.until(t, "completed, from the closed event", `document.querySelector('#job-title .badge')?.textContent === 'completed' &&
+		document.querySelector('#live').textContent === 'closed'`)
+	require.False(t, eval[bool](t, b, present("#reducing")))
+	require.Empty(t, b.jsErrors(), "the page logged errors")
+}
