@@ -183,7 +183,7 @@ func (r *Responder) page(ctx context.Context, req protocol.OutcomesRequest) []by
 	)
 	buf.WriteString(`{"outcomes":[`)
 	err := r.cfg.Store.ScanOutcomes(ctx, req.JobID, req.After, func(o warren.TaskOutcome) error {
-		item, err := json.Marshal(protocol.TaskOutcome{TaskID: o.TaskID, State: string(o.State), Result: validResult(o.Result), Error: o.Error})
+		item, err := encodeOutcome(o)
 		if err != nil {
 			return fmt.Errorf("task %d: %w", o.TaskID, err)
 		}
@@ -211,18 +211,20 @@ func (r *Responder) page(ctx context.Context, req protocol.OutcomesRequest) []by
 	return buf.Bytes()
 }
 
-// validResult returns result as an answer can carry it: nil when it is
-// empty, and as a JSON string when it is not JSON (a store keeps results
-// byte for byte; warren's workers only ever send JSON).
-func validResult(result json.RawMessage) json.RawMessage {
-	if len(result) == 0 {
-		return nil
+// encodeOutcome is one outcome of a page. Marshalling validates the
+// result once; one that is not JSON (a store keeps results byte for
+// byte; warren's workers only ever send JSON) goes as a JSON string.
+func encodeOutcome(o warren.TaskOutcome) ([]byte, error) {
+	w := protocol.TaskOutcome{TaskID: o.TaskID, State: string(o.State), Error: o.Error}
+	if len(o.Result) > 0 {
+		w.Result = o.Result
 	}
-	if json.Valid(result) {
-		return result
+	item, err := json.Marshal(w)
+	if err == nil || w.Result == nil {
+		return item, err
 	}
-	s, _ := json.Marshal(string(result))
-	return s
+	w.Result, _ = json.Marshal(string(o.Result))
+	return json.Marshal(w)
 }
 
 // errorAnswer is an error answer's body.

@@ -16,7 +16,7 @@ import (
 // rows per job counts its pending tasks.
 func (t *tx) PendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow, error) {
 	rows, err := t.tx.Query(ctx, `
-		SELECT j.id, j.priority, j.batch_size, j.queue, j.reduce_task, j.reduce_state, j.expected_tasks,
+		SELECT j.id, j.priority, j.batch_size, j.queue, CASE WHEN j.reduce_state = 'running' THEN j.reduce_task END, j.reduce_state, j.expected_tasks,
 			(SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT $1) p)
 		FROM jobs j
 		WHERE j.state IN ('pending', 'running')

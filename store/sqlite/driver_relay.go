@@ -15,7 +15,7 @@ import (
 // tasks counted up to ?1. jobs_open walks the open jobs in seq order and
 // tasks_by_state counts a job's pending range, reading at most ?1 rows of
 // it.
-const pendingJobsSQL = `SELECT j.id, j.priority, j.batch_size, j.queue, j.reduce_task, j.reduce_state, j.expected_tasks,
+const pendingJobsSQL = `SELECT j.id, j.priority, j.batch_size, j.queue, CASE WHEN j.reduce_state = 'running' THEN j.reduce_task END, j.reduce_state, j.expected_tasks,
 	(SELECT count(*) FROM (SELECT 1 FROM tasks AS t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT ?1))
 	FROM jobs AS j INDEXED BY jobs_open
 	WHERE j.state IN ('pending', 'running')

@@ -51,7 +51,9 @@ type RelayTx interface {
 // PendingJobRow is an open job as PendingJobs reads it.
 type PendingJobRow struct {
 	store.PendingJob
-	// ReduceTask is the job's warren.Policy.ReduceTask (nil for none).
+	// ReduceTask is the job's warren.Policy.ReduceTask while it reduces
+	// (ReduceState warren.ReduceRunning), nil otherwise: a driver reads
+	// it only then, not for every open job in every round.
 	ReduceTask *warren.ReduceTask
 	// ReduceState is the job's warren.Job.ReduceState.
 	ReduceState string
