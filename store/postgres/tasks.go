@@ -89,43 +89,7 @@ func scanTaskRecord(row pgx.CollectableRow) (warren.TaskRecord, error) {
 // error from fn stops the scan and is returned as it is. An unknown job:
 // warren.ErrNotFound.
 func (s *Store) ScanResults(ctx context.Context, jobID string, fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error {
-	// EXISTS: the tasks of a deleted job outlive its row until they are
-	// purged, and are not its results.
-	rows, err := s.pool.Query(ctx, `SELECT task_id, state, result FROM tasks
-		WHERE job_id = $1 AND task_id > 0 AND EXISTS (SELECT 1 FROM jobs WHERE id = $1)
-		ORDER BY task_id`, jobID)
-	if err != nil {
-		return fmt.Errorf("postgres: scan results of job %q: %w", jobID, err)
-	}
-	defer rows.Close()
-	seen := false
-	for rows.Next() {
-		seen = true
-		var (
-			taskID int64
-			state  string
-			result []byte
-		)
-		if err := rows.Scan(&taskID, &state, &result); err != nil {
-			return fmt.Errorf("postgres: scan results of job %q: %w", jobID, err)
-		}
-		if err := fn(taskID, warren.TaskState(state), result); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("postgres: scan results of job %q: %w", jobID, err)
-	}
-	if !seen {
-		exists, err := s.jobExists(ctx, s.pool, jobID)
-		if err != nil {
-			return err
-		}
-		if !exists {
-			return notFound(jobID)
-		}
-	}
-	return nil
+	return s.ScanOutcomes(ctx, jobID, 0, func(o warren.TaskOutcome) error { return fn(o.TaskID, o.State, o.Result) })
 }
 
 // GetTask returns task taskID of job jobID. An unknown job or task:

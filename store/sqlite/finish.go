@@ -11,42 +11,12 @@ import (
 )
 
 // ScanResults calls fn for each map task of job jobID (task_id > 0: never
-// the reduce task) in task id order with
-// its state and result (nil when it has none), reading the rows as a
-// stream inside one read transaction, so fn sees one consistent snapshot.
-// An unknown job wraps warren.ErrNotFound; an error from fn is returned as
-// it is.
+// the reduce task) in task id order with its state and result (nil when
+// it has none): ScanOutcomes from the first, so fn sees one consistent
+// snapshot. An unknown job wraps warren.ErrNotFound; an error from fn is
+// returned as it is.
 func (s *Store) ScanResults(ctx context.Context, jobID string, fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error {
-	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return fmt.Errorf("sqlite: scan results of %s: %w", jobID, err)
-	}
-	defer tx.Rollback()
-	if _, err := getJob(ctx, tx, "id = ?", jobID); err != nil {
-		return fmt.Errorf("sqlite: scan results of %s: %w", jobID, err)
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT task_id, state, result FROM tasks WHERE job_id = ? AND task_id > 0 ORDER BY task_id`, jobID)
-	if err != nil {
-		return fmt.Errorf("sqlite: scan results of %s: %w", jobID, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id     int64
-			state  string
-			result []byte
-		)
-		if err := rows.Scan(&id, &state, &result); err != nil {
-			return fmt.Errorf("sqlite: scan results of %s: %w", jobID, err)
-		}
-		if err := fn(id, warren.TaskState(state), nilIfEmpty(result)); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("sqlite: scan results of %s: %w", jobID, err)
-	}
-	return nil
+	return s.ScanOutcomes(ctx, jobID, 0, func(o warren.TaskOutcome) error { return fn(o.TaskID, o.State, o.Result) })
 }
 
 // ScanOutcomes calls fn for each map task of job jobID above after (and
