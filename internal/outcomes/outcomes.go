@@ -137,10 +137,18 @@ func (r *Responder) answer(ctx context.Context, body []byte) []byte {
 	if err != nil {
 		return errorAnswer(protocol.OutcomesBadRequest, err.Error())
 	}
-	if code, msg := r.check(ctx, req); code != "" {
+	code, msg := r.check(ctx, req)
+	if code == "" {
+		code, msg = r.page(ctx, req)
+	}
+	if code == protocol.OutcomesUnavailable && ctx.Err() == nil {
+		r.cfg.Logger.Warn("outcomes: the store could not be read; the reduce task is retried", "job_id", req.JobID,
+			"generation", req.Generation, "after", req.After, "error", msg)
+	}
+	if code != "" {
 		return errorAnswer(code, msg)
 	}
-	return r.page(ctx, req)
+	return []byte(msg)
 }
 
 // check reports whether the job is reducing at the request's generation:
@@ -173,8 +181,9 @@ func (r *Responder) check(ctx context.Context, req protocol.OutcomesRequest) (co
 const pageOverhead = 64
 
 // page reads the outcomes after req.After into one answer no larger than
-// MaxMessageBytes (at least one outcome, whatever its size).
-func (r *Responder) page(ctx context.Context, req protocol.OutcomesRequest) []byte {
+// MaxMessageBytes (at least one outcome, whatever its size): code "" and
+// the answer's body, or an error code and its message.
+func (r *Responder) page(ctx context.Context, req protocol.OutcomesRequest) (code, body string) {
 	var (
 		buf  bytes.Buffer
 		n    int
@@ -200,7 +209,7 @@ func (r *Responder) page(ctx context.Context, req protocol.OutcomesRequest) []by
 		return nil
 	})
 	if err != nil && !errors.Is(err, errPageFull) {
-		return errorAnswer(protocol.OutcomesUnavailable, "reading the outcomes: "+err.Error())
+		return protocol.OutcomesUnavailable, "reading the outcomes: " + err.Error()
 	}
 	buf.WriteString(`]`)
 	if full {
@@ -208,7 +217,7 @@ func (r *Responder) page(ctx context.Context, req protocol.OutcomesRequest) []by
 		buf.WriteString(strconv.FormatInt(last, 10))
 	}
 	buf.WriteString(`}`)
-	return buf.Bytes()
+	return "", buf.String()
 }
 
 // encodeOutcome is one outcome of a page. Marshalling validates the
