@@ -595,14 +595,19 @@ func (c *Client) ReplayDeadLetters(ctx context.Context, jobID string, limit int)
 // PurgeDeadLetters deletes the dead letters of job jobID (every one when
 // empty) and returns how many it deleted.
 func (c *Client) PurgeDeadLetters(ctx context.Context, jobID string) (int, error) {
-	body, err := filterBody(jobID, 0)
-	if err != nil {
-		return 0, err
+	// The API purges every dead letter only when asked to in so many
+	// words: a body that names nothing is refused.
+	var body io.Reader = strings.NewReader(`{"all": true}`)
+	if jobID != "" {
+		var err error
+		if body, err = filterBody(jobID, 0); err != nil {
+			return 0, err
+		}
 	}
 	var out struct {
 		Purged int `json:"purged"`
 	}
-	err = c.do(ctx, http.MethodPost, "/v1/deadletters/purge", "application/json", "", body, &out)
+	err := c.do(ctx, http.MethodPost, "/v1/deadletters/purge", "application/json", "", body, &out)
 	return out.Purged, err
 }
 

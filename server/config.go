@@ -217,6 +217,16 @@ type Config struct {
 	// jobs past their retention; 0 means DefaultRetentionInterval.
 	RetentionInterval time.Duration
 
+	// AllowedHosts are host names the API answers to, besides localhost
+	// and IP addresses and Listen's own host name, when it has no Tokens:
+	// without tokens, a request whose Host header names another gets 421
+	// (so that a page whose name its attacker points at the server, DNS
+	// rebinding, reads nothing), and a state-changing request a browser
+	// sends from another origin gets 403 (docs/operations.md, "A server
+	// without tokens"). Name here what a proxy on the same host, or a
+	// name of the machine, reaches the server by.
+	AllowedHosts []string
+
 	// WebhookAllowPrivate lets jobs' webhooks go to loopback, private
 	// (RFC 1918, fc00::/7), link-local, shared (100.64.0.0/10) and other
 	// non-public addresses. By default a submission whose webhook URL is,

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -212,6 +213,7 @@ func (s *Server) start(ctx context.Context) (err error) {
 		Retention:           s.cfg.Retention,
 		DeadLetters:         deadLetters{s},
 		WebhookAllowPrivate: s.cfg.WebhookAllowPrivate,
+		AllowedHosts:        s.allowedHosts(),
 		Ready:               s.brokerReady,
 		OnSubmit:            func(string) { s.WakeRelay() },
 		OnRedrive:           func(string) { s.WakeRelay() },
@@ -475,6 +477,17 @@ func (s *Server) CloseJob(ctx context.Context, jobID string) error {
 		return errDisconnected
 	}
 	return bs.agg.CloseJob(ctx, jobID)
+}
+
+// allowedHosts are the host names the API answers to without tokens
+// (besides localhost and IP addresses): Config.AllowedHosts and the
+// listen address's own name.
+func (s *Server) allowedHosts() []string {
+	hosts := slices.Clone(s.cfg.AllowedHosts)
+	if host, _, err := net.SplitHostPort(s.cfg.Listen); err == nil && host != "" {
+		hosts = append(hosts, host)
+	}
+	return hosts
 }
 
 // newSweeper returns the retention sweeper: it deletes the jobs past

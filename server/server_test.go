@@ -176,7 +176,7 @@ func TestServerLimitsUploadsAndIdleConnections(t *testing.T) {
 	conn, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer conn.Close()
-	_, err = io.WriteString(conn, "POST /v1/jobs HTTP/1.1\r\nHost: warren\r\nContent-Type: application/x-ndjson\r\nContent-Length: 100\r\n\r\n{\"type\":\"echo\"}\n")
+	_, err = io.WriteString(conn, "POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-ndjson\r\nContent-Length: 100\r\n\r\n{\"type\":\"echo\"}\n")
 	require.NoError(t, err)
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
 	r := bufio.NewReader(conn)
@@ -192,7 +192,7 @@ func TestServerLimitsUploadsAndIdleConnections(t *testing.T) {
 	idle, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer idle.Close()
-	_, err = io.WriteString(idle, "GET /healthz HTTP/1.1\r\nHost: warren\r\n\r\n")
+	_, err = io.WriteString(idle, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
 	require.NoError(t, err)
 	require.NoError(t, idle.SetReadDeadline(time.Now().Add(10*time.Second)))
 	r = bufio.NewReader(idle)
@@ -273,4 +273,44 @@ func waitSweep[T any](t *testing.T, sweeps <-chan T) T {
 		var zero T
 		return zero
 	}
+}
+
+// A server without tokens answers to localhost, IP addresses, its listen
+// address's name and Config.AllowedHosts, and to no other Host: a page
+// whose name an attacker points at 127.0.0.1 (DNS rebinding) reads
+// nothing. A state-changing request a browser sends from another origin
+// is refused.
+func TestServerWithoutTokensAnswersOnlyToItsOwnNames(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	cfg.Listen = "localhost:0"
+	cfg.AllowedHosts = []string{"warren.internal"}
+	srv, err := server.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, srv.Stop()) })
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(srv.URL(), "http://"))
+	require.NoError(t, err)
+
+	call := func(method, host, origin string) int {
+		req, err := http.NewRequestWithContext(t.Context(), method, srv.URL()+"/v1/jobs", strings.NewReader(`{"type":"echo","tasks":[1]}`))
+		require.NoError(t, err)
+		req.Host = host
+		req.Header.Set("Content-Type", "application/json")
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, host := range []string{"localhost:" + port, "127.0.0.1:" + port, "warren.internal:" + port} {
+		require.Equal(t, http.StatusOK, call(http.MethodGet, host, ""), host)
+	}
+	require.Equal(t, http.StatusMisdirectedRequest, call(http.MethodGet, "rebound.example:"+port, ""))
+	require.Equal(t, http.StatusMisdirectedRequest, call(http.MethodPost, "rebound.example:"+port, ""))
+	require.Equal(t, http.StatusForbidden, call(http.MethodPost, "localhost:"+port, "https://attacker.example"))
+	require.Equal(t, http.StatusAccepted, call(http.MethodPost, "localhost:"+port, "http://localhost:"+port), "the dashboard's own origin")
+	require.Equal(t, http.StatusAccepted, call(http.MethodPost, "localhost:"+port, ""), "a client that is not a browser")
 }

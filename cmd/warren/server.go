@@ -33,6 +33,7 @@ type serverFlags struct {
 	retention   retentionFlag
 
 	webhookAllowPrivate bool
+	allowedHosts        string
 	tlsCert, tlsKey     string
 }
 
@@ -68,6 +69,8 @@ func (f *serverFlags) register(fs *flagSet, env *environment) {
 		"message bytes the server holds at once: bounds the aggregator's prefetch and the relay's claim")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long requests in progress may take to finish")
 	fs.IntVar(&f.replicas, "quorum-replicas", 0, quorumReplicasUsage)
+	fs.StringVar(&f.allowedHosts, "allowed-hosts", "",
+		"without API tokens, the host names besides localhost, IP addresses and --listen's the API answers to, comma-separated (a proxy's, the machine's)")
 	fs.BoolVar(&f.webhookAllowPrivate, "webhook-allow-private", false,
 		"let job webhooks go to loopback, private, link-local and other non-public addresses, refused by default")
 }
@@ -93,6 +96,7 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 		AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
 		Retention:           time.Duration(f.retention),
 		WebhookAllowPrivate: f.webhookAllowPrivate,
+		AllowedHosts:        splitList(f.allowedHosts),
 		Logger:              env.logger,
 	}, nil
 }
@@ -107,6 +111,7 @@ var serverFields = map[string]string{
 	"IdleTimeout": "idle-timeout", "RelayBatchSize": "relay-batch", "MaxMessageBytes": "max-message-bytes",
 	"MaxInflightBytes": "max-inflight-bytes", "RelayWindow": "relay-window", "AggregatorBatchSize": "aggregator-batch",
 	"AggregatorLinger": "aggregator-linger", "Retention": "retention", "WebhookAllowPrivate": "webhook-allow-private",
+	"AllowedHosts": "allowed-hosts",
 }
 
 // newServer returns the server cfg configures: server.New checks every
@@ -198,4 +203,16 @@ func runServer(ctx context.Context, args []string, env *environment) error {
 	err = s.Stop()
 	env.logger.Info("warren server stopped", "uptime", time.Since(start).Round(time.Second))
 	return err
+}
+
+// splitList splits a comma-separated list, leaving out empty entries and
+// the white space around each.
+func splitList(list string) []string {
+	var out []string
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -136,3 +136,22 @@ func TestServerWebhookAllowPrivateFlag(t *testing.T) {
 	_, err := serverConfig(t, map[string]string{"WARREN_WEBHOOK_ALLOW_PRIVATE": "yes please"})
 	require.ErrorContains(t, err, `WARREN_WEBHOOK_ALLOW_PRIVATE: "yes please" is not a boolean`)
 }
+
+// --allowed-hosts (WARREN_ALLOWED_HOSTS) is a comma-separated list, empty
+// by default.
+func TestServerAllowedHostsFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		vars map[string]string
+		args []string
+		want []string
+	}{
+		{nil, nil, nil},
+		{map[string]string{"WARREN_ALLOWED_HOSTS": "warren.internal, box ,"}, nil, []string{"warren.internal", "box"}},
+		{map[string]string{"WARREN_ALLOWED_HOSTS": "a"}, []string{"--allowed-hosts", "b,c"}, []string{"b", "c"}},
+	} {
+		cfg, err := serverConfig(t, tc.vars, tc.args...)
+		require.NoError(t, err, "%v %v", tc.vars, tc.args)
+		require.Equal(t, tc.want, cfg.AllowedHosts, "%v %v", tc.vars, tc.args)
+	}
+}

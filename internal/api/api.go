@@ -134,6 +134,15 @@ type Config struct {
 	// Queues reads warren's queues for GET /v1/queues. nil means that
 	// route answers 503.
 	Queues func(ctx context.Context) ([]Queue, error)
+	// AllowedHosts are the host names, besides localhost (and names
+	// under it) and IP addresses, that a handler without Tokens answers
+	// to: a request whose Host header names another gets 421, so that a
+	// page whose name its attacker points at the server (DNS rebinding)
+	// reads nothing. Such a handler also refuses, with 403, every
+	// state-changing request a browser sends from another origin than
+	// the request's own host or one of these. With Tokens, neither check
+	// applies: a page of another origin holds no token.
+	AllowedHosts []string
 	// WebhookAllowPrivate accepts webhook URLs whose host is, or resolves
 	// to, a loopback, private, link-local or other non-public address
 	// (webhooks.Forbidden); by default such a submission is refused with
@@ -221,13 +230,15 @@ func (c Config) validate() error {
 
 // server holds what the handlers share.
 type server struct {
-	cfg     Config
-	tracer  trace.Tracer
-	rules   rules // what a submission is checked against
-	log     *slog.Logger
-	auth    *authenticator
-	mux     *http.ServeMux
-	events  *Events  // the hub of the event streams
+	cfg    Config
+	tracer trace.Tracer
+	rules  rules // what a submission is checked against
+	log    *slog.Logger
+	auth   *authenticator
+	mux    *http.ServeMux
+	events *Events // the hub of the event streams
+	// guard refuses other hosts and cross-origin writes; nil with tokens.
+	guard   *originGuard
 	methods []string // every method some route answers, for 405's Allow
 	metrics http.Handler
 	// unmatched answers requests no route matches (noRoute, instrumented).
@@ -279,6 +290,9 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	s := &server{cfg: cfg, tracer: spans.Tracer(cfg.TracerProvider), log: slog.New(requestIDHandler{cfg.Logger.Handler()}), auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(),
 		rules: rules{reducers: cfg.Reducers, tiers: cfg.RetryTiers, maxTaskBytes: cfg.MaxTaskBytes}}
+	if !s.auth.enabled() {
+		s.guard = newOriginGuard(cfg.AllowedHosts)
+	}
 	if err := s.useEvents(); err != nil {
 		return nil, err
 	}
@@ -322,6 +336,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = withRequestID(w, r)
 	defer s.recoverPanic(w, r)
 	r.Body = timeBody(w, r.Body, s.cfg.BodyTimeout)
+	if s.guard != nil {
+		if aerr := s.guard.check(r); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+	}
 	if _, pattern := s.mux.Handler(r); pattern != "" {
 		s.mux.ServeHTTP(w, r)
 		return

@@ -101,7 +101,7 @@ func (s *server) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	f, aerr := readFilter(w, r, true)
+	f, aerr := readFilter(w, r, filterReplay)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -122,7 +122,7 @@ func (s *server) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	f, aerr := readFilter(w, r, false)
+	f, aerr := readFilter(w, r, filterPurge)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -173,20 +173,39 @@ func (s *server) deadLetterError(w http.ResponseWriter, r *http.Request, err err
 	writeError(w, errorf(http.StatusInternalServerError, codeInternal, "internal error%s", done))
 }
 
-// readFilter reads the optional JSON body of a replay or a purge:
-// {"job_id"}, and {"limit"} when withLimit. An empty body is no filter.
-func readFilter(w http.ResponseWriter, r *http.Request, withLimit bool) (deadletters.Filter, *apiError) {
+// errPurgeWhat refuses a purge that names neither a job nor every dead
+// letter (or names both).
+var errPurgeWhat = errorf(http.StatusUnprocessableEntity, codeValidation,
+	`say which dead letters to purge: {"job_id": "ID"} for one job's, or {"all": true} for every one`)
+
+// filterOp is the dead-letter operation whose filter readFilter reads.
+type filterOp int
+
+const (
+	// filterReplay: {"job_id", "limit"}, every field optional; an empty
+	// body replays every dead letter.
+	filterReplay filterOp = iota
+	// filterPurge: {"job_id"} or {"all": true}; purging every dead letter
+	// must be asked for, never the meaning of a body left empty.
+	filterPurge
+)
+
+// readFilter reads the JSON body of a replay or a purge (filterOp says
+// which fields it takes). A body must say it is JSON: one without a
+// Content-Type is refused as a browser's simple request would be.
+func readFilter(w http.ResponseWriter, r *http.Request, op filterOp) (deadletters.Filter, *apiError) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxDeadLetterBody))
 	if err != nil {
 		return deadletters.Filter{}, bodyError(err)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
+		if op == filterPurge {
+			return deadletters.Filter{}, errPurgeWhat
+		}
 		return deadletters.Filter{}, nil
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if media, _, err := mime.ParseMediaType(ct); err != nil || media != mediaJSON {
-			return deadletters.Filter{}, errorf(http.StatusUnsupportedMediaType, codeUnsupportedMedia, "Content-Type must be %s", mediaJSON)
-		}
+	if media, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || media != mediaJSON {
+		return deadletters.Filter{}, errorf(http.StatusUnsupportedMediaType, codeUnsupportedMedia, "Content-Type must be %s", mediaJSON)
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil {
@@ -195,22 +214,24 @@ func readFilter(w http.ResponseWriter, r *http.Request, withLimit bool) (deadlet
 		}
 		return deadletters.Filter{}, bodyError(err)
 	}
-	var f deadletters.Filter
+	var (
+		f   deadletters.Filter
+		all bool
+	)
 	for key, raw := range fields {
 		var target any
 		switch {
 		case key == "job_id":
 			target = &f.JobID
-		case key == "limit" && withLimit:
+		case key == "limit" && op == filterReplay:
 			target = &f.Limit
+		case key == "all" && op == filterPurge:
+			target = &all
 		default:
 			return deadletters.Filter{}, errorf(http.StatusBadRequest, codeUnknownField, "unknown field %q", key)
 		}
 		if err := json.Unmarshal(raw, target); err != nil {
-			want := "a string"
-			if key == "limit" {
-				want = "an integer"
-			}
+			want := map[string]string{"job_id": "a string", "limit": "an integer", "all": "a boolean"}[key]
 			return deadletters.Filter{}, errorf(http.StatusBadRequest, codeInvalidType, "%s must be %s, got %s", key, want, jsonKind(raw))
 		}
 		if key == "limit" && string(raw) != "null" && f.Limit < 1 {
@@ -219,6 +240,9 @@ func readFilter(w http.ResponseWriter, r *http.Request, withLimit bool) (deadlet
 	}
 	if !validText(f.JobID) {
 		return deadletters.Filter{}, errorf(http.StatusUnprocessableEntity, codeValidation, "job_id must be UTF-8 without control characters")
+	}
+	if op == filterPurge && (f.JobID == "") == !all {
+		return deadletters.Filter{}, errPurgeWhat
 	}
 	return f, nil
 }

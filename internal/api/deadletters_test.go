@@ -126,11 +126,11 @@ func TestReplayDeadLetters(t *testing.T) {
 	}
 	resp := b.postJSON(t, "/v1/deadletters/replay", `{"job_id":"j1","limit":5}`)
 	require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
-	resp = b.do(t, http.MethodPost, "/v1/deadletters/replay", strings.NewReader(`{"limit":1}`)) // no Content-Type: JSON anyway
-	require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
+	resp = b.do(t, http.MethodPost, "/v1/deadletters/replay", strings.NewReader(`{"limit":1}`)) // no Content-Type: a browser's simple request
+	requireError(t, resp, http.StatusUnsupportedMediaType, "unsupported_media_type")
 	resp = b.do(t, http.MethodPost, "/v1/deadletters/replay", strings.NewReader(`{"job_id":"j2"}`), "Content-Type", "application/json; charset=utf-8")
 	require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
-	require.Equal(t, []string{"replay /0", "replay /0", "replay /0", "replay /0", "replay j1/5", "replay /1", "replay j2/0"}, fake.recorded())
+	require.Equal(t, []string{"replay /0", "replay /0", "replay /0", "replay /0", "replay j1/5", "replay j2/0"}, fake.recorded())
 
 	requireBadFilters(t, b, "/v1/deadletters/replay", fake, map[string]string{
 		`{"limit":0}`:                    "validation_failed",
@@ -179,7 +179,7 @@ func TestPurgeDeadLetters(t *testing.T) {
 	fake := &fakeDeadLetters{purged: 4}
 	b := setup(t, withDeadLetters(fake, options{}))
 
-	resp := b.postJSON(t, "/v1/deadletters/purge", "")
+	resp := b.postJSON(t, "/v1/deadletters/purge", `{"all": true}`)
 	require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
 	require.JSONEq(t, `{"purged":4}`, string(resp.body))
 	resp = b.postJSON(t, "/v1/deadletters/purge", `{"job_id":"j1"}`)
@@ -187,10 +187,15 @@ func TestPurgeDeadLetters(t *testing.T) {
 	require.Equal(t, []string{"purge /0", "purge j1/0"}, fake.recorded())
 
 	requireBadFilters(t, b, "/v1/deadletters/purge", fake, map[string]string{
-		`{"limit":1}`:              "unknown_field",
-		`{"job_id":"\u0000"}`:      "validation_failed",
-		`{"job_id":["j1"]}`:        "invalid_type",
-		`{"job_id":"` + big + `"}`: "too_large",
+		`{"limit":1}`:               "unknown_field",
+		`{"all":"yes"}`:             "invalid_type",
+		"":                          "validation_failed", // purging every dead letter is asked for, never a default
+		`{}`:                        "validation_failed",
+		`{"all":false}`:             "validation_failed",
+		`{"all":true,"job_id":"j"}`: "validation_failed",
+		`{"job_id":"\u0000"}`:       "validation_failed",
+		`{"job_id":["j1"]}`:         "invalid_type",
+		`{"job_id":"` + big + `"}`:  "too_large",
 	})
 }
 
@@ -216,7 +221,7 @@ func TestDeadLetterErrors(t *testing.T) {
 		return []response{
 			b.get(t, "/v1/deadletters"),
 			b.postJSON(t, "/v1/deadletters/replay", `{"limit":5}`),
-			b.postJSON(t, "/v1/deadletters/purge", ""),
+			b.postJSON(t, "/v1/deadletters/purge", `{"all":true}`),
 		}
 	}
 	for _, resp := range call() {
@@ -259,6 +264,6 @@ func TestDeadLettersAuth(t *testing.T) {
 
 	require.Equal(t, http.StatusOK, b.get(t, "/v1/deadletters", bearer("r0")...).status)
 	require.Equal(t, http.StatusOK, b.postJSON(t, "/v1/deadletters/replay", "", bearer("a0")...).status)
-	require.Equal(t, http.StatusOK, b.postJSON(t, "/v1/deadletters/purge", "", bearer("a0")...).status)
+	require.Equal(t, http.StatusOK, b.postJSON(t, "/v1/deadletters/purge", `{"all":true}`, bearer("a0")...).status)
 	require.Equal(t, []string{"list /0", "replay /0", "purge /0"}, fake.recorded())
 }

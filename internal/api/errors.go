@@ -19,12 +19,14 @@ const (
 	codeInvalidParameter = "invalid_parameter"      // 400: a bad query parameter, header or webhook
 	codeUnauthorized     = "unauthorized"           // 401: no token, or not one the server knows
 	codeForbidden        = "forbidden"              // 403: the token lacks the scope
+	codeCrossOrigin      = "cross_origin"           // 403: a state-changing request from another origin (no tokens)
 	codeNotFound         = "not_found"              // 404: no such job, result or route
 	codeMethodNotAllowed = "method_not_allowed"     // 405
 	codeTimeout          = "request_timeout"        // 408: the request body stalled
 	codeConflict         = "conflict"               // 409: not possible in the job's state
 	codeTooLarge         = "too_large"              // 413: the body is over the limit
 	codeUnsupportedMedia = "unsupported_media_type" // 415
+	codeMisdirected      = "misdirected"            // 421: a Host the server does not answer to (no tokens)
 	codeValidation       = "validation_failed"      // 422: well-formed but not a valid job
 	codeKeyReused        = "idempotency_key_reused" // 422: an Idempotency-Key already used for another body
 	codeInternal         = "internal"               // 500: details are in the server's log

@@ -230,7 +230,7 @@ func rawPost(t *testing.T, b *testBundle, contentLength int, body string) net.Co
 	conn, err := net.Dial("tcp", strings.TrimPrefix(b.srv.URL, "http://"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	_, err = fmt.Fprintf(conn, "POST /v1/jobs HTTP/1.1\r\nHost: warren\r\nContent-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n%s",
+	_, err = fmt.Fprintf(conn, "POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n%s",
 		contentLength, body)
 	require.NoError(t, err)
 	return conn

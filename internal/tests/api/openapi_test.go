@@ -183,7 +183,7 @@ func TestOpenAPIAnswersOfARealServer(t *testing.T) {
 	b.check(t, http.StatusOK, http.MethodGet, "/v1/workers", readToken, "")
 	b.check(t, http.StatusOK, http.MethodGet, "/v1/queues", readToken, "")
 	b.check(t, http.StatusOK, http.MethodGet, "/v1/deadletters", readToken, "")
-	b.check(t, http.StatusOK, http.MethodPost, "/v1/deadletters/purge", adminToken, `{}`)
+	b.check(t, http.StatusOK, http.MethodPost, "/v1/deadletters/purge", adminToken, `{"all": true}`)
 
 	// What the document has no operation for.
 	b.check(t, http.StatusNotFound, http.MethodGet, "/v1/nothing", readToken, "")

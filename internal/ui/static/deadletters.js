@@ -109,7 +109,7 @@ export function deadLettersPage(root, { query, navigate }) {
     if (!(await confirmAction('Purge dead letters?', `This deletes ${what} from the queue for good. Their tasks stay failed.`, 'Purge'))) return;
     clearNotice();
     try {
-      const r = await post('/v1/deadletters/purge', job ? { job_id: job } : undefined);
+      const r = await post('/v1/deadletters/purge', job ? { job_id: job } : { all: true });
       notify(`Purged ${num(r.purged)}.`, 'ok');
     } catch (err) {
       notify(err.message, 'error');
