@@ -196,6 +196,13 @@ type Store interface {
 	// JobResult returns a closed job's stored reduced result. A job without
 	// one: warren.ErrNotFound.
 	JobResult(ctx context.Context, jobID string) ([]byte, error)
+	// JobResultRange returns up to n bytes of a closed job's stored
+	// reduced result from offset off (fewer at its end, none past it) and
+	// the whole result's size, reading no more of the result than about
+	// the range, so that a large result is served in chunks without ever
+	// being in memory whole. A job without one: warren.ErrNotFound. A
+	// negative off or n is an error.
+	JobResultRange(ctx context.Context, jobID string, off, n int64) (chunk []byte, size int64, err error)
 
 	// RedriveJob reopens a closed job that has failed tasks (a failed job,
 	// or one completed with tolerated failures) or whose reduce task

@@ -127,6 +127,31 @@ func (s *Store) JobResult(ctx context.Context, jobID string) ([]byte, error) {
 	return data, nil
 }
 
+// JobResultRange implements store.Store. substring of a bytea detoasts
+// only the slice it needs when the value is stored uncompressed, and at
+// worst decompresses it in the database, never in this process.
+func (s *Store) JobResultRange(ctx context.Context, jobID string, off, n int64) ([]byte, int64, error) {
+	if off < 0 || n < 0 {
+		return nil, 0, fmt.Errorf("postgres: result of job %q: range %d+%d is negative", jobID, off, n)
+	}
+	var (
+		chunk []byte
+		size  int64
+	)
+	err := s.pool.QueryRow(ctx, `SELECT octet_length(data), substring(data from $2 for $3) FROM job_results WHERE job_id = $1`,
+		jobID, off+1, n).Scan(&size, &chunk)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, 0, fmt.Errorf("postgres: result of job %q: %w", jobID, warren.ErrNotFound)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("postgres: result of job %q: %w", jobID, err)
+	}
+	if chunk == nil {
+		chunk = []byte{}
+	}
+	return chunk, size, nil
+}
+
 // JobErrors returns up to limit failed tasks of a job with their errors, in
 // task id order. limit <= 0 means store.DefaultPageSize. An unknown job:
 // warren.ErrNotFound.

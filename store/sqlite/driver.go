@@ -101,9 +101,7 @@ func (t *tx) CloseJob(ctx context.Context, c engine.JobClose) (warren.Job, bool,
 
 // PutResult implements engine.CloseTx.
 func (t *tx) PutResult(ctx context.Context, jobID string, data []byte) error {
-	_, err := t.tx.ExecContext(ctx, `INSERT INTO job_results (job_id, data) VALUES (?, ?)
-		ON CONFLICT (job_id) DO UPDATE SET data = excluded.data`, jobID, data)
-	return err
+	return putResult(ctx, t.tx, jobID, data)
 }
 
 // InsertDelivery implements engine.CloseTx.

@@ -102,16 +102,17 @@ func (t *tx) ReopenJob(ctx context.Context, r engine.JobReopen) (warren.Job, []b
 	if err != nil {
 		return warren.Job{}, nil, false, err
 	}
-	if !r.TakeResult {
-		_, err := t.tx.ExecContext(ctx, `DELETE FROM job_results WHERE job_id = ?`, r.ID)
-		return j, nil, err == nil, err
-	}
 	var result []byte
-	err = t.tx.QueryRowContext(ctx, `DELETE FROM job_results WHERE job_id = ? RETURNING data`, r.ID).Scan(&result)
-	if errors.Is(err, sql.ErrNoRows) {
-		return j, nil, true, nil
+	if r.TakeResult {
+		result, err = readResult(ctx, t.tx, r.ID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return j, nil, true, nil
+		}
+		if err != nil {
+			return warren.Job{}, nil, false, err
+		}
 	}
-	if err != nil {
+	if err := deleteResult(ctx, t.tx, r.ID); err != nil {
 		return warren.Job{}, nil, false, err
 	}
 	return j, result, true, nil

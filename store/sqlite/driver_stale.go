@@ -295,6 +295,11 @@ func (t *tx) DeleteJobs(ctx context.Context, ids []string, at time.Time) (int, e
 	if _, err := t.tx.ExecContext(ctx, `DELETE FROM job_results WHERE job_id IN (SELECT value ->> 0 FROM json_each(?1))`, string(set)); err != nil {
 		return 0, err
 	}
+	// Foreign keys are off here (BeginDelete): a large result's parts go
+	// by name too.
+	if _, err := t.tx.ExecContext(ctx, `DELETE FROM job_result_parts WHERE job_id IN (SELECT value ->> 0 FROM json_each(?1))`, string(set)); err != nil {
+		return 0, err
+	}
 	if _, err := t.tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE job_id IN (SELECT value ->> 0 FROM json_each(?1))`, string(set)); err != nil {
 		return 0, err
 	}

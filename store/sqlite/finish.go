@@ -62,8 +62,7 @@ func (s *Store) ScanOutcomes(ctx context.Context, jobID string, after int64, fn 
 // JobResult returns the reduced result FinishJob stored for job jobID, or
 // an error wrapping warren.ErrNotFound when there is none.
 func (s *Store) JobResult(ctx context.Context, jobID string) ([]byte, error) {
-	var data []byte
-	err := s.r.QueryRowContext(ctx, `SELECT data FROM job_results WHERE job_id = ?`, jobID).Scan(&data)
+	data, err := readResult(ctx, s.r, jobID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("sqlite: result of job %s: %w", jobID, warren.ErrNotFound)
 	}

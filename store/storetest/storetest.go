@@ -52,6 +52,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ApplyOutcomes", testApplyOutcomes},
 		{"JobsToClose", testJobsToClose},
 		{"FinishJob", testFinishJob},
+		{"JobResultRange", testJobResultRange},
 		{"ScanResults", testScanResults},
 		{"JobErrors", testJobErrors},
 		{"TaskTimeline", testTaskTimeline},
