@@ -54,6 +54,9 @@ const DefaultMaxTaskBytes = 1 << 20
 // DefaultBodyTimeout is Config.BodyTimeout when it is 0.
 const DefaultBodyTimeout = 30 * time.Second
 
+// DefaultResultWriteTimeout is Config.ResultWriteTimeout when it is 0.
+const DefaultResultWriteTimeout = 30 * time.Second
+
 // probeTimeout bounds the store (and Ready) checks of /readyz and the
 // store check that tells 503 from 500 after a failed store call.
 const probeTimeout = 2 * time.Second
@@ -84,6 +87,12 @@ type Config struct {
 	// server (http.ResponseController); with another, bodies are not
 	// timed. 0 means DefaultBodyTimeout.
 	BodyTimeout time.Duration
+	// ResultWriteTimeout is how long the API may take to write each chunk
+	// of a job's result (GET /v1/jobs/{id}/result, read from the store in
+	// chunks of 256 KiB): a client that reads slower than a chunk in that
+	// time is cut, so that stalled readers hold neither memory nor
+	// connections. 0 means DefaultResultWriteTimeout.
+	ResultWriteTimeout time.Duration
 	// RetryTiers are the server's retry tiers: a job whose task_timeout
 	// does not outlast the retry delays its tasks may wait in them is
 	// refused with 422. nil means protocol.DefaultRetryTiers.
@@ -181,6 +190,9 @@ func (c Config) withDefaults() Config {
 	if c.BodyTimeout == 0 {
 		c.BodyTimeout = DefaultBodyTimeout
 	}
+	if c.ResultWriteTimeout == 0 {
+		c.ResultWriteTimeout = DefaultResultWriteTimeout
+	}
 	if len(c.RetryTiers) == 0 {
 		c.RetryTiers = protocol.DefaultRetryTiers
 	}
@@ -208,6 +220,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxTaskBytes < 0 {
 		return fmt.Errorf("api: Config.MaxTaskBytes must be >= 0, got %d", c.MaxTaskBytes)
+	}
+	if c.ResultWriteTimeout < 0 {
+		return fmt.Errorf("api: Config.ResultWriteTimeout must be >= 0, got %s", c.ResultWriteTimeout)
 	}
 	if c.BodyTimeout < 0 {
 		return fmt.Errorf("api: Config.BodyTimeout must be >= 0, got %s", c.BodyTimeout)

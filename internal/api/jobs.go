@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -373,7 +374,7 @@ func (s *server) getResult(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusConflict, codeConflict, "job %q is %s: its result is available once it is completed", id, job.State))
 		return
 	}
-	result, err := s.cfg.Store.JobResult(r.Context(), id)
+	chunk, size, err := s.cfg.Store.JobResultRange(r.Context(), id, 0, resultChunkBytes)
 	if errors.Is(err, warren.ErrNotFound) {
 		writeError(w, errorf(http.StatusNotFound, codeNotFound, "job %q completed without a stored result", id))
 		return
@@ -384,9 +385,56 @@ func (s *server) getResult(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Content-Length", strconv.Itoa(len(result)))
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(result)
+	s.streamResult(w, r, id, chunk, size)
+}
+
+// resultChunkBytes is how much of a result the API reads from the store
+// and writes at a time: what one request for a result holds, however
+// large the result.
+const resultChunkBytes = 256 << 10
+
+// streamResult writes job id's result of size bytes, whose first chunk
+// is read already, a chunk at a time, each under Config.ResultWriteTimeout:
+// a client that reads too slowly is cut, so that no reader holds the
+// server's memory, or a connection, for ever. A result that changes size
+// meanwhile (a redrive closed the job again) is cut too: its client sees
+// fewer bytes than Content-Length said.
+func (s *server) streamResult(w http.ResponseWriter, r *http.Request, id string, chunk []byte, size int64) {
+	rc := http.NewResponseController(w)
+	for off := int64(0); ; {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.ResultWriteTimeout))
+		if _, err := w.Write(chunk); err != nil {
+			s.log.InfoContext(r.Context(), "api: result not read in time; cut", "job_id", id, "written", off, "size", size, "error", err)
+			// Closed at once: net/http would flush what is left first,
+			// with no deadline.
+			panic(http.ErrAbortHandler)
+		}
+		off += int64(len(chunk))
+		if off >= size {
+			// The deadline must not outlive the response: the
+			// connection may serve more requests, and net/http sets
+			// none of its own here.
+			if err := rc.Flush(); err != nil {
+				panic(http.ErrAbortHandler)
+			}
+			_ = rc.SetWriteDeadline(time.Time{})
+			return
+		}
+		next, n, err := s.cfg.Store.JobResultRange(r.Context(), id, off, resultChunkBytes)
+		if err == nil && n != size {
+			err = fmt.Errorf("the result changed size from %d to %d bytes", size, n)
+		}
+		if err == nil && len(next) == 0 {
+			err = fmt.Errorf("the result ended at %d of %d bytes", off, size)
+		}
+		if err != nil {
+			s.log.WarnContext(r.Context(), "api: result cut short", "job_id", id, "written", off, "size", size, "error", err)
+			panic(http.ErrAbortHandler) // the client must see a short body, not a complete one
+		}
+		chunk = next
+	}
 }
 
 // cancelJob handles POST /v1/jobs/{id}/cancel.
