@@ -41,6 +41,9 @@ const (
 	// DefaultMaxResultBytes is the largest reduced result a job may have
 	// when Config.MaxResultBytes is 0: 64 MiB.
 	DefaultMaxResultBytes = aggregator.DefaultMaxResultBytes
+	// DefaultMaxMetadataBytes is the largest job metadata the API
+	// accepts when Config.MaxMetadataBytes is 0: 64 KiB.
+	DefaultMaxMetadataBytes = api.DefaultMaxMetadataBytes
 	// DefaultMaxTaskBytes is the largest task payload the API accepts
 	// when Config.MaxTaskBytes is 0: 1 MiB.
 	DefaultMaxTaskBytes = api.DefaultMaxTaskBytes
@@ -134,6 +137,12 @@ type Config struct {
 	// over its max_message_size (16 MiB by default on RabbitMQ 4), with
 	// batch_size payloads in one message.
 	MaxTaskBytes int64
+	// MaxMetadataBytes is the largest metadata a submission may give a
+	// job, in bytes as submitted; a larger one is refused with 413, and
+	// nothing is written. Metadata is shown with the job wherever it is
+	// read (a listing leaves out metadata over 1 KiB). 0 means
+	// DefaultMaxMetadataBytes.
+	MaxMetadataBytes int64
 	// MaxResultBytes is the largest reduced result a job may have: a job
 	// whose reduce gives more fails with an error that says so, instead
 	// of storing it. 0 means DefaultMaxResultBytes.
@@ -304,6 +313,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxTaskBytes == 0 {
 		c.MaxTaskBytes = DefaultMaxTaskBytes
 	}
+	if c.MaxMetadataBytes == 0 {
+		c.MaxMetadataBytes = DefaultMaxMetadataBytes
+	}
 	if c.BodyTimeout == 0 {
 		c.BodyTimeout = DefaultBodyTimeout
 	}
@@ -382,6 +394,8 @@ func (c Config) validate() error {
 		return fieldError("MaxResultBytes", "Config.MaxResultBytes must be >= 0, got %d", c.MaxResultBytes)
 	case c.MaxTaskBytes < 1:
 		return fieldError("MaxTaskBytes", "Config.MaxTaskBytes must be >= 1, got %d", c.MaxTaskBytes)
+	case c.MaxMetadataBytes < 1:
+		return fieldError("MaxMetadataBytes", "Config.MaxMetadataBytes must be >= 1, got %d", c.MaxMetadataBytes)
 	case c.BodyTimeout < 0:
 		return fieldError("BodyTimeout", "Config.BodyTimeout must be > 0, got %s", c.BodyTimeout)
 	case c.IdleTimeout < 0:

@@ -209,7 +209,7 @@ func (s *Server) start(ctx context.Context) (err error) {
 	}
 	handler, err := api.New(api.Config{
 		Store: s.store, Reducers: s.reducers, Tokens: s.cfg.Tokens, Gatherer: s.registry, Metrics: apiMetrics,
-		MaxBodyBytes: s.cfg.MaxBodyBytes, MaxTaskBytes: s.cfg.MaxTaskBytes, BodyTimeout: s.cfg.BodyTimeout, RetryTiers: s.tiers,
+		MaxBodyBytes: s.cfg.MaxBodyBytes, MaxTaskBytes: s.cfg.MaxTaskBytes, MaxMetadataBytes: s.cfg.MaxMetadataBytes, BodyTimeout: s.cfg.BodyTimeout, RetryTiers: s.tiers,
 		Retention:           s.cfg.Retention,
 		DeadLetters:         deadLetters{s},
 		WebhookAllowPrivate: s.cfg.WebhookAllowPrivate,

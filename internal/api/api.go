@@ -51,6 +51,11 @@ const DefaultMaxBodyBytes = 64 << 20
 // Config.MaxTaskBytes is 0: 1 MiB.
 const DefaultMaxTaskBytes = 1 << 20
 
+// DefaultMaxMetadataBytes is the largest job metadata accepted when
+// Config.MaxMetadataBytes is 0: 64 KiB. Metadata is shown with the job
+// wherever it is read; large data belongs elsewhere, referenced from it.
+const DefaultMaxMetadataBytes = 64 << 10
+
 // DefaultBodyTimeout is Config.BodyTimeout when it is 0.
 const DefaultBodyTimeout = 30 * time.Second
 
@@ -80,6 +85,10 @@ type Config struct {
 	// 413 naming the task, and writes nothing. 0 means
 	// DefaultMaxTaskBytes.
 	MaxTaskBytes int64
+	// MaxMetadataBytes is the largest metadata a submission may give a
+	// job, in bytes as submitted; a larger one is refused with 413 and
+	// writes nothing. 0 means DefaultMaxMetadataBytes.
+	MaxMetadataBytes int64
 	// BodyTimeout is the longest a request body may go without delivering
 	// a byte: a stalled upload is then cut with 408 and its connection
 	// closed. Each read extends the deadline, so a large body that keeps
@@ -187,6 +196,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxTaskBytes == 0 {
 		c.MaxTaskBytes = DefaultMaxTaskBytes
 	}
+	if c.MaxMetadataBytes == 0 {
+		c.MaxMetadataBytes = DefaultMaxMetadataBytes
+	}
 	if c.BodyTimeout == 0 {
 		c.BodyTimeout = DefaultBodyTimeout
 	}
@@ -217,6 +229,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		return fmt.Errorf("api: Config.MaxBodyBytes must be >= 0, got %d", c.MaxBodyBytes)
+	}
+	if c.MaxMetadataBytes < 0 {
+		return fmt.Errorf("api: Config.MaxMetadataBytes must be >= 0, got %d", c.MaxMetadataBytes)
 	}
 	if c.MaxTaskBytes < 0 {
 		return fmt.Errorf("api: Config.MaxTaskBytes must be >= 0, got %d", c.MaxTaskBytes)
@@ -304,7 +319,7 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	s := &server{cfg: cfg, tracer: spans.Tracer(cfg.TracerProvider), log: slog.New(requestIDHandler{cfg.Logger.Handler()}), auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(),
-		rules: rules{reducers: cfg.Reducers, tiers: cfg.RetryTiers, maxTaskBytes: cfg.MaxTaskBytes}}
+		rules: rules{reducers: cfg.Reducers, tiers: cfg.RetryTiers, maxTaskBytes: cfg.MaxTaskBytes, maxMetadataBytes: cfg.MaxMetadataBytes}}
 	if !s.auth.enabled() {
 		s.guard = newOriginGuard(cfg.AllowedHosts)
 	}

@@ -242,11 +242,11 @@ func (f *faultyStore) ListDeliveries(ctx context.Context, id string) ([]store.De
 	return f.Store.ListDeliveries(ctx, id)
 }
 
-func (f *faultyStore) JobResult(ctx context.Context, id string) ([]byte, error) {
-	if err := f.check("JobResult"); err != nil {
-		return nil, err
+func (f *faultyStore) JobResultRange(ctx context.Context, id string, off, n int64) ([]byte, int64, error) {
+	if err := f.check("JobResultRange"); err != nil {
+		return nil, 0, err
 	}
-	return f.Store.JobResult(ctx, id)
+	return f.Store.JobResultRange(ctx, id, off, n)
 }
 
 func TestStoreErrorIs500WithoutDetails(t *testing.T) {
@@ -266,7 +266,7 @@ func TestStoreErrorIs500WithoutDetails(t *testing.T) {
 func TestStoreErrorAfterTheJobWasFound(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &options{wrap: func(s store.Store) store.Store {
-		return &faultyStore{Store: s, fail: map[string]bool{"JobResult": true, "JobErrors": true, "TaskTimeline": true}}
+		return &faultyStore{Store: s, fail: map[string]bool{"JobResultRange": true, "JobErrors": true, "TaskTimeline": true}}
 	}})
 	done := createJob(t, b.store, 2)
 	finish(t, b.store, done.ID, 2, warren.JobCompleted, []byte(`[1,2]`), 2)

@@ -44,13 +44,16 @@ type jobJSON struct {
 	Queue                   string          `json:"queue"`
 	Retention               *float64        `json:"retention"`  // seconds; null when kept forever
 	ExpiresAt               *time.Time      `json:"expires_at"` // null while open, or when kept forever
-	Metadata                json.RawMessage `json:"metadata"`   // null when absent
-	CreatedAt               time.Time       `json:"created_at"`
-	StartedAt               *time.Time      `json:"started_at"`
-	FinishedAt              *time.Time      `json:"finished_at"`
-	ResultURL               *string         `json:"result_url"`
-	Error                   *string         `json:"error"`   // why it failed or was cancelled; null otherwise
-	Webhook                 *webhookJSON    `json:"webhook"` // null when none
+	Metadata                json.RawMessage `json:"metadata"`   // null when absent (or left out of a listing)
+	// MetadataOmitted says that a listing left the job's metadata out
+	// (over listMetadataBytes): GET /v1/jobs/{id} has it.
+	MetadataOmitted bool         `json:"metadata_omitted,omitempty"`
+	CreatedAt       time.Time    `json:"created_at"`
+	StartedAt       *time.Time   `json:"started_at"`
+	FinishedAt      *time.Time   `json:"finished_at"`
+	ResultURL       *string      `json:"result_url"`
+	Error           *string      `json:"error"`   // why it failed or was cancelled; null otherwise
+	Webhook         *webhookJSON `json:"webhook"` // null when none
 }
 
 // webhookJSON is a job's webhook as the API shows it: never its secret.
@@ -264,10 +267,20 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	out := jobList{Jobs: make([]jobJSON, 0, len(jobs)), NextCursor: cursorJSON(next)}
 	for _, j := range jobs {
-		out.Jobs = append(out.Jobs, toJobJSON(j, s.cfg.Retention))
+		jj := toJobJSON(j, s.cfg.Retention)
+		if len(jj.Metadata) > listMetadataBytes {
+			jj.Metadata, jj.MetadataOmitted = nil, true
+		}
+		out.Jobs = append(out.Jobs, jj)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// listMetadataBytes is the most metadata a job shows in a listing: a page
+// of jobs with large metadata each would be as large as all of it, and
+// the dashboard lists jobs every two seconds. A job with more shows none
+// there, and says so (metadata_omitted); GET /v1/jobs/{id} shows it all.
+const listMetadataBytes = 1 << 10
 
 // listTasks handles GET /v1/jobs/{id}/tasks.
 func (s *server) listTasks(w http.ResponseWriter, r *http.Request) {

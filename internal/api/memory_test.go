@@ -3,6 +3,7 @@ package api_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -143,3 +144,39 @@ func (h onMessage) Handle(_ context.Context, r slog.Record) error {
 func (h onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
 
 func (h onMessage) WithGroup(string) slog.Handler { return h }
+
+// A listing shows a job's metadata only when it is small: five jobs with
+// 20 MiB of metadata each made every GET /v1/jobs 105 MB. The job itself
+// shows all of it.
+func TestListingsLeaveLargeMetadataOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	small := b.mustSubmit(t, `{"type":"echo","tasks":[1],"metadata":{"owner":"ops"}}`)
+	large := `{"blob":"` + strings.Repeat("x", 60<<10) + `"}`
+	big := b.mustSubmit(t, `{"type":"echo","tasks":[1],"metadata":`+large+`}`)
+
+	resp := b.get(t, "/v1/jobs")
+	require.Equal(t, http.StatusOK, resp.status)
+	require.Less(t, len(resp.body), 4<<10, "the listing stays small")
+	var list struct {
+		Jobs []map[string]any `json:"jobs"`
+	}
+	require.NoError(t, json.Unmarshal(resp.body, &list))
+	byID := map[string]map[string]any{}
+	for _, j := range list.Jobs {
+		byID[j["id"].(string)] = j
+	}
+	require.Equal(t, map[string]any{"owner": "ops"}, byID[small]["metadata"])
+	require.NotContains(t, byID[small], "metadata_omitted")
+	require.Nil(t, byID[big]["metadata"])
+	require.Equal(t, true, byID[big]["metadata_omitted"])
+
+	resp = b.get(t, "/v1/jobs/"+big)
+	require.Equal(t, http.StatusOK, resp.status)
+	var job struct {
+		Metadata json.RawMessage `json:"metadata"`
+	}
+	require.NoError(t, json.Unmarshal(resp.body, &job))
+	require.JSONEq(t, large, string(job.Metadata), "the job itself shows all of it")
+	require.NotContains(t, string(resp.body), "metadata_omitted")
+}

@@ -252,6 +252,8 @@ type rules struct {
 	tiers []time.Duration
 	// maxTaskBytes is the largest task payload accepted.
 	maxTaskBytes int64
+	// maxMetadataBytes is the largest metadata accepted.
+	maxMetadataBytes int64
 }
 
 // newJob validates the spec against r and returns it as a store.NewJob
@@ -328,11 +330,30 @@ func (sp jobSpec) newJob(r rules) (store.NewJob, *apiError) {
 	if err := checkRetryWait(p, sp.TaskTimeout != nil, r.tiers); err != nil {
 		return store.NewJob{}, err
 	}
+	if err := checkMetadata(sp.Metadata, r.maxMetadataBytes); err != nil {
+		return store.NewJob{}, err
+	}
 	webhook, err := sp.Webhook.webhook()
 	if err != nil {
 		return store.NewJob{}, err
 	}
 	return store.NewJob{Type: sp.Type, Policy: p, Metadata: sp.Metadata, Webhook: webhook}, nil
+}
+
+// checkMetadata refuses metadata over max bytes (413) or nested deeper
+// than a payload may be (422): a job's metadata is shown with every read
+// of the job, by the CLI, the dashboard and clients in any language,
+// whose JSON parsers have depth limits of their own.
+func checkMetadata(md json.RawMessage, max int64) *apiError {
+	if int64(len(md)) > max {
+		return errorf(http.StatusRequestEntityTooLarge, codeTooLarge,
+			"metadata is %d bytes, over the limit of %d bytes (WARREN_MAX_METADATA_BYTES): keep large data elsewhere, with a reference in the metadata", len(md), max)
+	}
+	if d := protocol.Depth(md); d > protocol.MaxPayloadDepth {
+		return errorf(http.StatusUnprocessableEntity, codeValidation,
+			"metadata is nested %d levels deep, more than the %d a payload may be", d, protocol.MaxPayloadDepth)
+	}
+	return nil
 }
 
 // webhook checks the form of a submission's webhook (an absolute http or

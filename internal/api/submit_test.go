@@ -230,6 +230,8 @@ func TestSubmitBadInput(t *testing.T) {
 		{"reduce task payload too deep", j, `{"type":"echo","tasks":[1],"reduce":{"task":"t","payload":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}}`, nil, 422, "validation_failed"},
 		{"metadata is an array", j, `{"type":"echo","tasks":[1],"metadata":[1]}`, nil, 400, "invalid_type"},
 		{"metadata is a string", j, `{"type":"echo","tasks":[1],"metadata":"x"}`, nil, 400, "invalid_type"},
+		{"metadata 10,000 deep", j, `{"type":"echo","tasks":[1],"metadata":` + strings.Repeat(`{"a":`, 10_000) + `1` + strings.Repeat(`}`, 10_000) + `}`, nil, 422, "validation_failed"},
+		{"metadata over 64 KiB", j, `{"type":"echo","tasks":[1],"metadata":{"a":"` + strings.Repeat("x", 64<<10) + `"}}`, nil, 413, "too_large"},
 		{"tasks is an object", j, `{"type":"echo","tasks":{"a":1}}`, nil, 400, "invalid_type"},
 		{"tasks is a string (streamed)", j, `{` + fullSpec + `,"tasks":"abc"}`, nil, 400, "invalid_type"},
 		// Unknown fields.
