@@ -347,6 +347,50 @@ type Job struct {
 	// else ReduceRunning, ReduceCompleted or ReduceFailed. The job stays
 	// open (pending or running) while it reduces.
 	ReduceState string
+	// Then is the job's follow-up (JSON then), nil for none: the job the
+	// store starts, in the transaction that closes this one as completed,
+	// with one task per element of its result. Its webhook secret is the
+	// store's, never the job's.
+	Then *FollowUp
+	// NextJob is the id of the follow-up job this one started (JSON
+	// next_job), "" until it did; once set it never changes, so that a
+	// chain never forks.
+	NextJob string
+	// PreviousJob is the id of the job whose close started this one (JSON
+	// previous_job), "" for the first job of a chain.
+	PreviousJob string
+}
+
+// MaxChainLength is the most jobs a chain of follow-ups holds, its first
+// job included: a submission whose then nests deeper is refused.
+const MaxChainLength = 10
+
+// FollowUp is a job's follow-up (Job.Then): a job without tasks, which
+// the store creates when the job completes, with one task per element of
+// the job's result (a JSON array), in order.
+type FollowUp struct {
+	// Type names the handler that runs the follow-up's tasks.
+	Type string
+	// Policy is the follow-up's reducer, retries, tolerance and the rest
+	// of its options.
+	Policy Policy
+	// Metadata is opaque JSON kept with the follow-up (nil for none).
+	Metadata json.RawMessage
+	// WebhookURL is the follow-up's own webhook, "" when it inherits the
+	// webhook of the job that starts it.
+	WebhookURL string
+	// Then is the follow-up's own follow-up, nil for none.
+	Then *FollowUp
+}
+
+// Length is the number of jobs in the chain f starts: f and the
+// follow-ups after it.
+func (f *FollowUp) Length() int {
+	n := 0
+	for ; f != nil; f = f.Then {
+		n++
+	}
+	return n
 }
 
 // Reducing reports whether the job is open and its reduce task runs.

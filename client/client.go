@@ -219,6 +219,12 @@ type JobSpec struct {
 	// Webhook, when set, is POSTed to when the job closes, signed with
 	// its secret (docs/operations.md, "Webhooks").
 	Webhook *Webhook `json:"webhook,omitempty"`
+	// Then, when set, is the job's follow-up: a spec without Tasks (nor
+	// IdempotencyKey), which the server creates when this job completes,
+	// with one task per element of its result (a JSON array), its own
+	// Then continuing the chain (at most 10 jobs in all). It inherits
+	// this job's webhook unless it gives one.
+	Then *JobSpec `json:"then,omitempty"`
 	// IdempotencyKey is sent as the Idempotency-Key header: submitting the
 	// same key again returns the same job.
 	IdempotencyKey string `json:"-"`
@@ -327,6 +333,22 @@ type Job struct {
 	// the secret); nil when it has none.
 	Webhook *Webhook    `json:"webhook"`
 	Errors  []TaskError `json:"errors"`
+	// Then is the job's follow-up, nil for none.
+	Then *FollowUp `json:"then"`
+	// NextJob is the id of the follow-up this job started when it
+	// completed, "" until then; PreviousJob the id of the job whose
+	// completion started this one, "" for a submitted job.
+	NextJob     string `json:"next_job"`
+	PreviousJob string `json:"previous_job"`
+}
+
+// FollowUp is a job's follow-up as the API shows it.
+type FollowUp struct {
+	// Type is the follow-up's task type.
+	Type string `json:"type"`
+	// Remaining is how many jobs the chain still starts after this one,
+	// the follow-up included.
+	Remaining int `json:"remaining"`
 }
 
 // Webhook is where the server POSTs when a job closes: an absolute http

@@ -275,6 +275,9 @@ type Hooks struct {
 	OnBatch func(size int, report store.ApplyReport)
 	// OnJobClosed is called after this server closed a job.
 	OnJobClosed func(jobID string, state warren.JobState)
+	// OnFollowUp is called after this server closed a job that started
+	// its follow-up (warren.Job.NextJob), with the follow-up's id.
+	OnFollowUp func(jobID, nextID string)
 	// OnInvalid is called for each message the aggregator dead-lettered
 	// because it can never be applied.
 	OnInvalid func(queue, reason string)

@@ -323,6 +323,16 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 				h.OnJobClosed(id, state)
 			}
 		},
+		OnFollowUp: func(id, next string) {
+			// The follow-up's tasks are pending, or it closed failed with
+			// a webhook delivery to make.
+			s.WakeRelay()
+			s.events.Notify(next)
+			s.wakeDeliverer()
+			if h.OnFollowUp != nil {
+				h.OnFollowUp(id, next)
+			}
+		},
 	})
 	return api.NewMetrics(s.registry, s.store)
 }

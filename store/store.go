@@ -51,7 +51,9 @@ type Store interface {
 	// is an error before anything is read or written, whatever its
 	// idempotency key (tasks is not consumed). An explicit spec.ID that names a job,
 	// or a deleted job whose tasks are not purged yet
-	// (PurgeDeletedTasks), is warren.ErrConflict.
+	// (PurgeDeletedTasks), is warren.ErrConflict. A spec.Then that cannot
+	// become a job either, or a chain longer than warren.MaxChainLength,
+	// is refused as an invalid spec is.
 	CreateJob(ctx context.Context, spec NewJob, tasks iter.Seq2[json.RawMessage, error]) (job warren.Job, created bool, err error)
 	// GetJob returns one job, or an error wrapping warren.ErrNotFound.
 	GetJob(ctx context.Context, id string) (warren.Job, error)
@@ -167,6 +169,20 @@ type Store interface {
 	// RedriveJob, ReopenTasks, UndoReopen, CancelJob, FinishJob)
 	// increments its version. FinishJob closes a job whatever its
 	// ReduceState.
+	//
+	// A job closed as completed that has a follow-up (warren.Job.Then)
+	// and no warren.Job.NextJob yet starts it in the same transaction: a
+	// new job of the follow-up's spec, its PreviousJob this job, with one
+	// pending task per element of result, in order, the follow-up's own
+	// Then kept for its close, this job's webhook when the follow-up names
+	// none, and this job's trace context; this job's NextJob names it.
+	// When result is not a JSON array of at least one element, or an
+	// element is over the follow-up's MaxTaskBytes or nested deeper than
+	// protocol.MaxPayloadDepth, the follow-up is created failed (closed at
+	// once, its error saying why, its webhook delivery made) and this job
+	// stays completed. A failed job starts nothing, and a job with a
+	// NextJob never starts another (a redrive closing it again). The
+	// caller learns of the follow-up from the job's NextJob (GetJob).
 	FinishJob(ctx context.Context, jobID string, version int64, state warren.JobState, result []byte, errMsg string) (bool, error)
 	// StartReduce makes the reduce task of open job jobID pending, if the
 	// job is still at version, ready to close (ReadyToClose), has a
@@ -394,6 +410,19 @@ type NewJob struct {
 	// IdempotencyKey and another RequestHash is refused with
 	// ErrKeyReused; an empty one on either side matches anything.
 	RequestHash string
+	// Then, when not nil, is the job's follow-up (warren.Job.Then): a
+	// job of its Type, Policy, Metadata, Webhook (nil: this job's) and
+	// Then, which FinishJob creates when this job completes, one task per
+	// element of its result. Its ID, IdempotencyKey, RequestHash and trace
+	// context must be empty (the follow-up gets a new id and this job's
+	// trace context), and the chain, this job included, holds at most
+	// warren.MaxChainLength jobs.
+	Then *NewJob
+	// MaxTaskBytes, on a Then, is the most bytes a task payload made from
+	// an element of the previous job's result may have (the API's
+	// per-task limit at submission); 0 means no limit but the wire
+	// protocol's depth (protocol.MaxPayloadDepth).
+	MaxTaskBytes int64
 	// TraceParent and TraceState are the W3C trace context (traceparent,
 	// tracestate) of the span that submitted the job, kept with it so that
 	// the relay publishes its tasks in that trace, however much later and

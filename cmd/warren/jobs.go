@@ -266,8 +266,9 @@ func specFrom(doc map[string]json.RawMessage, typ, reduce, key string) (client.J
 	case reduce != "":
 		doc["reduce"], _ = json.Marshal(reduce)
 	}
-	reduceDoc := doc["reduce"]
+	reduceDoc, thenDoc := doc["reduce"], doc["then"]
 	delete(doc, "reduce")
+	delete(doc, "then")
 	raw, err := json.Marshal(doc)
 	if err != nil {
 		return client.JobSpec{}, err
@@ -281,8 +282,29 @@ func specFrom(doc map[string]json.RawMessage, typ, reduce, key string) (client.J
 	if err := decodeReduce(reduceDoc, &spec); err != nil {
 		return client.JobSpec{}, err
 	}
+	if spec.Then, err = decodeThen(thenDoc); err != nil {
+		return client.JobSpec{}, err
+	}
 	spec.IdempotencyKey = key
 	return spec, nil
+}
+
+// decodeThen reads a spec's "then", the follow-up job, as a spec of its
+// own (absent or null: none). Its tasks and the rest are the server's to
+// judge.
+func decodeThen(raw json.RawMessage) (*client.JobSpec, error) {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
+		return nil, nil
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("job spec: then must be an object, a job spec without tasks: %v", err)
+	}
+	then, err := specFrom(doc, "", "", "")
+	if err != nil {
+		return nil, fmt.Errorf("then: %w", err)
+	}
+	return &then, nil
 }
 
 // decodeReduce sets spec's reducer from a spec's "reduce": a name, or a
@@ -333,6 +355,9 @@ func runStatus(ctx context.Context, args []string, env *environment) error {
 func printStatus(w io.Writer, j client.Job) {
 	fmt.Fprintf(w, "job       %s (%s)\n", j.ID, j.Type)
 	fmt.Fprintf(w, "state     %s\n", j.State)
+	if j.Error != "" {
+		fmt.Fprintf(w, "why       %s\n", j.Error)
+	}
 	fmt.Fprintf(w, "tasks     %d expected, %d completed, %d failed, %d pending\n", j.ExpectedTasks, j.CompletedTasks, j.FailedTasks, j.PendingTasks)
 	tolerated := "any" // only the percent limits
 	if j.ToleratedFailures != nil {
@@ -367,32 +392,70 @@ func printStatus(w io.Writer, j client.Job) {
 	default:
 		fmt.Fprintf(w, "retention %s once it closes\n", seconds(*j.Retention))
 	}
+	printChain(w, j)
 	for _, e := range j.Errors {
 		fmt.Fprintf(w, "error     task %d: %s\n", e.TaskID, e.Error)
 	}
 }
 
+// printChain prints where j stands in its chain of follow-up jobs: the
+// job that started it, the follow-up it started or will start.
+func printChain(w io.Writer, j client.Job) {
+	if j.PreviousJob != "" {
+		fmt.Fprintf(w, "previous  %s\n", j.PreviousJob)
+	}
+	switch {
+	case j.NextJob != "":
+		fmt.Fprintf(w, "next      %s\n", j.NextJob)
+	case j.Then != nil && !j.State.Terminal():
+		fmt.Fprintf(w, "then      %s, once this job completes (%d more %s in the chain)\n", j.Then.Type, j.Then.Remaining, plural(j.Then.Remaining, "job", "jobs"))
+	case j.Then != nil:
+		fmt.Fprintf(w, "then      %s: not started, the job %s\n", j.Then.Type, j.State)
+	}
+}
+
+// plural is one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 func runWatch(ctx context.Context, args []string, env *environment) error {
 	var asJSON *bool
 	id, c, err := jobCommand("watch", "Show a job's progress until it closes. Exits 0 if the job completed, 1 if it failed or was cancelled,\n"+
-		"3 if the server did not answer for 10 s. Follows the job's event stream, or polls a server without one.", args, env, func(fs *flagSet) {
-		asJSON = jsonFlag(fs, "print no progress, then the closed job as JSON")
+		"3 if the server did not answer for 10 s. Follows the job's event stream, or polls a server without one.\n"+
+		"A job with follow-ups (then) is followed along its chain: each stage is shown as it closes, and the exit\n"+
+		"status is the last job's.", args, env, func(fs *flagSet) {
+		asJSON = jsonFlag(fs, "print no progress, then the last closed job of the chain as JSON")
 	}, client.WithGiveUpAfter(watchGiveUp))
 	if err != nil {
 		return err
 	}
-	update := func(client.Job) {}
-	bar := newProgress(env.stdout)
-	if !*asJSON {
-		update = bar.update
-	}
-	job, err := c.Watch(ctx, id, update)
-	bar.finish()
-	if errors.Is(err, client.ErrUnreachable) {
-		return fmt.Errorf("gave up watching job %s at %s: %v", id, redactURL(c.BaseURL()), err)
-	}
-	if err != nil {
-		return err
+	var job client.Job
+	for {
+		update := func(client.Job) {}
+		bar := newProgress(env.stdout)
+		if !*asJSON {
+			update = bar.update
+		}
+		job, err = c.Watch(ctx, id, update)
+		bar.finish()
+		if errors.Is(err, client.ErrUnreachable) {
+			return fmt.Errorf("gave up watching job %s at %s: %v", id, redactURL(c.BaseURL()), err)
+		}
+		if err != nil {
+			return err
+		}
+		if job.State != client.JobCompleted || job.NextJob == "" {
+			break
+		}
+		if !*asJSON {
+			printStatus(env.stdout, job)
+			fmt.Fprintf(env.stdout, "\nfollowing job %s, its follow-up\n", job.NextJob)
+		}
+		id = job.NextJob
 	}
 	if *asJSON {
 		if err := printJSON(env.stdout, job); err != nil {

@@ -246,3 +246,78 @@ func (f *firstWrite) Write(p []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the connection's writer.
 func (f *firstWrite) Unwrap() http.ResponseWriter { return f.ResponseWriter }
+
+// closeInStore publishes job id's n tasks, records each completed, and
+// closes the job as state with result, as a server would.
+func closeInStore(t *testing.T, st store.Store, id string, n int, state warren.JobState, result string) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := st.RelayBatch(ctx, 100, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+		refs := make([]store.TaskRef, len(tasks))
+		for i, task := range tasks {
+			refs[i] = task.Ref()
+		}
+		return refs, nil
+	})
+	require.NoError(t, err)
+	outcomes := make([]store.Outcome, n)
+	for i := range outcomes {
+		outcomes[i] = store.Outcome{JobID: id, TaskID: int64(i + 1), State: warren.TaskCompleted, Result: json.RawMessage(`1`)}
+	}
+	_, err = st.ApplyOutcomes(ctx, outcomes)
+	require.NoError(t, err)
+	job, err := st.GetJob(ctx, id)
+	require.NoError(t, err)
+	ok, err := st.FinishJob(ctx, id, job.Version, state, []byte(result), "")
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+// `warren submit` takes a spec's then; `warren status` shows the chain;
+// `warren watch` follows it to its last job, whose state is its exit
+// status.
+func TestSubmitStatusAndWatchAChain(t *testing.T) {
+	t.Parallel()
+	url, st := apiServer(t)
+	code, out, errOut := runCLI(t, nil, "submit", "--server", url,
+		writeFile(t, `{"type":"split","tasks":[1,2],"then":{"type":"count","reduce":"sum","then":{"type":"report"}}}`))
+	require.Equal(t, 0, code, errOut)
+	first := strings.TrimSpace(out)
+	job, err := st.GetJob(context.Background(), first)
+	require.NoError(t, err)
+	require.Equal(t, "sum", job.Then.Policy.Reduce, "the follow-up's reduce is read as the job's")
+	code, out, _ = runCLI(t, nil, "status", first, "--server", url)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "then      count, once this job completes (2 more jobs in the chain)\n")
+
+	closeInStore(t, st, first, 2, warren.JobCompleted, `[1,2,3]`)
+	job, err = st.GetJob(context.Background(), first)
+	require.NoError(t, err)
+	second := job.NextJob
+	closeInStore(t, st, second, 3, warren.JobCompleted, `[6]`)
+	job, err = st.GetJob(context.Background(), second)
+	require.NoError(t, err)
+	third := job.NextJob
+	closeInStore(t, st, third, 1, warren.JobCompleted, `[6]`)
+
+	code, out, _ = runCLI(t, nil, "status", second, "--server", url)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "previous  "+first+"\n")
+	require.Contains(t, out, "next      "+third+"\n")
+
+	code, out, errOut = runCLI(t, nil, "watch", first, "--server", url)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "following job "+second+", its follow-up\n")
+	require.Contains(t, out, "following job "+third+", its follow-up\n")
+	require.True(t, strings.HasSuffix(strings.TrimSpace(out), "previous  "+second), "the last stage's status ends the output:\n%s", out)
+
+	// A failed last stage is the chain's exit status.
+	code, out, _ = runCLI(t, nil, "submit", "--server", url, writeFile(t, `{"type":"split","tasks":[1],"reduce":"sum","then":{"type":"count"}}`))
+	require.Equal(t, 0, code)
+	failing := strings.TrimSpace(out)
+	closeInStore(t, st, failing, 1, warren.JobCompleted, `1`)
+	code, out, errOut = runCLI(t, nil, "watch", "--server", url, failing)
+	require.Equal(t, 1, code, "the follow-up failed: %s", out)
+	require.Contains(t, errOut, "is failed")
+	require.Contains(t, out, "not a JSON array")
+}

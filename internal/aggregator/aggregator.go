@@ -113,6 +113,12 @@ type Hooks struct {
 	// OnReduceStarted is called after this aggregator started a job's
 	// reduce task (store.StartReduce).
 	OnReduceStarted func(jobID string)
+	// OnFollowUp is called after this aggregator closed a job that
+	// started its follow-up (store.Store.FinishJob, warren.Job.NextJob),
+	// with the follow-up's id: a new job, pending with its tasks, or
+	// closed as failed when the result could not make them. It is called
+	// after OnJobClosed.
+	OnFollowUp func(jobID, nextID string)
 }
 
 func (c Config) withDefaults() Config {

@@ -220,7 +220,29 @@ func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err 
 	if a.cfg.Hooks.OnJobClosed != nil {
 		a.cfg.Hooks.OnJobClosed(id, state)
 	}
+	if state == warren.JobCompleted && job.Then != nil && job.NextJob == "" {
+		a.followedUp(ctx, id)
+	}
 	return false, nil
+}
+
+// followedUp reports the follow-up that the close of job id started
+// (Hooks.OnFollowUp), reading the job again for its NextJob, which the
+// close set. A failed read is only logged: the follow-up exists, and the
+// relay's next round finds its tasks all the same.
+func (a *Aggregator) followedUp(ctx context.Context, id string) {
+	closed, err := a.cfg.Store.GetJob(ctx, id)
+	if err != nil {
+		a.cfg.Logger.Warn("aggregator: reading the follow-up of a closed job failed", "job_id", id, "error", err)
+		return
+	}
+	if closed.NextJob == "" {
+		return
+	}
+	a.cfg.Logger.Info("follow-up job started", "job_id", id, "next_job", closed.NextJob)
+	if a.cfg.Hooks.OnFollowUp != nil {
+		a.cfg.Hooks.OnFollowUp(id, closed.NextJob)
+	}
 }
 
 // startReduce starts the reduce task of job, ready to close within its

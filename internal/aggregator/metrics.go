@@ -86,6 +86,7 @@ func (m *Metrics) Hooks(next Hooks) Hooks {
 		OnOutcomes:      next.OnOutcomes,
 		OnJobFinished:   next.OnJobFinished,
 		OnReduceStarted: next.OnReduceStarted,
+		OnFollowUp:      next.OnFollowUp,
 		OnJobClosed: func(id string, state warren.JobState) {
 			m.closed.WithLabelValues(string(state)).Inc()
 			if next.OnJobClosed != nil {

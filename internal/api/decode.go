@@ -355,6 +355,8 @@ func decodeField(dec *json.Decoder, key string, sp *jobSpec) *apiError {
 		target = &sp.Metadata
 	case "webhook":
 		return decodeWebhook(dec, sp)
+	case "then":
+		return decodeThen(dec, sp)
 	}
 	if err := dec.Decode(target); err != nil {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {

@@ -54,6 +54,12 @@ type jobJSON struct {
 	ResultURL       *string      `json:"result_url"`
 	Error           *string      `json:"error"`   // why it failed or was cancelled; null otherwise
 	Webhook         *webhookJSON `json:"webhook"` // null when none
+	// Then is the job's follow-up (then.go), null for none; NextJob the
+	// follow-up it started, null until it did; PreviousJob the job that
+	// started it, null for the first job of a chain.
+	Then        *thenJSON `json:"then"`
+	NextJob     *string   `json:"next_job"`
+	PreviousJob *string   `json:"previous_job"`
 }
 
 // webhookJSON is a job's webhook as the API shows it: never its secret.
@@ -156,6 +162,15 @@ func toJobJSON(j warren.Job, retention time.Duration) jobJSON {
 	}
 	if j.WebhookURL != "" {
 		out.Webhook = &webhookJSON{URL: j.WebhookURL}
+	}
+	out.Then = toThenJSON(j.Then)
+	if j.NextJob != "" {
+		next := j.NextJob
+		out.NextJob = &next
+	}
+	if j.PreviousJob != "" {
+		prev := j.PreviousJob
+		out.PreviousJob = &prev
 	}
 	if n := j.Policy.ToleratedFailures; n != warren.UnlimitedFailures {
 		out.ToleratedFailures = &n

@@ -58,6 +58,7 @@ var specFields = map[string]string{
 	"retention":                 "a number of seconds",
 	"metadata":                  "an object",
 	"webhook":                   `an object {"url", "secret"}`,
+	"then":                      "an object (a job spec without tasks)",
 }
 
 // jobSpec is a submitted job without its tasks, as given. nil pointers are
@@ -77,6 +78,11 @@ type jobSpec struct {
 	Retention               *float64
 	Metadata                json.RawMessage
 	Webhook                 *webhookSpec
+	// Then is the follow-up job (then.go), nil for none.
+	Then *jobSpec
+	// path is where the spec sits in its chain, "" for the submission
+	// itself, "then." for its follow-up: error messages name fields by it.
+	path string
 }
 
 // reduceTaskSpec is a submission's "reduce" when it is an object: a
@@ -177,6 +183,12 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 		// Before the tasks are read: a refused webhook reads no further.
 		if err := webhooks.CheckURL(r.Context(), spec.Webhook.URL, s.cfg.WebhookAllowPrivate, s.cfg.WebhookLookup); err != nil {
 			writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter, "%v", err))
+			return
+		}
+	}
+	for _, hook := range webhooksOf(spec) {
+		if err := webhooks.CheckURL(r.Context(), hook.URL, s.cfg.WebhookAllowPrivate, s.cfg.WebhookLookup); err != nil {
+			writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter, "then: %v", err))
 			return
 		}
 	}
@@ -337,7 +349,11 @@ func (sp jobSpec) newJob(r rules) (store.NewJob, *apiError) {
 	if err != nil {
 		return store.NewJob{}, err
 	}
-	return store.NewJob{Type: sp.Type, Policy: p, Metadata: sp.Metadata, Webhook: webhook}, nil
+	then, err := sp.followUp(r)
+	if err != nil {
+		return store.NewJob{}, err
+	}
+	return store.NewJob{Type: sp.Type, Policy: p, Metadata: sp.Metadata, Webhook: webhook, Then: then}, nil
 }
 
 // checkMetadata refuses metadata over max bytes (413) or nested deeper

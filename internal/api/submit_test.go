@@ -22,7 +22,7 @@ import (
 // streams.
 const fullSpec = `"type":"echo","reduce":"sum","max_retries":5,"tolerated_failures":2,` +
 	`"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"priority":30,"queue":"gpu","retention":86400,"metadata":{"owner":"ops"},` +
-	`"webhook":{"url":"https://93.184.215.14/hooks/warren","secret":"` + fullSpecSecret + `"}`
+	`"webhook":{"url":"https://93.184.215.14/hooks/warren","secret":"` + fullSpecSecret + `"},"then":null`
 
 // fullSpecSecret is fullSpec's webhook secret, which no answer shows.
 const fullSpecSecret = "fullspec-s3cret"

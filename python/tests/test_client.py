@@ -441,6 +441,26 @@ class ClientTest(WarrenTestCase):
         self.assertEqual(20000 * 20001 // 2, self.client.result(job.id))
         self.assertEqual(done.raw, self.client.get(job.id).raw)
 
+    def test_submit_then_runs_a_two_stage_chain(self):
+        self.start_worker({"number": lambda payload, task: payload["n"],
+                           "square": lambda payload, task: payload * payload}, concurrency=4)
+        job = self.client.submit("number", ({"n": n} for n in range(1, 4)),
+                                 then={"type": "square", "reduce": "sum", "metadata": {"stage": 2}})
+        first = self.client.wait(job, timeout=60)
+        self.assertEqual("completed", first.state)
+        self.assertEqual([1, 2, 3], self.client.result(job.id))
+        self.assertEqual({"type": "square", "remaining": 1}, first.then)
+        self.assertIsNone(first.previous_job)
+        second = self.client.wait(first.next_job, timeout=60)
+        self.assertEqual(("completed", 3, job.id, None), (second.state, second.expected_tasks, second.previous_job, second.then))
+        self.assertEqual({"stage": 2}, second.metadata)
+        self.assertEqual(1 + 4 + 9, self.client.result(second.id))
+
+    def test_submit_then_is_validated_with_its_field_path(self):
+        with self.assertRaises(ValidationFailed) as cm:
+            self.client.submit("number", [1], then={"type": "square", "then": {"max_retries": 1}})
+        self.assertIn("then.then.type is required", str(cm.exception))
+
     def test_wait_polls_when_the_stream_breaks(self):
         gate = Gate()
         job = self.gated_job(gate)

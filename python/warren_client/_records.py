@@ -49,7 +49,8 @@ class Job(_Record):
     ``expected_tasks``, ``completed_tasks``, ``failed_tasks``, ``pending_tasks``,
     ``error`` (why it failed or was cancelled, else None), ``errors`` (a sample
     of failed tasks), ``reduce``, ``metadata``, ``result_url``, the times and
-    the policy fields. The Job that ``submit`` returns holds only the 202's
+    the policy fields; ``then``, ``next_job`` and ``previous_job`` place it
+    in its chain of follow-up jobs (None when there is none). The Job that ``submit`` returns holds only the 202's
     fields: ``id``, ``state`` and ``status_url``.
     """
 

@@ -199,8 +199,13 @@ class Client:
         where the server has reduce tasks), ``max_retries``,
         ``tolerated_failures``, ``tolerated_failure_percent``,
         ``fail_fast``, ``task_timeout``, ``batch_size``, ``priority``,
-        ``queue``, ``retention``, ``metadata``, ``webhook``; a name the
-        server does not know is its 400 ``unknown_field``.
+        ``queue``, ``retention``, ``metadata``, ``webhook``, ``then``; a name
+        the server does not know is its 400 ``unknown_field``. ``then`` is
+        the follow-up job, a dict of the same options (its own ``then``
+        continuing the chain, at most 10 jobs in all) and its ``type``,
+        without tasks: the server creates it when this job completes, with
+        one task per element of this job's result, a JSON array; the job's
+        ``next_job`` then names it, and its ``previous_job`` this one.
         ``idempotency_key`` is sent as the ``Idempotency-Key`` header:
         submitting with the same key again returns the same job.
 

@@ -28,16 +28,23 @@ func (t *tx) InsertJob(ctx context.Context, r engine.NewJobRow) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	then, err := sqlstore.EncodeThen(r.Then)
+	if err != nil {
+		return false, err
+	}
 	tag, err := t.tx.Exec(ctx, `
 		INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
 			tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, retention_ms, metadata, idempotency_key,
-			created_at, request_hash, priority, queue, webhook_url, webhook_secret, trace_parent, trace_state, reduce_task)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, NULLIF($13, ''), $14, $15, $16, $17, $18, $19, $20, $21, $22)
+			created_at, request_hash, priority, queue, webhook_url, webhook_secret, trace_parent, trace_state, reduce_task,
+			then_spec, previous_job)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, NULLIF($13, ''), $14, $15, $16, $17, $18, $19, $20, $21, $22,
+			$23, $24)
 		ON CONFLICT (idempotency_key) DO NOTHING`,
 		j.ID, j.Type, string(j.State), p.Reduce, p.MaxRetries, p.ToleratedFailures,
 		p.ToleratedFailurePercent, p.FailFast, p.TaskTimeout.Milliseconds(), p.BatchSize, p.Retention.Milliseconds(),
 		[]byte(j.Metadata), j.IdempotencyKey, j.CreatedAt, r.RequestHash, p.Priority, p.Queue,
-		j.WebhookURL, r.WebhookSecret, j.TraceParent, j.TraceState, reduceTask)
+		j.WebhookURL, r.WebhookSecret, j.TraceParent, j.TraceState, reduceTask,
+		then, j.PreviousJob)
 	if isUniqueViolation(err, "jobs_pkey") {
 		return false, fmt.Errorf("%w: %w", engine.ErrIDTaken, err)
 	}
@@ -177,4 +184,27 @@ func (d engineDriver) RecordDelivery(ctx context.Context, r engine.DeliveryRecor
 		return false, err
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// FollowUpOf implements engine.FollowUpTx.
+func (t *tx) FollowUpOf(ctx context.Context, jobID string) (engine.FollowUpRow, error) {
+	var (
+		then []byte
+		r    engine.FollowUpRow
+	)
+	err := t.tx.QueryRow(ctx, `SELECT then_spec, webhook_secret FROM jobs WHERE id = $1`, jobID).Scan(&then, &r.WebhookSecret)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return engine.FollowUpRow{}, notFound(jobID)
+	}
+	if err != nil {
+		return engine.FollowUpRow{}, err
+	}
+	r.Then, err = sqlstore.DecodeThenSpec(then)
+	return r, err
+}
+
+// SetNextJob implements engine.FollowUpTx.
+func (t *tx) SetNextJob(ctx context.Context, jobID, next string) error {
+	_, err := t.tx.Exec(ctx, `UPDATE jobs SET next_job = $2 WHERE id = $1`, jobID, next)
+	return err
 }

@@ -46,15 +46,25 @@ func (t *tx) InsertJob(ctx context.Context, r engine.NewJobRow) (bool, error) {
 	if reduceTask != nil {
 		reduceCol = reduceTask
 	}
+	then, err := sqlstore.EncodeThen(r.Then)
+	if err != nil {
+		return false, err
+	}
+	var thenCol any
+	if then != nil {
+		thenCol = then
+	}
 	res, err := t.tx.ExecContext(ctx, `INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
 		tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, retention_ms, metadata, idempotency_key, created_at,
-		request_hash, priority, queue, webhook_url, webhook_secret, trace_parent, trace_state, reduce_task)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		request_hash, priority, queue, webhook_url, webhook_secret, trace_parent, trace_state, reduce_task,
+		then_spec, previous_job)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (idempotency_key) DO NOTHING`,
 		j.ID, j.Type, string(j.State), j.Policy.Reduce, j.Policy.MaxRetries, j.Policy.ToleratedFailures,
 		j.Policy.ToleratedFailurePercent, j.Policy.FailFast, j.Policy.TaskTimeout.Milliseconds(),
 		j.Policy.BatchSize, j.Policy.Retention.Milliseconds(), metadata, key, j.CreatedAt.UnixMicro(),
-		r.RequestHash, j.Policy.Priority, j.Policy.Queue, j.WebhookURL, r.WebhookSecret, j.TraceParent, j.TraceState, reduceCol)
+		r.RequestHash, j.Policy.Priority, j.Policy.Queue, j.WebhookURL, r.WebhookSecret, j.TraceParent, j.TraceState, reduceCol,
+		thenCol, j.PreviousJob)
 	if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
 		// jobs.id is the one unique column left: seq is the rowid.
 		return false, fmt.Errorf("%w: %w", engine.ErrIDTaken, err)
@@ -234,4 +244,27 @@ func (d engineDriver) RecordDelivery(ctx context.Context, r engine.DeliveryRecor
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
+}
+
+// FollowUpOf implements engine.FollowUpTx.
+func (t *tx) FollowUpOf(ctx context.Context, jobID string) (engine.FollowUpRow, error) {
+	var (
+		then []byte
+		r    engine.FollowUpRow
+	)
+	err := t.tx.QueryRowContext(ctx, `SELECT then_spec, webhook_secret FROM jobs WHERE id = ?`, jobID).Scan(&then, &r.WebhookSecret)
+	if errors.Is(err, sql.ErrNoRows) {
+		return engine.FollowUpRow{}, warren.ErrNotFound
+	}
+	if err != nil {
+		return engine.FollowUpRow{}, err
+	}
+	r.Then, err = sqlstore.DecodeThenSpec(then)
+	return r, err
+}
+
+// SetNextJob implements engine.FollowUpTx.
+func (t *tx) SetNextJob(ctx context.Context, jobID, next string) error {
+	_, err := t.tx.ExecContext(ctx, `UPDATE jobs SET next_job = ? WHERE id = ?`, next, jobID)
+	return err
 }

@@ -67,6 +67,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Retention", testRetention},
 		{"Webhooks", testWebhooks},
 		{"Reduce", testReduce},
+		{"Then", testThen},
 		{"Model", testModel},
 	}
 	for _, g := range groups {

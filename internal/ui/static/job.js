@@ -114,9 +114,18 @@ export function jobPage(root, { params, navigate }) {
         row('Retention', j.retention != null ? duration(1000 * j.retention) : 'forever'),
         row('Expires', j.expires_at ? timeEl(j.expires_at) : '–'),
         j.webhook && j.webhook.url ? row('Webhook', h('span', { class: 'mono' }, j.webhook.url)) : null,
+        // The chain of follow-up jobs (then): the job that started this
+        // one, and the one this one started or will start.
+        j.previous_job ? row('Previous job', jobLink(j.previous_job)) : null,
+        j.next_job ? row('Next job', jobLink(j.next_job)) : null,
+        !j.next_job && j.then ? row('Then', `${j.then.type}, once this job completes (${j.then.remaining} more in the chain)`) : null,
         row('Created', timeEl(j.created_at)), row('Started', timeEl(j.started_at))),
       h('h3', null, 'Metadata'),
       j.metadata == null ? h('p', { class: 'muted' }, 'none') : h('pre', { class: 'json' }, JSON.stringify(j.metadata, null, 2)));
+  }
+
+  function jobLink(id) {
+    return copyable(id, `/ui/jobs/${encodeURIComponent(id)}`);
   }
 
   async function act(what, fn) {

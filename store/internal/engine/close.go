@@ -101,7 +101,8 @@ func (e *Engine) CancelJob(ctx context.Context, id string) (warren.Job, error) {
 // version: the transaction is rolled back, so a task a reopen made queued
 // again stays queued. An unknown job wraps warren.ErrNotFound; any other
 // state than completed or failed is an error (validateFinishState)
-// that changes nothing.
+// that changes nothing. A job closed as completed with a follow-up and
+// no next job yet starts it in the same transaction (startFollowUp).
 func (e *Engine) FinishJob(ctx context.Context, jobID string, version int64, state warren.JobState, result []byte, errMsg string) (bool, error) {
 	if err := validateFinishState(state); err != nil {
 		return false, e.errorf(err, "finish job %q", jobID)
@@ -133,7 +134,15 @@ func (e *Engine) FinishJob(ctx context.Context, jobID string, version int64, sta
 				return err
 			}
 		}
-		return deliverClosed(ctx, tx, j)
+		if err := deliverClosed(ctx, tx, j); err != nil {
+			return err
+		}
+		if state == warren.JobCompleted && j.Then != nil && j.NextJob == "" {
+			// A job closed before (a redrive closing it again) started
+			// its follow-up then: the chain never forks.
+			return startFollowUp(ctx, tx, j, result, at)
+		}
+		return nil
 	})
 	if errors.Is(err, errMoved) {
 		return false, nil

@@ -64,6 +64,10 @@ type NewJobRow struct {
 	WebhookSecret string
 	// RequestHash is the submission's digest (store.NewJob.RequestHash).
 	RequestHash string
+	// Then is the job's follow-up spec (store.NewJob.Then), its webhook
+	// secrets included; nil for none. Job.PreviousJob is the job whose
+	// close starts this one ("" for a submitted job).
+	Then *store.NewJob
 }
 
 // KeyedJob is the job that holds an idempotency key.
@@ -193,15 +197,7 @@ func (e *Engine) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Se
 				return deletedConflict(id)
 			}
 		}
-		n, err := tx.InsertTasks(ctx, id, payloads)
-		if errors.Is(err, ErrTasksLeft) {
-			// The job of that id was deleted as this one was created.
-			return deletedConflict(id)
-		}
-		if err != nil {
-			return err
-		}
-		job, err = tx.SetExpectedTasks(ctx, id, n)
+		job, err = insertTasks(ctx, tx, id, payloads)
 		created = err == nil
 		return err
 	})
@@ -212,6 +208,21 @@ func (e *Engine) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Se
 		return warren.Job{}, false, e.errorf(err, "create job")
 	}
 	return job, created, nil
+}
+
+// insertTasks writes the tasks of job id, just inserted, and records
+// how many it has (CreateJob, and a follow-up job: startFollowUp),
+// returning its row as written.
+func insertTasks(ctx context.Context, tx Tx, id string, payloads iter.Seq2[json.RawMessage, error]) (warren.Job, error) {
+	n, err := tx.InsertTasks(ctx, id, payloads)
+	if errors.Is(err, ErrTasksLeft) {
+		// The job of that id was deleted as this one was created.
+		return warren.Job{}, deletedConflict(id)
+	}
+	if err != nil {
+		return warren.Job{}, err
+	}
+	return tx.SetExpectedTasks(ctx, id, n)
 }
 
 // newJobRow is the row of a job spec makes, created at.
@@ -232,7 +243,7 @@ func newJobRow(spec store.NewJob, at time.Time) NewJobRow {
 	if len(spec.Metadata) > 0 {
 		j.Metadata = spec.Metadata
 	}
-	row := NewJobRow{Job: j, RequestHash: spec.RequestHash}
+	row := NewJobRow{Job: j, RequestHash: spec.RequestHash, Then: spec.Then}
 	if w := spec.Webhook; w != nil {
 		row.Job.WebhookURL, row.WebhookSecret = w.URL, w.Secret
 	}
@@ -269,10 +280,18 @@ func replayOf(first KeyedJob, spec store.NewJob) (warren.Job, error) {
 // cannot become a job: its policy is not valid (warren.Policy.Validate),
 // or its webhook has no URL or secret, or one too long
 // (store.MaxWebhookURLBytes, store.MaxWebhookSecretBytes), or one that is
-// not UTF-8 without NUL. CreateJob refuses such a spec before it reads or
-// writes anything: its tasks are not consumed, and its idempotency key
-// is not looked up.
+// not UTF-8 without NUL; or its follow-ups are not valid (validateThen).
+// CreateJob refuses such a spec before it reads or writes anything: its
+// tasks are not consumed, and its idempotency key is not looked up.
 func validateNewJob(spec store.NewJob) error {
+	if err := validateJob(spec); err != nil {
+		return err
+	}
+	return validateThen(spec)
+}
+
+// validateJob is validateNewJob for spec alone, without its follow-ups.
+func validateJob(spec store.NewJob) error {
 	if err := spec.Policy.Validate(); err != nil {
 		return fmt.Errorf("invalid policy: %w", err)
 	}

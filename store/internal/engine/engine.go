@@ -111,6 +111,7 @@ type Tx interface {
 	ReduceTx
 	StaleTx
 	CreateTx
+	FollowUpTx
 }
 
 // Options tunes an Engine.
