@@ -176,7 +176,7 @@ concurrency 3
 	typo := filepath.Join(t.TempDir(), "typo.conf")
 	require.NoError(t, os.WriteFile(typo, []byte("prefix p\nrelay-bach 10\n"), 0o600))
 	_, err = serverConfig(t, nil, "--config", typo)
-	require.ErrorContains(t, err, `config file `+typo+` (--config): no command has a setting "relay-bach"`)
+	require.ErrorContains(t, err, `config file `+typo+` (--config): line 2 is not a setting of any command`)
 	// One file serves every command: a worker's setting is not the
 	// server's, and the server skips it.
 	shared := filepath.Join(t.TempDir(), "shared.conf")

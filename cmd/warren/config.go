@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -172,6 +175,7 @@ func applyLogFlags(fs *flagSet, env *environment) error {
 		return err
 	}
 	env.setLogger(logger)
+	warnReadableFiles(fs, env)
 	return nil
 }
 
@@ -229,4 +233,49 @@ func redactURL(raw string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
+}
+
+// parseConfigLines reads a config file as ff.PlainParser does (one
+// "name value" a line, a lone name meaning true, # comments, blank lines
+// skipped), and gives set each setting with its line number, so that an
+// error can name the line instead of showing it.
+func parseConfigLines(r io.Reader, set func(line int, name, value string) error) error {
+	s := bufio.NewScanner(r)
+	for n := 1; s.Scan(); n++ {
+		line := strings.TrimSpace(s.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			value = "true"
+		}
+		value = strings.TrimSpace(value)
+		if i := strings.Index(value, " #"); i >= 0 {
+			value = strings.TrimSpace(value[:i])
+		}
+		if err := set(n, name, value); err != nil {
+			return err
+		}
+	}
+	return s.Err()
+}
+
+// warnReadableFiles logs a warning for each secret-bearing file fs was
+// given (the config file, the TLS key) that users other than its owner
+// and group may read: the file is not refused, since a deployment may
+// mean it, but whoever can read it has the tokens, passwords or key.
+func warnReadableFiles(fs *flagSet, env *environment) {
+	for _, name := range []string{"config", "tls-key"} {
+		f := fs.Lookup(name)
+		if f == nil || f.Value.String() == "" {
+			continue
+		}
+		info, err := os.Stat(f.Value.String())
+		if err != nil || info.Mode().Perm()&0o004 == 0 {
+			continue // a missing file is reported where it is read
+		}
+		env.logger.Warn(fmt.Sprintf("%s is readable by every user of this machine; make it readable by its owner only (chmod 600)", fs.from(name)),
+			"file", f.Value.String(), "mode", info.Mode().Perm().String())
+	}
 }

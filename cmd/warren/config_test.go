@@ -1,6 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -83,4 +88,61 @@ func TestWorkerConfigErrorsNameTheFlag(t *testing.T) {
 		require.True(t, strings.HasPrefix(errOut, "warren worker: "+tc.want), "%v %v: %q", tc.vars, tc.args, errOut)
 		require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
 	}
+}
+
+// A config file line that is not a setting is named by its number, never
+// shown: it may be a token pasted on a line of its own (issue 24, item 8).
+func TestConfigFileLineIsNotShown(t *testing.T) {
+	t.Parallel()
+	config := filepath.Join(t.TempDir(), "warren.conf")
+	require.NoError(t, os.WriteFile(config, []byte("# settings\nprefix p\n\nPASTEDTOKENSECRET\n"), 0o600))
+	for _, args := range [][]string{{"worker", "--config", config}, {"status", "ID", "--config", config}} {
+		code, out, errOut := runCLI(t, nil, args...)
+		require.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+		require.Empty(t, out)
+		require.Contains(t, errOut, "line 4 is not a setting of any command", "%v", args)
+		require.NotContains(t, errOut, "PASTEDTOKENSECRET", "%v", args)
+	}
+
+	// The same with a value after it, and with a bad value of a setting.
+	require.NoError(t, os.WriteFile(config, []byte("PASTEDTOKENSECRET  OTHERSECRET # note\n"), 0o600))
+	code, _, errOut := runCLI(t, nil, "worker", "--config", config)
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "line 1 is not a setting")
+	require.NotContains(t, errOut, "SECRET")
+}
+
+// A config file or TLS key that every user may read is worth a warning:
+// it holds tokens, passwords or the key. One readable by its owner only
+// is not (issue 24, item 8).
+func TestReadableSecretFilesAreWarnedOf(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	config, key := filepath.Join(dir, "warren.conf"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(config, []byte("prefix p\n"), 0o600))
+	require.NoError(t, os.WriteFile(key, []byte("not a key\n"), 0o600))
+	parseServer := func(args ...string) string {
+		var stderr bytes.Buffer
+		env := &environment{stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" },
+			logger: slog.New(slog.DiscardHandler)}
+		var f serverFlags
+		fs := newFlagSet("server", "", env)
+		f.register(fs, env)
+		require.NoError(t, parse(fs, args, env))
+		return stderr.String()
+	}
+	require.Empty(t, parseServer("--config", config, "--tls-key", key), "owner only: no warning")
+
+	require.NoError(t, os.Chmod(config, 0o644))
+	require.NoError(t, os.Chmod(key, 0o604))
+	got := parseServer("--config", config, "--tls-key", key)
+	require.Contains(t, got, "--config is readable by every user of this machine")
+	require.Contains(t, got, "--tls-key is readable by every user of this machine")
+	require.Contains(t, got, "mode=-rw----r--")
+	require.NotContains(t, got, "not a key")
+
+	require.NoError(t, os.Chmod(key, 0o640))
+	got = parseServer("--config", config, "--tls-key", key)
+	require.Contains(t, got, "--config is readable")
+	require.NotContains(t, got, "--tls-key", "group-readable is a deployment's choice (an ssl-cert group)")
 }

@@ -243,9 +243,11 @@ func (fs *flagSet) applyConfig() error {
 	where := fs.from("config")
 	defer func() { fs.setting = "" }()
 	parser := func(r io.Reader, set func(name, value string) error) error {
-		return ff.PlainParser(r, func(name, value string) error {
+		return parseConfigLines(r, func(line int, name, value string) error {
 			if fs.Lookup(name) == nil && knownSettings != nil && !knownSettings()[name] {
-				return usageErrorf("config file %s (%s): no command has a setting %q", path, where, name)
+				// Not the name: a line that is not a setting may be a
+				// pasted secret, and errors end up in logs.
+				return usageErrorf("config file %s (%s): line %d is not a setting of any command (the line is not shown: it may hold a secret)", path, where, line)
 			}
 			if fs.local[name] || name == "config" {
 				return usageErrorf("config file %s (%s): %s cannot be set in a config file, only on the command line", path, where, name)
