@@ -22,41 +22,88 @@ import (
 // (server.Config.WebhookAllowPrivate).
 
 // ErrForbiddenAddress is the error, wrapped, of an address that webhooks
-// may not reach: loopback, private, link-local, unspecified, shared
-// (carrier-grade NAT) or multicast.
+// may not reach: anything but a global unicast address (loopback,
+// private, link-local, unspecified, shared, multicast, reserved,
+// documentation), judged by the IPv4 address an IPv6 address embeds where
+// it embeds one.
 var ErrForbiddenAddress = errors.New("the address is loopback, private, link-local, unspecified or otherwise not public")
 
-// forbiddenPrefixes are the ranges, besides what netip.Addr's predicates
-// say, that webhooks may not reach.
+// forbiddenPrefixes are the IPv4 ranges, besides what netip.Addr's
+// predicates say, that are not global unicast (IANA's special-purpose
+// registry).
 var forbiddenPrefixes = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),      // "this network"
-	netip.MustParsePrefix("100.64.0.0/10"),  // shared address space (carrier-grade NAT), RFC 6598
-	netip.MustParsePrefix("192.0.0.0/24"),   // IETF protocol assignments
-	netip.MustParsePrefix("198.18.0.0/15"),  // benchmarking
-	netip.MustParsePrefix("240.0.0.0/4"),    // reserved, and the broadcast address
-	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
+	netip.MustParsePrefix("0.0.0.0/8"),       // "this network"
+	netip.MustParsePrefix("100.64.0.0/10"),   // shared address space (carrier-grade NAT), RFC 6598
+	netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments
+	netip.MustParsePrefix("192.0.2.0/24"),    // documentation (TEST-NET-1)
+	netip.MustParsePrefix("192.88.99.0/24"),  // the deprecated 6to4 relay anycast
+	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking
+	netip.MustParsePrefix("198.51.100.0/24"), // documentation (TEST-NET-2)
+	netip.MustParsePrefix("203.0.113.0/24"),  // documentation (TEST-NET-3)
+	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, and the broadcast address
 }
 
+// IPv6 ranges. An IPv6 address must be global unicast (2000::/3), and
+// not in one of forbidden6; one that embeds an IPv4 address (embedded6)
+// is judged by that address instead, since it reaches it: through a
+// NAT64 gateway, a 6to4 or Teredo relay, or a host that maps it.
+var (
+	globalUnicast6 = netip.MustParsePrefix("2000::/3")
+	forbidden6     = []netip.Prefix{
+		netip.MustParsePrefix("2001::/23"),     // IETF protocol assignments (benchmarking, ORCHID; Teredo is embedded6)
+		netip.MustParsePrefix("2001:db8::/32"), // documentation
+		netip.MustParsePrefix("3fff::/20"),     // documentation, RFC 9637
+	}
+	compatible6 = netip.MustParsePrefix("::/96")           // IPv4-compatible ::a.b.c.d (deprecated), and ::, ::1
+	translated6 = netip.MustParsePrefix("::ffff:0:0:0/96") // IPv4-translated ::ffff:0:a.b.c.d, RFC 2765
+	nat64       = netip.MustParsePrefix("64:ff9b::/96")    // NAT64's well-known prefix
+	sixToFour   = netip.MustParsePrefix("2002::/16")       // 6to4: the IPv4 address in bits 16 to 48
+	teredo      = netip.MustParsePrefix("2001::/32")       // Teredo: the server's IPv4 in bits 32 to 64, the client's inverted in the last 32
+)
+
 // Forbidden reports whether ip is an address webhooks may not reach
-// unless private addresses are allowed: loopback (127.0.0.0/8, ::1),
-// private (RFC 1918, fc00::/7), link-local (169.254.0.0/16, fe80::/10),
-// unspecified (0.0.0.0, ::), shared (100.64.0.0/10), multicast, reserved,
-// and IPv4 addresses of those kinds written as IPv6 (::ffff:10.0.0.1,
-// 64:ff9b::10.0.0.1).
+// unless private addresses are allowed: any address that is not global
+// unicast. That is loopback (127.0.0.0/8, ::1), private (RFC 1918,
+// fc00::/7), link-local (169.254.0.0/16, fe80::/10), site-local
+// (fec0::/10), unspecified (0.0.0.0, ::), shared (100.64.0.0/10),
+// multicast, reserved, benchmarking and documentation ranges, and every
+// IPv6 address outside 2000::/3; an IPv6 address that embeds an IPv4
+// address (::ffff:10.0.0.1, ::10.0.0.1, ::ffff:0:10.0.0.1,
+// 64:ff9b::10.0.0.1, 6to4 2002:a00:1::, Teredo) is forbidden when that
+// address is.
 func Forbidden(ip netip.Addr) bool {
 	ip = ip.Unmap()
 	if ip.Is6() {
-		// NAT64's well-known prefix embeds an IPv4 address.
-		if nat64 := netip.MustParsePrefix("64:ff9b::/96"); nat64.Contains(ip) {
-			b := ip.As16()
-			return Forbidden(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}))
-		}
+		return forbidden6Addr(ip)
 	}
 	if !ip.IsValid() || ip.IsLoopback() || ip.IsPrivate() || ip.IsUnspecified() || ip.IsLinkLocalUnicast() ||
 		ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() || ip.IsMulticast() {
 		return true
 	}
 	for _, p := range forbiddenPrefixes {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// forbidden6Addr is Forbidden for an IPv6 address that is not IPv4-mapped.
+func forbidden6Addr(ip netip.Addr) bool {
+	b := ip.As16()
+	v4 := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{b[i], b[i+1], b[i+2], b[i+3]}) }
+	switch {
+	case compatible6.Contains(ip), translated6.Contains(ip), nat64.Contains(ip):
+		return Forbidden(v4(12))
+	case sixToFour.Contains(ip):
+		return Forbidden(v4(2))
+	case teredo.Contains(ip):
+		client := netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]})
+		return Forbidden(v4(4)) || Forbidden(client)
+	case !globalUnicast6.Contains(ip):
+		return true
+	}
+	for _, p := range forbidden6 {
 		if p.Contains(ip) {
 			return true
 		}

@@ -25,6 +25,33 @@ func TestForbiddenAddresses(t *testing.T) {
 	}
 }
 
+// Everything that is not global unicast is refused, an IPv6 address that
+// embeds an IPv4 address by that address (issue 24, item 7: the probe's
+// addresses that got through).
+func TestForbiddenUnlessGlobalUnicast(t *testing.T) {
+	t.Parallel()
+	for _, a := range []string{
+		"::127.0.0.1", "::10.0.0.1", "::169.254.169.254", // IPv4-compatible
+		"::ffff:0:127.0.0.1", "::ffff:0:10.0.0.1", // IPv4-translated
+		"::ffff:169.254.169.254",                              // IPv4-mapped
+		"2002:7f00:1::1", "2002:a00:1::", "2002:a9fe:a9fe::1", // 6to4 of 127.0.0.1, 10.0.0.1, 169.254.169.254
+		"2001:0:4136:e378:8000:63bf:f5ff:fffe", // Teredo, client 10.0.0.1
+		"2001:0:a00:1:8000:63bf:f7f7:f7f7",     // Teredo, server 10.0.0.1
+		"fec0::1", "fec0:1::2",                 // site-local
+		"2001:db8::1", "3fff::1", "192.0.2.1", "198.51.100.7", "203.0.113.9", // documentation
+		"2001:2::1", "2001:10::1", "192.88.99.1", "198.19.0.1", // benchmarking, ORCHID, 6to4 relay
+		"100::1", "4000::1", "::2:1:1", // not global unicast
+	} {
+		require.True(t, webhooks.Forbidden(netip.MustParseAddr(a)), a)
+	}
+	for _, a := range []string{
+		"::8.8.8.8", "::ffff:0:8.8.8.8", "::ffff:8.8.8.8", "2002:808:808::1", "2001:0:4136:e378:8000:63bf:f7f7:f7f7",
+		"2a00:1450:4001:82a::200e", "2001:4860:4860::8888", "192.0.3.1", "203.0.114.1",
+	} {
+		require.False(t, webhooks.Forbidden(netip.MustParseAddr(a)), a)
+	}
+}
+
 // lookupOf resolves names from a table; others do not resolve.
 func lookupOf(table map[string][]string) webhooks.Lookup {
 	return func(_ context.Context, host string) ([]netip.Addr, error) {
