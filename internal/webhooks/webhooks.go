@@ -60,6 +60,12 @@ const (
 	DefaultPollInterval = 5 * time.Second
 	// DefaultConcurrency is how many deliveries are attempted at once.
 	DefaultConcurrency = 16
+	// DefaultMaxPerHost is how many of them may go to one receiver (one
+	// host and port) at once.
+	DefaultMaxPerHost = 4
+	// DefaultConnectTimeout bounds connecting to a receiver: a receiver
+	// that does not accept its connection within it is not there.
+	DefaultConnectTimeout = 3 * time.Second
 )
 
 // maxAnswerBytes is how much of an answer's body is read: a receiver's
@@ -99,6 +105,17 @@ type Config struct {
 	// Concurrency is how many deliveries are attempted at once; 0 means
 	// DefaultConcurrency.
 	Concurrency int
+	// MaxPerHost is how many of them may go to one receiver (the URL's
+	// host and port) at once; 0 means DefaultMaxPerHost, and it is at
+	// most Concurrency. A slow receiver then holds only its own share of
+	// the slots: a delivery claimed for a receiver that has MaxPerHost
+	// attempts in flight is not attempted but handed back, due again in
+	// about Timeout (it counts in the delivery's attempts, and its
+	// last_error says it was not attempted).
+	MaxPerHost int
+	// ConnectTimeout bounds connecting to a receiver, within Timeout; 0
+	// means DefaultConnectTimeout.
+	ConnectTimeout time.Duration
 	// Schedule decides the retries.
 	Schedule Schedule
 	// UserAgent is sent with every delivery; "" means "warren/" and the
@@ -138,6 +155,8 @@ type Deliverer struct {
 	// soon is when the earliest retry this deliverer scheduled is due, on
 	// the process's clock (a timer's), zero for none.
 	soon time.Time
+	// hosts counts the attempts in flight by receiver (hostKey).
+	hosts map[string]int
 }
 
 // New returns a deliverer, or an error naming the Config field that is
@@ -148,6 +167,8 @@ func New(cfg Config) (*Deliverer, error) {
 		return nil, errors.New("webhooks: Config.Store is required")
 	case cfg.Timeout < 0 || cfg.PollInterval < 0 || cfg.Concurrency < 0:
 		return nil, errors.New("webhooks: Config.Timeout, PollInterval and Concurrency must be >= 0")
+	case cfg.MaxPerHost < 0 || cfg.ConnectTimeout < 0:
+		return nil, errors.New("webhooks: Config.MaxPerHost and ConnectTimeout must be >= 0")
 	case cfg.Schedule.Jitter < 0 || cfg.Schedule.Jitter >= 1:
 		return nil, fmt.Errorf("webhooks: Config.Schedule.Jitter must be in [0, 1), got %v", cfg.Schedule.Jitter)
 	}
@@ -165,6 +186,14 @@ func New(cfg Config) (*Deliverer, error) {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
+	if cfg.MaxPerHost == 0 {
+		cfg.MaxPerHost = DefaultMaxPerHost
+	}
+	cfg.MaxPerHost = min(cfg.MaxPerHost, cfg.Concurrency)
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	cfg.ConnectTimeout = min(cfg.ConnectTimeout, cfg.Timeout)
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = userAgent()
 	}
@@ -175,20 +204,22 @@ func New(cfg Config) (*Deliverer, error) {
 		cfg.Logger = slog.Default()
 	}
 	client := &http.Client{
-		Transport: newTransport(cfg.Timeout, cfg.AllowPrivate),
+		Transport: newTransport(cfg.ConnectTimeout, cfg.Timeout, cfg.AllowPrivate),
 		Timeout:   cfg.Timeout,
 		// A redirect is not followed: it would leave the address checked,
 		// and a receiver that moved says so by failing.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return &Deliverer{cfg: cfg, lease: 2*cfg.Timeout + 10*time.Second, client: client, wake: make(chan struct{}, 1), log: cfg.Logger}, nil
+	return &Deliverer{cfg: cfg, lease: 2*cfg.Timeout + 10*time.Second, client: client, wake: make(chan struct{}, 1), log: cfg.Logger,
+		hosts: make(map[string]int)}, nil
 }
 
 // newTransport returns the transport of the deliveries: no proxy (the
 // address rule could not hold through one), and a dialer that refuses
-// forbidden addresses unless allowPrivate.
-func newTransport(timeout time.Duration, allowPrivate bool) *http.Transport {
-	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+// forbidden addresses unless allowPrivate; connecting takes at most
+// connect, the TLS handshake and the answer's headers timeout each.
+func newTransport(connect, timeout time.Duration, allowPrivate bool) *http.Transport {
+	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
 	if !allowPrivate {
 		dialer.Control = dialControl
 	}
@@ -263,9 +294,15 @@ func (d *Deliverer) Run(ctx context.Context) error {
 				d.log.Warn("webhooks: cannot claim deliveries; trying again at the next poll", "error", err)
 			}
 			for _, c := range claimed {
+				host := hostKey(c.URL)
+				if !d.takeHost(host) {
+					d.handBack(ctx, c)
+					continue
+				}
 				inFlight.Add(1)
 				wg.Go(func() {
 					defer func() {
+						d.releaseHost(host)
 						inFlight.Add(-1)
 						select {
 						case freed <- struct{}{}:
@@ -324,10 +361,64 @@ func (d *Deliverer) RunOnce(ctx context.Context) (int, error) {
 	}
 	var wg sync.WaitGroup
 	for _, c := range claimed {
-		wg.Go(func() { d.attempt(ctx, c) })
+		host := hostKey(c.URL)
+		if !d.takeHost(host) {
+			d.handBack(ctx, c)
+			continue
+		}
+		wg.Go(func() {
+			defer d.releaseHost(host)
+			d.attempt(ctx, c)
+		})
 	}
 	wg.Wait()
 	return len(claimed), nil
+}
+
+// takeHost takes one of host's MaxPerHost slots, if one is free.
+func (d *Deliverer) takeHost(host string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.hosts[host] >= d.cfg.MaxPerHost {
+		return false
+	}
+	d.hosts[host]++
+	return true
+}
+
+// releaseHost gives back a slot takeHost took.
+func (d *Deliverer) releaseHost(host string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.hosts[host]--; d.hosts[host] <= 0 {
+		delete(d.hosts, host)
+	}
+}
+
+// handBack records c, claimed for a receiver whose slots are all busy, as
+// not attempted and due again in about Timeout (jittered by half, so
+// that a backlog to one receiver comes back spread out): the store
+// counts its claim as an attempt, and has no way to take that back.
+func (d *Deliverer) handBack(ctx context.Context, c store.ClaimedDelivery) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	at, err := d.cfg.Store.Now(rctx)
+	if err == nil {
+		wait := time.Duration(float64(d.cfg.Timeout) * (0.5 + d.cfg.Rand()))
+		_, err = d.cfg.Store.RecordDeliveryAttempt(rctx, store.DeliveryAttempt{ID: c.ID, Attempt: c.Attempts, State: store.DeliveryPending,
+			At: at, NextAttemptAt: at.Add(wait), Error: fmt.Sprintf("not attempted: %d deliveries to this receiver were in flight", d.cfg.MaxPerHost)})
+		d.scheduled(wait)
+	}
+	if err != nil {
+		d.log.Warn("webhooks: cannot hand back a delivery; it is tried again when its lease ends",
+			"job_id", c.JobID, "delivery_id", c.ID, "host", hostOf(c.URL), "error", err)
+	}
+}
+
+// hostKey is the receiver of a webhook URL, for MaxPerHost: its host and
+// port, as the URL gives them, in lower case.
+func hostKey(raw string) string {
+	return strings.ToLower(hostOf(raw))
 }
 
 // claim claims up to limit deliveries due by the store's clock

@@ -446,3 +446,78 @@ func TestASlowReceiverHoldsOnlyItsOwnSlot(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+// A receiver that does not answer holds at most MaxPerHost slots, however
+// many of its deliveries are due first: the others are handed back, not
+// attempted, and the deliveries to other receivers go out (issue 24,
+// item 7: before, four deliveries to one stalled receiver held all four
+// slots).
+func TestASlowReceiverHoldsAtMostMaxPerHostSlots(t *testing.T) {
+	t.Parallel()
+	arrived, release := make(chan struct{}, 10), make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		arrived <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() { close(release) })
+	b := setup(t, slow.URL)
+	closeJob := func(url string) warren.Job {
+		job, _, err := b.store.CreateJob(t.Context(), store.NewJob{Type: "t", Webhook: &store.Webhook{URL: url, Secret: secret}},
+			func(yield func(json.RawMessage, error) bool) { yield(json.RawMessage(`1`), nil) })
+		require.NoError(t, err)
+		job, err = b.store.CancelJob(t.Context(), job.ID)
+		require.NoError(t, err)
+		b.clock.Set(*job.FinishedAt)
+		return job
+	}
+	slowJobs := []warren.Job{b.job}
+	for range 3 {
+		slowJobs = append(slowJobs, closeJob(slow.URL))
+	}
+	fast := newReceiver(t, http.StatusOK)
+	for range 3 {
+		closeJob(fast.URL)
+	}
+	d := b.deliverer(t, webhooks.Config{PollInterval: time.Hour, Concurrency: 4, MaxPerHost: 2, Timeout: time.Minute})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	for i := range 2 {
+		select {
+		case <-arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("delivery %d of 2 to the slow receiver was not attempted", i+1)
+		}
+	}
+	for i := range 3 {
+		select {
+		case <-fast.arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("delivery %d of 3 to the fast receiver waited for the slow one", i+1)
+		}
+	}
+	select {
+	case <-arrived:
+		t.Fatal("a third delivery to the slow receiver was attempted")
+	default:
+	}
+	var handedBack int
+	for _, job := range slowJobs {
+		ds, err := b.store.ListDeliveries(t.Context(), job.ID)
+		require.NoError(t, err)
+		require.Len(t, ds, 1)
+		if strings.Contains(ds[0].LastError, "not attempted: 2 deliveries to this receiver were in flight") {
+			handedBack++
+			require.Equal(t, store.DeliveryPending, ds[0].State)
+			require.True(t, ds[0].NextAttemptAt.After(b.clock.Now().Add(29*time.Second)), "due again in about Timeout: %s", ds[0].NextAttemptAt)
+		}
+	}
+	require.Equal(t, 2, handedBack, "the two over the slow receiver's share are handed back")
+	cancel()
+	require.NoError(t, <-done)
+}
