@@ -32,6 +32,10 @@ type heartbeater struct {
 	once sync.Once
 	// mu serializes publishes on ch: the loop's and the goodbye.
 	mu sync.Mutex
+	// user is the connection's user, the heartbeats' user_id: "" when
+	// the connection authenticated otherwise (EXTERNAL, a certificate),
+	// whose user the worker cannot name.
+	user string
 }
 
 // startHeartbeat starts the heartbeat loop on conn, at once with a first
@@ -49,9 +53,23 @@ func (w *Worker) startHeartbeat(conn *amqp.Connection) *heartbeater {
 		close(h.done)
 		return h
 	}
-	h.ch = ch
+	h.ch, h.user = ch, connectionUser(conn)
 	go h.run()
 	return h
+}
+
+// connectionUser is the user conn authenticated as with a user name and
+// password, or "" for another mechanism.
+func connectionUser(conn *amqp.Connection) string {
+	for _, auth := range conn.Config.SASL {
+		switch a := auth.(type) {
+		case *amqp.PlainAuth:
+			return a.Username
+		case *amqp.AMQPlainAuth:
+			return a.Username
+		}
+	}
+	return ""
 }
 
 // run publishes a heartbeat now and then every interval until stop, or
@@ -128,6 +146,9 @@ func (h *heartbeater) publish(state string) error {
 	if err != nil {
 		return err
 	}
+	// The broker checks user_id against the connection's user: servers
+	// then know the heartbeat's publisher, and keep its entry for it.
+	out.Msg.UserId = h.user
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), heartbeatPublishTimeout)

@@ -8,6 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenhq/warren/internal/broker/amqptest"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/worker"
 )
@@ -26,11 +27,14 @@ func TestHeartbeatsAndGoodbye(t *testing.T) {
 	require.NoError(t, ch.QueueBind(q.Name, "", b.names.HeartbeatExchange, false, nil))
 	beats, err := ch.Consume(q.Name, "", true, true, false, false, nil)
 	require.NoError(t, err)
+	uri, err := amqp.ParseURI(amqptest.URL())
+	require.NoError(t, err)
 	next := func() protocol.Heartbeat {
 		t.Helper()
 		d := recv(t, beats, "heartbeat")
 		require.Equal(t, protocol.ContentType, d.ContentType)
 		require.Equal(t, amqp.Transient, d.DeliveryMode)
+		require.Equal(t, uri.Username, d.UserId, "user_id is the connection's user, which RabbitMQ validates")
 		h, err := protocol.DecodeHeartbeat(d.Body)
 		require.NoError(t, err)
 		return h

@@ -110,8 +110,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.warn("heartbeats: dropping a malformed heartbeat (one line a minute at most)", "error", err)
 				continue
 			}
-			if !c.reg.Apply(h) {
-				c.warn("heartbeats: too many workers; ignoring new ones (one line a minute at most)", "worker_id", h.ID, "name", h.Name)
+			// UserId is set only by a publisher that chose to, and then
+			// RabbitMQ checked it against the connection's user: it is
+			// who published, or "" for a publisher that did not say.
+			if !c.reg.ApplyFrom(h, d.UserId) {
+				c.warn("heartbeats: ignoring a heartbeat: the list of workers is full, or its id belongs to another broker user "+
+					"(one line a minute at most)", "worker_id", h.ID, "name", h.Name, "user_id", d.UserId)
 				continue
 			}
 			if c.onApplied != nil {

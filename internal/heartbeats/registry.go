@@ -4,6 +4,13 @@
 // its own to it (Consumer), so that every server sees every worker. The
 // list lives in memory only: a server that starts knows the workers after
 // their next heartbeat.
+//
+// The list is advisory: it says which workers a server heard from, not
+// which exist. Anyone who may publish to the heartbeat exchange can add
+// to it, so it is bounded (MaxWorkers entries, MaxBytes in all), and an
+// entry belongs to the broker user that first published its id (the
+// heartbeat's validated user_id, see Consumer): heartbeats from another
+// user, a goodbye included, leave it alone.
 package heartbeats
 
 import (
@@ -23,9 +30,24 @@ const AliveIntervals = 3
 // alive, before it is dropped.
 const DropAfter = 5 * time.Minute
 
-// maxWorkers bounds the list: heartbeats from more workers than that (a
+// MaxWorkers bounds the list: heartbeats from more workers than that (a
 // flood of made-up ids) are ignored until some are dropped.
-const maxWorkers = 10000
+const MaxWorkers = 10000
+
+// MaxBytes bounds the memory of the list, as entrySize counts it: a
+// heartbeat may carry about 0.5 MB of queues and types, and one that
+// would take the list past MaxBytes is ignored (a known worker keeps its
+// last entry) until some are dropped. 16 MiB holds 10,000 workers of
+// about 1.6 KB each, or 30 of the largest heartbeats.
+const MaxBytes = 16 << 20
+
+// entryOverhead is what entrySize counts for a worker besides its text:
+// the map entry, the Worker and its slice headers.
+const entryOverhead = 256
+
+// stringOverhead is what entrySize counts for each string besides its
+// bytes: its header.
+const stringOverhead = 16
 
 // Worker is one worker as the registry knows it.
 type Worker struct {
@@ -44,8 +66,13 @@ type Worker struct {
 	// Alive says it was seen within AliveIntervals of its heartbeat
 	// interval.
 	Alive bool
+	// User is the broker user that published its first heartbeat, as
+	// RabbitMQ validated it (user_id); "" when that heartbeat carried
+	// none.
+	User string
 
 	interval time.Duration
+	size     int64
 }
 
 // Registry is the list of workers heard from. It is safe for concurrent
@@ -55,6 +82,8 @@ type Registry struct {
 
 	mu      sync.Mutex
 	workers map[string]Worker
+	// bytes is the sum of the workers' entrySize.
+	bytes int64
 }
 
 // NewRegistry returns an empty registry reading the time from now (nil
@@ -66,29 +95,84 @@ func NewRegistry(now func() time.Time) *Registry {
 	return &Registry{now: now, workers: make(map[string]Worker)}
 }
 
-// Apply records heartbeat h, received now: a worker that said goodbye
-// (protocol.HeartbeatStopping) is dropped at once. It reports whether h
-// was recorded (false when the list is full of others).
+// Apply records heartbeat h, received now, as published by no
+// particular user: ApplyFrom(h, "").
 func (r *Registry) Apply(h protocol.Heartbeat) bool {
+	return r.ApplyFrom(h, "")
+}
+
+// ApplyFrom records heartbeat h, received now, published by broker user
+// user ("" for a heartbeat without user_id): a worker that said goodbye
+// (protocol.HeartbeatStopping) is dropped at once. A heartbeat whose id
+// another user registered is ignored, a goodbye too, so that no one can
+// drop or rewrite the entry of a worker that publishes as another user;
+// a heartbeat without user_id only touches an entry registered without
+// one. It reports whether h was recorded: false when it was ignored so,
+// or when the list is full (MaxWorkers, MaxBytes) of others.
+func (r *Registry) ApplyFrom(h protocol.Heartbeat, user string) bool {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	old, known := r.workers[h.ID]
+	if known && old.User != user {
+		return false
+	}
 	if h.State == protocol.HeartbeatStopping {
-		delete(r.workers, h.ID)
+		r.remove(h.ID)
 		return true
 	}
-	if _, known := r.workers[h.ID]; !known && len(r.workers) >= maxWorkers {
-		r.dropStale(now)
-		if len(r.workers) >= maxWorkers {
-			return false
-		}
-	}
-	r.workers[h.ID] = Worker{
+	w := Worker{
 		ID: h.ID, Name: h.Name, Queues: slices.Clone(h.Queues), Types: slices.Clone(h.Types),
 		Concurrency: h.Concurrency, InFlight: h.InFlight, StartedAt: h.StartedAt.UTC(), Version: h.Version,
-		LastSeen: now.UTC(), interval: h.Interval(),
+		LastSeen: now.UTC(), User: user, interval: h.Interval(),
 	}
+	w.size = entrySize(w)
+	if !r.fits(w, old.size, known, now) {
+		return false
+	}
+	r.bytes += w.size - old.size
+	r.workers[h.ID] = w
 	return true
+}
+
+// fits reports whether w may take the place of an entry of size oldSize
+// (known says there is one) within MaxWorkers and MaxBytes, dropping the
+// stale entries first when it would not; r.mu is held.
+func (r *Registry) fits(w Worker, oldSize int64, known bool, now time.Time) bool {
+	full := func() bool {
+		return (!known && len(r.workers) >= MaxWorkers) || r.bytes-oldSize+w.size > MaxBytes
+	}
+	if full() {
+		r.dropStale(now)
+	}
+	return !full()
+}
+
+// Bytes returns the memory of the list as MaxBytes counts it.
+func (r *Registry) Bytes() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bytes
+}
+
+// entrySize is what w counts against MaxBytes: its strings, and a fixed
+// overhead for the rest.
+func entrySize(w Worker) int64 {
+	n := int64(entryOverhead + len(w.ID) + len(w.Name) + len(w.Version) + len(w.User) + 4*stringOverhead)
+	for _, list := range [][]string{w.Queues, w.Types} {
+		for _, s := range list {
+			n += int64(len(s) + stringOverhead)
+		}
+	}
+	return n
+}
+
+// remove drops the worker id; r.mu is held.
+func (r *Registry) remove(id string) {
+	if w, ok := r.workers[id]; ok {
+		r.bytes -= w.size
+		delete(r.workers, id)
+	}
 }
 
 // List returns the workers heard from in the last DropAfter, by name and
@@ -113,7 +197,7 @@ func (r *Registry) List() []Worker {
 func (r *Registry) dropStale(now time.Time) {
 	for id, w := range r.workers {
 		if now.Sub(w.LastSeen) > DropAfter {
-			delete(r.workers, id)
+			r.remove(id)
 		}
 	}
 }

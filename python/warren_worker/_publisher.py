@@ -13,6 +13,12 @@ from . import _wire
 POLL = 0.2
 
 
+def _user_of(conn):
+    """The user name conn authenticated with (PLAIN), or None (EXTERNAL)."""
+    params = getattr(getattr(conn, "_impl", None), "params", None)
+    return getattr(getattr(params, "credentials", None), "username", None)
+
+
 class _Publisher:
     """The publisher connection, owned by its own thread."""
 
@@ -22,6 +28,10 @@ class _Publisher:
         self.ch = self.conn.channel()
         self.ch.confirm_delivery()
         self.hb = None
+        # The heartbeats' user_id, which RabbitMQ checks against the
+        # connection's user: servers then know who published a heartbeat.
+        # None for a connection that authenticated without a user name.
+        self.user_id = _user_of(self.conn)
         self.lost = None
         self._closing = False
         self._queue = collections.deque()  # (outs, done, result): appended by any thread
@@ -114,7 +124,7 @@ class _Publisher:
         try:
             self.hb.basic_publish(self.w.names.heartbeat_exchange, "", body, pika.BasicProperties(
                 content_type=_wire.CONTENT_TYPE, delivery_mode=1, type="heartbeat",
-                expiration=str(3 * interval_ms), timestamp=int(time.time())))
+                expiration=str(3 * interval_ms), timestamp=int(time.time()), user_id=self.user_id))
         except pika.exceptions.AMQPChannelError as e:
             self.w.log.warning("warren worker: the heartbeat channel closed; no heartbeats until the next reconnect: %s", e)
             self.hb = None
