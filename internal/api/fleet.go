@@ -1,9 +1,14 @@
 package api
 
 import (
+	"cmp"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"time"
+
+	"github.com/warrenhq/warren/internal/heartbeats"
 )
 
 // Queue kinds, as GET /v1/queues shows them.
@@ -45,7 +50,14 @@ type workerJSON struct {
 // workerList is the body of GET /v1/workers.
 type workerList struct {
 	Workers []workerJSON `json:"workers"`
+	// NextCursor is null on the last page.
+	NextCursor *string `json:"next_cursor"`
+	// Total is how many workers the whole list has now.
+	Total int `json:"total"`
 }
+
+// defaultWorkerPage is the page size of GET /v1/workers without a limit.
+const defaultWorkerPage = 100
 
 // queueJSON is a queue in the body of GET /v1/queues.
 type queueJSON struct {
@@ -63,21 +75,75 @@ type queueList struct {
 	Queues []queueJSON `json:"queues"`
 }
 
-// listWorkers handles GET /v1/workers: the workers heard from in the last
-// five minutes, by name.
-func (s *server) listWorkers(w http.ResponseWriter, _ *http.Request) {
+// listWorkers handles GET /v1/workers: a page of the workers heard from
+// in the last five minutes, by name and then id. The list changes under
+// a reader (it is advisory: see package heartbeats); a cursor is the last
+// name and id of its page, so a page goes on after it whatever came or
+// went.
+func (s *server) listWorkers(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Workers == nil {
 		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "this server keeps no list of workers"))
 		return
 	}
-	out := workerList{Workers: []workerJSON{}}
-	for _, wk := range s.cfg.Workers() {
+	q := r.URL.Query()
+	limit, aerr := parseLimit(q.Get("limit"))
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if limit == 0 {
+		limit = defaultWorkerPage
+	}
+	after, ok := parseWorkerCursor(q.Get("cursor"))
+	if !ok {
+		writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter, "cursor is not a next_cursor this server returned"))
+		return
+	}
+	all := s.cfg.Workers()
+	from := 0
+	if after != nil {
+		from, _ = slices.BinarySearchFunc(all, *after, compareWorkers)
+		if from < len(all) && compareWorkers(all[from], *after) == 0 {
+			from++
+		}
+	}
+	page := all[from:min(len(all), from+limit)]
+	out := workerList{Workers: make([]workerJSON, 0, len(page)), Total: len(all)}
+	for _, wk := range page {
 		out.Workers = append(out.Workers, workerJSON{
 			ID: wk.ID, Name: wk.Name, Queues: nonNil(wk.Queues), Types: nonNil(wk.Types), Concurrency: wk.Concurrency,
 			InFlight: wk.InFlight, StartedAt: wk.StartedAt.UTC(), LastSeen: wk.LastSeen.UTC(), Alive: wk.Alive, Version: wk.Version,
 		})
 	}
+	if from+len(page) < len(all) {
+		last := page[len(page)-1]
+		key, _ := json.Marshal([2]string{last.Name, last.ID}) // a string cannot fail
+		out.NextCursor = cursorJSON(base64.RawURLEncoding.EncodeToString(key))
+	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// compareWorkers orders workers as heartbeats.Registry.List does: by name,
+// then id.
+func compareWorkers(a, b heartbeats.Worker) int {
+	return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
+}
+
+// parseWorkerCursor reads a cursor of GET /v1/workers: nil for none, and
+// false for one this server did not write.
+func parseWorkerCursor(raw string) (*heartbeats.Worker, bool) {
+	if raw == "" {
+		return nil, true
+	}
+	b, err := base64.RawURLEncoding.DecodeString(raw)
+	if err != nil {
+		return nil, false
+	}
+	var key [2]string
+	if json.Unmarshal(b, &key) != nil || key[1] == "" {
+		return nil, false
+	}
+	return &heartbeats.Worker{Name: key[0], ID: key[1]}, true
 }
 
 // listQueues handles GET /v1/queues: the queues the server knows, with

@@ -58,7 +58,10 @@ export function queuesPage(root) {
       h('td', null, timeEl(w.started_at)), h('td', null, ago(w.last_seen)),
       h('td', null, badge(w.alive ? 'alive' : 'silent'))));
     t.tBodies[0].append(...(rows.length ? rows : [emptyRow(8, 'No worker has reported.')]));
-    workersBox.replaceChildren(t);
+    // The first page only: a large fleet (or a flood of made-up
+    // heartbeats) is not worth more than a count here.
+    const more = (out.total || 0) - out.workers.length;
+    workersBox.replaceChildren(t, ...(more > 0 ? [h('p', { class: 'muted', id: 'workers-more' }, `${num(more)} more`)] : []));
   }
 
   return every(5000, async () => {
