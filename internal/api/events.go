@@ -26,6 +26,12 @@ const (
 	// DefaultMaxEventStreams is how many event streams a handler serves
 	// at once; more are answered 503.
 	DefaultMaxEventStreams = 1000
+	// DefaultMaxEventStreamsPerClient is how many of them one client (one
+	// API token, or one remote address without tokens) may hold.
+	DefaultMaxEventStreamsPerClient = 50
+	// DefaultMaxEventStreamLife is how long a stream lasts at most before
+	// the server ends it; the client reconnects with Last-Event-ID.
+	DefaultMaxEventStreamLife = time.Hour
 )
 
 // eventsWriteTimeout bounds one write of an event stream when the
@@ -52,6 +58,15 @@ type EventsConfig struct {
 	// MaxStreams is how many streams may be open at once; more are
 	// answered 503. 0 means DefaultMaxEventStreams.
 	MaxStreams int
+	// MaxStreamsPerClient is how many of them one client may hold: the
+	// streams of one API token, or of one remote address on a server
+	// without tokens. More are answered 503, so that no client holds all
+	// of MaxStreams. 0 means DefaultMaxEventStreamsPerClient.
+	MaxStreamsPerClient int
+	// MaxStreamLife is how long a stream lasts at most: then it ends, and
+	// the client reconnects with the Last-Event-ID it saw, so a stream's
+	// slot is not held for ever. 0 means DefaultMaxEventStreamLife.
+	MaxStreamLife time.Duration
 }
 
 func (c EventsConfig) withDefaults() EventsConfig {
@@ -66,6 +81,12 @@ func (c EventsConfig) withDefaults() EventsConfig {
 	}
 	if c.MaxStreams <= 0 {
 		c.MaxStreams = DefaultMaxEventStreams
+	}
+	if c.MaxStreamsPerClient <= 0 {
+		c.MaxStreamsPerClient = DefaultMaxEventStreamsPerClient
+	}
+	if c.MaxStreamLife <= 0 {
+		c.MaxStreamLife = DefaultMaxEventStreamLife
 	}
 	return c
 }
@@ -93,6 +114,7 @@ type Events struct {
 	bound     bool
 	closed    bool
 	streams   int
+	clients   map[string]int // streams by client (subscribe's client)
 	watches   map[string]*watch
 	shutdowns map[*http.Server]bool // servers whose Shutdown calls Close
 }
@@ -181,17 +203,19 @@ type watch struct {
 // subscription is one stream's hold on a watch.
 type subscription struct {
 	w       *watch
+	client  string        // who holds it, for MaxStreamsPerClient
 	changed chan struct{} // capacity 1: w.last changed
 }
 
 var (
 	errEventsClosed = errors.New("events: closed")
 	errEventsBusy   = errors.New("events: too many streams")
+	errClientBusy   = errors.New("events: too many streams of this client")
 )
 
-// subscribe adds a stream following job id, starting its watcher if it is
-// the first.
-func (e *Events) subscribe(id string) (*subscription, error) {
+// subscribe adds a stream of client following job id, starting its
+// watcher if it is the first.
+func (e *Events) subscribe(id, client string) (*subscription, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -200,6 +224,9 @@ func (e *Events) subscribe(id string) (*subscription, error) {
 	if e.streams >= e.cfg.MaxStreams {
 		return nil, errEventsBusy
 	}
+	if e.clients[client] >= e.cfg.MaxStreamsPerClient {
+		return nil, errClientBusy
+	}
 	w := e.watches[id]
 	if w == nil {
 		w = &watch{id: id, wake: make(chan struct{}, 1), stop: make(chan struct{}), subs: map[*subscription]struct{}{}}
@@ -207,12 +234,16 @@ func (e *Events) subscribe(id string) (*subscription, error) {
 		e.wg.Add(1)
 		go e.poll(w)
 	}
-	sub := &subscription{w: w, changed: make(chan struct{}, 1)}
+	sub := &subscription{w: w, client: client, changed: make(chan struct{}, 1)}
 	w.subs[sub] = struct{}{}
 	if w.have {
 		signal(sub.changed)
 	}
 	e.streams++
+	if e.clients == nil {
+		e.clients = make(map[string]int)
+	}
+	e.clients[client]++
 	return sub, nil
 }
 
@@ -222,6 +253,9 @@ func (e *Events) unsubscribe(sub *subscription) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.streams--
+	if e.clients[sub.client]--; e.clients[sub.client] <= 0 {
+		delete(e.clients, sub.client)
+	}
 	w := sub.w
 	delete(w.subs, sub)
 	if len(w.subs) == 0 {

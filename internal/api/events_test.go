@@ -467,3 +467,62 @@ func TestEventsHubServesOneHandler(t *testing.T) {
 	_, err = api.New(api.Config{Store: s, Events: events})
 	require.ErrorContains(t, err, "Config.Events")
 }
+
+// One client (one token; one remote address without tokens) holds at most
+// MaxStreamsPerClient streams, so that it cannot take every one of
+// MaxStreams (issue 24, item 7).
+func TestEventsPerClientLimit(t *testing.T) {
+	t.Parallel()
+	events := api.NewEvents(api.EventsConfig{MaxStreamsPerClient: 2})
+	t.Cleanup(events.Close)
+	b := setup(t, &options{tokens: "hog:read,other:read", onNew: withEvents(events)})
+	job := createJob(t, b.store, 1)
+	for range 2 {
+		s := b.openEvents(t, t.Context(), job.ID, bearer("hog")...)
+		require.Equal(t, "progress", s.nextEvent(t).event)
+	}
+	resp := b.get(t, "/v1/jobs/"+job.ID+"/events", bearer("hog")...)
+	requireError(t, resp, http.StatusServiceUnavailable, "unavailable")
+	require.Contains(t, errorMessage(t, resp), "this client holds 2 event streams already")
+	s := b.openEvents(t, t.Context(), job.ID, bearer("other")...)
+	require.Equal(t, "progress", s.nextEvent(t).event, "another token has its own share")
+
+	// Without tokens, by remote address.
+	open := setup(t, &options{onNew: withEvents(api.NewEvents(api.EventsConfig{MaxStreamsPerClient: 1}))})
+	job = createJob(t, open.store, 1)
+	require.Equal(t, "progress", open.openEvents(t, t.Context(), job.ID).nextEvent(t).event)
+	requireError(t, open.get(t, "/v1/jobs/"+job.ID+"/events"), http.StatusServiceUnavailable, "unavailable")
+}
+
+// A stream ends after MaxStreamLife; the client reconnects with the
+// Last-Event-ID it saw and is not sent that event again, only what is
+// newer (issue 24, item 7).
+func TestEventsStreamLifeAndResume(t *testing.T) {
+	t.Parallel()
+	events := api.NewEvents(api.EventsConfig{MaxStreamLife: 100 * time.Millisecond, PollInterval: time.Hour, KeepAlive: time.Hour})
+	t.Cleanup(events.Close)
+	b := setup(t, &options{onNew: withEvents(events)})
+	job := createJob(t, b.store, 3)
+	applyOutcomes(t, b.store, job.ID, 1, 1) // a version of its own: an event id
+	s := b.openEvents(t, t.Context(), job.ID)
+	first := s.nextEvent(t)
+	require.Equal(t, "progress", first.event)
+	require.NotEmpty(t, first.id)
+	s.requireEnd(t)
+
+	s = b.openEvents(t, t.Context(), job.ID, "Last-Event-ID", first.id)
+	ev, err := s.next()
+	require.NoError(t, err)
+	require.Equal(t, "resumed", ev.comment, "the event the client has is not sent again")
+	s.requireEnd(t)
+
+	applyOutcomes(t, b.store, job.ID, 2, 2)
+	events.Notify(job.ID)
+	s = b.openEvents(t, t.Context(), job.ID, "Last-Event-ID", first.id)
+	ev = s.nextEvent(t)
+	require.Equal(t, "progress", ev.event, "what is newer is sent")
+	require.NotEqual(t, first.id, ev.id)
+
+	s = b.openEvents(t, t.Context(), job.ID, "Last-Event-ID", "nonsense")
+	require.Equal(t, "progress", s.nextEvent(t).event, "an id this server did not send: from the start")
+}

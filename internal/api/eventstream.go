@@ -2,10 +2,14 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/warrenhq/warren"
@@ -45,10 +49,14 @@ func (s *server) jobEvents(w http.ResponseWriter, r *http.Request) {
 	e := s.events
 	srv, _ := ctx.Value(http.ServerContextKey).(*http.Server)
 	e.closeOnShutdown(srv)
-	sub, err := e.subscribe(id)
+	sub, err := e.subscribe(id, streamClient(r))
 	switch {
 	case errors.Is(err, errEventsClosed):
 		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable, "the server is shutting down; retry on another"))
+		return
+	case errors.Is(err, errClientBusy):
+		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable,
+			"this client holds %d event streams already, the most one may; close one, or poll GET /v1/jobs/{id}", e.cfg.MaxStreamsPerClient))
 		return
 	case err != nil:
 		writeError(w, errorf(http.StatusServiceUnavailable, codeUnavailable,
@@ -70,24 +78,60 @@ func (s *server) jobEvents(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		return
 	}
-	s.followJob(ctx, st, sub, snapshot{version: job.Version, closed: job.State.Terminal(), data: data})
+	first := snapshot{version: job.Version, closed: job.State.Terminal(), data: data}
+	s.followJob(ctx, st, sub, first, resumesAt(r, first))
+}
+
+// streamClient names the client of an event stream, for
+// MaxStreamsPerClient: its API token (a hash of it: the key stays in
+// memory only, but a hash is all it needs), else its remote address
+// without the port.
+func streamClient(r *http.Request) string {
+	if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && token != "" {
+		sum := sha256.Sum256([]byte(token))
+		return "token " + hex.EncodeToString(sum[:])
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "address " + host
+}
+
+// resumesAt reports whether a reconnecting client (EventSource sends the
+// id of the last event it saw as Last-Event-ID) has first already: the
+// job is open and not newer than that event, so its first progress event
+// would repeat one.
+func resumesAt(r *http.Request, first snapshot) bool {
+	last, err := strconv.ParseInt(strings.TrimSpace(r.Header.Get("Last-Event-ID")), 10, 64)
+	return err == nil && !first.closed && first.version <= last
 }
 
 // followJob writes first, then the changes of sub's job, until the job
 // closes or is deleted, the client goes away, the hub closes or a write
 // fails.
-func (s *server) followJob(ctx context.Context, st *eventStream, sub *subscription, first snapshot) {
+func (s *server) followJob(ctx context.Context, st *eventStream, sub *subscription, first snapshot, resumed bool) {
 	e := s.events
 	if first.closed {
 		_ = st.event("closed", first.version, first.data)
 		return
 	}
-	if st.event("progress", first.version, first.data) != nil {
+	if resumed {
+		// Something to say at once, so that the client knows it is
+		// connected; the event it has is not sent again.
+		if st.comment("resumed") != nil {
+			return
+		}
+	} else if st.event("progress", first.version, first.data) != nil {
 		return
 	}
 	sent, lastSent := first.version, time.Now()
 	keepAlive := time.NewTimer(e.cfg.KeepAlive)
 	defer keepAlive.Stop()
+	// The stream ends after MaxStreamLife: the client reconnects with
+	// Last-Event-ID, and its slot was not held for ever.
+	life := time.NewTimer(e.cfg.MaxStreamLife)
+	defer life.Stop()
 	var (
 		held     *time.Timer // set while a change waits out MinInterval
 		heldDone <-chan time.Time
@@ -102,6 +146,9 @@ func (s *server) followJob(ctx context.Context, st *eventStream, sub *subscripti
 		case <-ctx.Done():
 			return
 		case <-e.done:
+			return
+		case <-life.C:
+			_ = st.comment("the stream lasted its longest; reconnect with Last-Event-ID")
 			return
 		case <-keepAlive.C:
 			if st.comment("keepalive") != nil {
