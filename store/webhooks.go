@@ -117,4 +117,11 @@ type DeliveryAttempt struct {
 	// NextAttemptAt is when a pending delivery is due again, on the
 	// store's clock (Store.Now), which the next claim compares it with.
 	NextAttemptAt time.Time
+	// NotAttempted hands the claim back without an attempt (State must be
+	// DeliveryPending): the delivery's Attempts go back down by one, its
+	// last status and error stay those of its last real attempt, and it
+	// is due at NextAttemptAt. A deliverer that claimed more deliveries
+	// for one receiver than it may send it at once gives them back so,
+	// and a busy receiver never spends another job's attempts.
+	NotAttempted bool
 }

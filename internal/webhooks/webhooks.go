@@ -110,8 +110,7 @@ type Config struct {
 	// most Concurrency. A slow receiver then holds only its own share of
 	// the slots: a delivery claimed for a receiver that has MaxPerHost
 	// attempts in flight is not attempted but handed back, due again in
-	// about Timeout (it counts in the delivery's attempts, and its
-	// last_error says it was not attempted).
+	// about Timeout, without spending one of its attempts.
 	MaxPerHost int
 	// ConnectTimeout bounds connecting to a receiver, within Timeout; 0
 	// means DefaultConnectTimeout.
@@ -395,10 +394,10 @@ func (d *Deliverer) releaseHost(host string) {
 	}
 }
 
-// handBack records c, claimed for a receiver whose slots are all busy, as
-// not attempted and due again in about Timeout (jittered by half, so
-// that a backlog to one receiver comes back spread out): the store
-// counts its claim as an attempt, and has no way to take that back.
+// handBack gives back c, claimed for a receiver whose slots are all busy,
+// not attempted (its attempts as they were before the claim, its last
+// error kept) and due again in about Timeout (jittered by half, so that a
+// backlog to one receiver comes back spread out).
 func (d *Deliverer) handBack(ctx context.Context, c store.ClaimedDelivery) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
@@ -406,7 +405,7 @@ func (d *Deliverer) handBack(ctx context.Context, c store.ClaimedDelivery) {
 	if err == nil {
 		wait := time.Duration(float64(d.cfg.Timeout) * (0.5 + d.cfg.Rand()))
 		_, err = d.cfg.Store.RecordDeliveryAttempt(rctx, store.DeliveryAttempt{ID: c.ID, Attempt: c.Attempts, State: store.DeliveryPending,
-			At: at, NextAttemptAt: at.Add(wait), Error: fmt.Sprintf("not attempted: %d deliveries to this receiver were in flight", d.cfg.MaxPerHost)})
+			At: at, NextAttemptAt: at.Add(wait), NotAttempted: true})
 		d.scheduled(wait)
 	}
 	if err != nil {

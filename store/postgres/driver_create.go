@@ -175,6 +175,15 @@ func (d engineDriver) ClaimDeliveries(ctx context.Context, c engine.DeliveryClai
 // RecordDelivery implements engine.DeliveryExecutor in one statement on
 // the pool.
 func (d engineDriver) RecordDelivery(ctx context.Context, r engine.DeliveryRecord) (bool, error) {
+	if r.Release {
+		tag, err := d.s.pool.Exec(ctx, `
+			UPDATE webhook_deliveries SET attempts = attempts - 1, next_attempt_at = $2
+			WHERE id = $1 AND state = 'pending' AND attempts = $3 AND attempts > 0`, r.ID, r.NextAttemptAt, r.Attempt)
+		if err != nil {
+			return false, err
+		}
+		return tag.RowsAffected() == 1, nil
+	}
 	tag, err := d.s.pool.Exec(ctx, `
 		UPDATE webhook_deliveries
 		SET state = $2, last_status = $3, last_error = $4, next_attempt_at = $5, delivered_at = $6

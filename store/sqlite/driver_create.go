@@ -235,6 +235,15 @@ func (d engineDriver) ClaimDeliveries(ctx context.Context, c engine.DeliveryClai
 // RecordDelivery implements engine.DeliveryExecutor in one statement on
 // the writer.
 func (d engineDriver) RecordDelivery(ctx context.Context, r engine.DeliveryRecord) (bool, error) {
+	if r.Release {
+		res, err := d.s.w.ExecContext(ctx, `UPDATE webhook_deliveries SET attempts = attempts - 1, next_attempt_at = ?
+			WHERE id = ? AND state = 'pending' AND attempts = ? AND attempts > 0`, micros(r.NextAttemptAt), r.ID, r.Attempt)
+		if err != nil {
+			return false, err
+		}
+		n, err := res.RowsAffected()
+		return n == 1, err
+	}
 	res, err := d.s.w.ExecContext(ctx, `UPDATE webhook_deliveries
 		SET state = ?, last_status = ?, last_error = ?, next_attempt_at = ?, delivered_at = ?
 		WHERE id = ? AND state = 'pending' AND attempts = ?`,

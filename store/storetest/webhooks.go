@@ -147,6 +147,40 @@ func testWebhooks(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.EqualValues(t, 2, pending(t, s))
 	})
 
+	t.Run("AClaimHandedBackSpendsNoAttempt", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := closeJob(t, s, store.NewJob{Webhook: hook}, 1)
+		now := job.FinishedAt.Add(time.Second)
+		first := claim(t, s, now, time.Minute, 10)
+		require.Len(t, first, 1)
+		retryAt := now.Add(10 * time.Minute)
+		require.True(t, record(t, s, store.DeliveryAttempt{ID: first[0].ID, Attempt: 1, State: store.DeliveryPending,
+			Status: 503, Error: "HTTP 503", At: now, NextAttemptAt: retryAt}))
+
+		second := claim(t, s, retryAt, time.Minute, 10)
+		require.Len(t, second, 1)
+		require.Equal(t, 2, second[0].Attempts)
+		backAt := retryAt.Add(30 * time.Second)
+		require.True(t, record(t, s, store.DeliveryAttempt{ID: second[0].ID, Attempt: 2, State: store.DeliveryPending,
+			At: retryAt, NextAttemptAt: backAt, NotAttempted: true}))
+		d := deliveries(t, s, job.ID)[0]
+		require.Equal(t, store.DeliveryPending, d.State)
+		require.Equal(t, 1, d.Attempts, "the hand-back gave its attempt back")
+		require.Equal(t, 503, d.LastStatus, "the last real attempt's status stays")
+		require.Equal(t, "HTTP 503", d.LastError, "and its error")
+		requireSameTime(t, &backAt, d.NextAttemptAt, "next_attempt_at")
+		require.False(t, record(t, s, store.DeliveryAttempt{ID: second[0].ID, Attempt: 2, State: store.DeliveryPending,
+			At: retryAt, NextAttemptAt: backAt, NotAttempted: true}), "handed back once: its claim is over")
+
+		third := claim(t, s, backAt, time.Minute, 10)
+		require.Len(t, third, 1)
+		require.Equal(t, 2, third[0].Attempts, "the next claim is the second attempt")
+		_, err := s.RecordDeliveryAttempt(t.Context(), store.DeliveryAttempt{ID: third[0].ID, Attempt: 2, State: store.DeliveryFailed,
+			At: backAt, NotAttempted: true})
+		require.Error(t, err, "a hand-back stays pending")
+	})
+
 	t.Run("AClaimLeasesUntilRecorded", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)

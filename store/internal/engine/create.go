@@ -134,6 +134,11 @@ type DeliveryRecord struct {
 	// NextAttemptAt and DeliveredAt are the new values of the columns
 	// (nil: NULL).
 	NextAttemptAt, DeliveredAt *time.Time
+	// Release hands the claim back (store.DeliveryAttempt.NotAttempted):
+	// the delivery's attempts go down by one and only its next attempt
+	// changes, to NextAttemptAt; State, Status, Error and DeliveredAt are
+	// not written.
+	Release bool
 }
 
 // CreateJob writes a job and its tasks in one transaction, as
@@ -370,7 +375,7 @@ func (e *Engine) RecordDeliveryAttempt(ctx context.Context, a store.DeliveryAtte
 	if err := validateAttempt(a); err != nil {
 		return false, e.errorf(err, "record webhook attempt")
 	}
-	r := DeliveryRecord{ID: a.ID, Attempt: a.Attempt, State: a.State, Status: a.Status, Error: storedText(a.Error)}
+	r := DeliveryRecord{ID: a.ID, Attempt: a.Attempt, State: a.State, Status: a.Status, Error: storedText(a.Error), Release: a.NotAttempted}
 	switch a.State {
 	case store.DeliveryPending:
 		r.NextAttemptAt = storedTime(a.NextAttemptAt)
@@ -388,6 +393,9 @@ func (e *Engine) RecordDeliveryAttempt(ctx context.Context, a store.DeliveryAtte
 // that is not pending, delivered or failed, or a pending one without its
 // NextAttemptAt.
 func validateAttempt(a store.DeliveryAttempt) error {
+	if a.NotAttempted && a.State != store.DeliveryPending {
+		return fmt.Errorf("delivery %s: a claim handed back without an attempt stays pending, not %q", a.ID, a.State)
+	}
 	switch a.State {
 	case store.DeliveryDelivered, store.DeliveryFailed:
 	case store.DeliveryPending:
