@@ -12,8 +12,9 @@
 // queue again and deletes it, or binds it again when anything used it
 // meanwhile. The default queue is never deleted.
 //
-// Each sweep also reads every known work queue's consumers, for the
-// "no consumer" notice of a job (Config.Observe).
+// Each sweep also reads every known work queue's consumers, the default
+// one's included while an open job names it, for the "no consumer" notice
+// of a job (Config.Observe).
 package queuereaper
 
 import (
@@ -192,6 +193,14 @@ func (r *Reaper) Sweep(ctx context.Context) error {
 	r.mu.Unlock()
 	slices.Sort(known)
 	var first error
+	if slices.Contains(open, protocol.DefaultQueue) && r.cfg.Observe != nil {
+		// Never deleted, but its jobs may wait for a consumer too.
+		d, err := r.cfg.Depth(protocol.DefaultQueue)
+		if err == nil {
+			r.cfg.Observe(protocol.DefaultQueue, d, now)
+		}
+		first = err
+	}
 	for _, q := range known {
 		if ctx.Err() != nil {
 			return ctx.Err()

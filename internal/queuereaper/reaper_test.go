@@ -189,9 +189,11 @@ func TestReaperUnbindsAgainAQueueTheRelayDeclared(t *testing.T) {
 func TestReaperWithoutIdleOnlyObserves(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
-	b.broker.setOpen("gpu")
+	b.broker.setOpen("gpu", protocol.DefaultQueue)
 	b.broker.setDepth("gpu", broker.QueueDepth{Ready: 3})
+	b.broker.setDepth(protocol.DefaultQueue, broker.QueueDepth{Consumers: 2})
 	require.Empty(t, b.sweep(t, 0))
+	require.Equal(t, broker.QueueDepth{Consumers: 2}, b.seen[protocol.DefaultQueue], "the default queue is read while open")
 	b.broker.setOpen()
 	require.Empty(t, b.sweep(t, 1000*time.Hour))
 	require.Equal(t, broker.QueueDepth{Ready: 3}, b.seen["gpu"])
