@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -83,4 +84,19 @@ func TestWorkerConfigErrorsNameTheFlag(t *testing.T) {
 		require.True(t, strings.HasPrefix(errOut, "warren worker: "+tc.want), "%v %v: %q", tc.vars, tc.args, errOut)
 		require.Equal(t, 1, strings.Count(strings.TrimSpace(errOut), "\n")+1, "one line: %q", errOut)
 	}
+}
+
+// --queue-idle-delete (WARREN_QUEUE_IDLE_DELETE) defaults to an hour; 0
+// is never, which Config says with a negative duration.
+func TestQueueIdleDeleteFlag(t *testing.T) {
+	t.Parallel()
+	cfg, err := serverConfig(t, nil)
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, cfg.QueueIdleDelete)
+	cfg, err = serverConfig(t, map[string]string{"WARREN_QUEUE_IDLE_DELETE": "10m"})
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Minute, cfg.QueueIdleDelete)
+	cfg, err = serverConfig(t, nil, "--queue-idle-delete", "0")
+	require.NoError(t, err)
+	require.Negative(t, cfg.QueueIdleDelete, "never")
 }
