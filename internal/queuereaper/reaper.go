@@ -61,9 +61,9 @@ type Config struct {
 	// when it was used after it was unbound. Required when Idle is above
 	// 0.
 	Declare func(q string) error
-	// Forget, when set, is called after q was deleted or bound back, so
-	// that the local relay declares it again before it next publishes to
-	// it (relay.Relay.Forget).
+	// Forget, when set, is called after q was unbound, deleted or bound
+	// back, so that the local relay declares it again before it next
+	// publishes to it (relay.Relay.Forget).
 	Forget func(q string)
 	// Observe, when set, is called with each depth the sweep reads, for
 	// the jobs' "no consumer" notice (queuestats.Consumers.Observe). It
@@ -250,6 +250,9 @@ func (r *Reaper) sweepQueue(q string, open bool, now time.Time) error {
 			return err
 		}
 		r.setUnbound(q, true)
+		if r.cfg.Forget != nil {
+			r.cfg.Forget(q) // the local relay binds it back before it publishes to it
+		}
 		r.cfg.Logger.Debug("queue reaper: unbound an idle work queue; it is deleted at the next sweep unless something uses it", "queue", q)
 		return nil
 	}
