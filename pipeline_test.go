@@ -68,6 +68,8 @@ type testBundle struct {
 	signal chan struct{}
 	// tracerProvider, when set, is the servers' TracerProvider.
 	tracerProvider trace.TracerProvider
+	// configure, when set, makes last changes to each server's Config.
+	configure func(*server.Config)
 }
 
 type closedJob struct {
@@ -154,6 +156,9 @@ func (b *testBundle) startServer(t *testing.T, st store.Store) *server.Server {
 	}
 	if b.topo != nil {
 		cfg.RetryTiers, cfg.DeliveryLimit = b.topo.RetryTiers, b.topo.DeliveryLimit
+	}
+	if b.configure != nil {
+		b.configure(&cfg)
 	}
 	srv, err := server.New(cfg)
 	require.NoError(t, err)

@@ -340,6 +340,20 @@ type Job struct {
 	// completion started this one, "" for a submitted job.
 	NextJob     string `json:"next_job"`
 	PreviousJob string `json:"previous_job"`
+	// Waiting says why an open job makes no progress, nil when nothing
+	// is known to hold it up (and in listings).
+	Waiting *Waiting `json:"waiting"`
+}
+
+// Waiting is why an open job makes no progress, as the server knows it.
+type Waiting struct {
+	// Reason is "no_consumer": its work queue has no consumer (no worker
+	// runs, none consumes that queue, or they have another prefix).
+	Reason string `json:"reason"`
+	// Queue is the work queue without a consumer.
+	Queue string `json:"queue"`
+	// Since is when the server first found it so.
+	Since time.Time `json:"since"`
 }
 
 // FollowUp is a job's follow-up as the API shows it.

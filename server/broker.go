@@ -56,9 +56,7 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	if bs.conConn, err = s.nodes.Dial(ctx, "warren server (aggregator)"+suffix); err != nil {
 		return nil, err
 	}
-	topo := &broker.TopologyOptions{RetryTiers: s.tiers, DeliveryLimit: s.cfg.DeliveryLimit,
-		QuorumReplicas: s.cfg.QuorumReplicas, Logger: s.log}
-	if err = broker.DeclareTopology(bs.conConn, s.names, topo); err != nil {
+	if err = broker.DeclareTopology(bs.conConn, s.names, s.topology()); err != nil {
 		return nil, err
 	}
 	if bs.pub, err = broker.NewPublisher(bs.pubConn, &broker.PublisherOptions{Logger: s.log}); err != nil {
@@ -70,9 +68,15 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 		// On the consumer connection: a publisher's connection that the
 		// broker blocks (a resource alarm) would not answer.
 		prober := broker.NewProber(bs.conConn)
-		depth = func(q string) (broker.QueueDepth, error) { return prober.Depth(s.names.WorkQueue(q)) }
+		depth = func(q string) (broker.QueueDepth, error) {
+			d, err := prober.Depth(s.names.WorkQueue(q))
+			if err == nil {
+				s.consumers.Observe(q, d.Consumers, time.Now())
+			}
+			return d, err
+		}
 	}
-	declare := func(q string) error { return broker.DeclareWorkQueue(bs.conConn, s.names, q, topo) }
+	declare := func(q string) error { return s.declareWorkQueue(bs.conConn, q) }
 	if bs.relay, err = relay.New(relay.Config{Store: s.store, Publisher: bs.pub, Names: s.names, Window: s.cfg.RelayWindow, Depth: depth, Declare: declare, Sizer: s.sizer,
 		BatchSize: s.cfg.RelayBatchSize, MaxRoundBytes: s.relayRoundBytes(), PollInterval: s.cfg.RelayPollInterval, MaxMessageBytes: s.cfg.MaxMessageBytes,
 		Logger: s.log, OnFailed: func(n int) { s.failed.Add(float64(n)) }, OnReadyToClose: s.requestClose,

@@ -59,6 +59,8 @@ const (
 	// DefaultMaxInflightBytes is Config.MaxInflightBytes's default:
 	// 512 MiB.
 	DefaultMaxInflightBytes = aggregator.DefaultMaxInflightBytes
+	// DefaultQueueIdleDelete is Config.QueueIdleDelete's default.
+	DefaultQueueIdleDelete = time.Hour
 	// DefaultRelayWindow is Config.RelayWindow's default, in messages.
 	DefaultRelayWindow = relay.DefaultWindow
 	// DefaultAggregatorBatchSize is Config.AggregatorBatchSize's default.
@@ -106,6 +108,17 @@ type Config struct {
 	// dead-letters it; 0 means the default (20). Servers and workers must
 	// agree.
 	DeliveryLimit int
+	// QueueIdleDelete is how long a work queue other than the default
+	// one (warren.Policy.Queue) must go without an open job, a message
+	// and a consumer before the server deletes it and its retry tiers; 0
+	// means DefaultQueueIdleDelete, and below 0 never deletes one. The
+	// server knows the queues its jobs named since it started
+	// (docs/operations.md, "Queues per type").
+	QueueIdleDelete time.Duration
+	// QueueSweepInterval is how often the server looks at the work
+	// queues, to delete idle ones and to tell which have no consumer (a
+	// job's "waiting"); 0 means queuereaper.DefaultInterval.
+	QueueSweepInterval time.Duration
 	// QuorumReplicas is x-quorum-initial-group-size of every quorum
 	// queue the server declares: on how many nodes a queue gets a replica
 	// when it is created. 0 leaves it to RabbitMQ (its
@@ -298,6 +311,9 @@ type Hooks struct {
 	// this server was recorded in the store, with the delivery's job and
 	// how the attempt ended.
 	OnWebhookAttempt func(jobID string, attempt store.DeliveryAttempt)
+	// OnQueueDeleted is called after this server deleted an idle work
+	// queue (Config.QueueIdleDelete), with its name (warren.Policy.Queue).
+	OnQueueDeleted func(queue string)
 }
 
 func (c Config) withDefaults() Config {
@@ -358,6 +374,9 @@ func (c Config) withDefaults() Config {
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = DefaultRetentionInterval
 	}
+	if c.QueueIdleDelete == 0 {
+		c.QueueIdleDelete = DefaultQueueIdleDelete
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -407,6 +426,8 @@ func (c Config) validate() error {
 		return fieldError("ShutdownTimeout", "Config.ShutdownTimeout must be > 0, got %s", c.ShutdownTimeout)
 	case c.DeliveryLimit < 0:
 		return fieldError("DeliveryLimit", "Config.DeliveryLimit must be >= 0, got %d", c.DeliveryLimit)
+	case c.QueueSweepInterval < 0:
+		return fieldError("QueueSweepInterval", "Config.QueueSweepInterval must be >= 0, got %s", c.QueueSweepInterval)
 	case c.QuorumReplicas < 0:
 		return fieldError("QuorumReplicas", "Config.QuorumReplicas must be >= 0, got %d", c.QuorumReplicas)
 	case c.TLSCertFile != "" && c.TLSKeyFile == "":

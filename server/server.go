@@ -36,6 +36,7 @@ import (
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/heartbeats"
 	"github.com/warrenhq/warren/internal/metrics"
+	"github.com/warrenhq/warren/internal/queuereaper"
 	"github.com/warrenhq/warren/internal/queuestats"
 	"github.com/warrenhq/warren/internal/reconciler"
 	"github.com/warrenhq/warren/internal/relay"
@@ -106,6 +107,13 @@ type Server struct {
 	// /v1/queues).
 	deadGrowth   *queuestats.Growth
 	jobDurations *jobDurations
+	// consumers is since when each work queue read has had no consumer
+	// (a job's "waiting"); reaper sweeps the work queues (queues.go), and
+	// queueMu makes its unbinds and deletes take turns with the relay's
+	// declares.
+	consumers *queuestats.Consumers
+	reaper    *queuereaper.Reaper
+	queueMu   sync.Mutex
 }
 
 // New checks cfg and returns a server; it connects to nothing until
@@ -127,6 +135,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, nodes: nodes, names: protocol.NamesFor(cfg.Prefix), tiers: cfg.RetryTiers, reducers: reducers}
 	s.sizer = autobatch.New(autobatch.Config{OnKnown: s.WakeRelay})
 	s.workers, s.deadGrowth, s.jobDurations = heartbeats.NewRegistry(nil), queuestats.NewGrowth(), newJobDurations()
+	s.consumers = queuestats.NewConsumers()
 	if len(s.tiers) == 0 {
 		s.tiers = protocol.DefaultRetryTiers
 	}
@@ -207,6 +216,9 @@ func (s *Server) start(ctx context.Context) (err error) {
 	if s.sweeper, err = s.newSweeper(); err != nil {
 		return err
 	}
+	if s.reaper, err = s.newReaper(); err != nil {
+		return err
+	}
 	handler, err := api.New(api.Config{
 		Store: s.store, Reducers: s.reducers, Tokens: s.cfg.Tokens, Gatherer: s.registry, Metrics: apiMetrics,
 		MaxBodyBytes: s.cfg.MaxBodyBytes, MaxTaskBytes: s.cfg.MaxTaskBytes, MaxMetadataBytes: s.cfg.MaxMetadataBytes, BodyTimeout: s.cfg.BodyTimeout, RetryTiers: s.tiers,
@@ -223,6 +235,7 @@ func (s *Server) start(ctx context.Context) (err error) {
 		},
 		Workers:  s.workers.List,
 		Queues:   s.readQueues,
+		Waiting:  s.waiting,
 		OnDelete: s.jobDeleted,
 		Events:   s.events,
 		Logger:   s.log,
@@ -374,6 +387,7 @@ func (s *Server) run(ctx context.Context) {
 	component("reconciler", s.recon.Run)
 	component("retention", s.sweeper.Run)
 	component("dead-letter sampler", s.sampleDeadLetters)
+	component("queue reaper", s.reaper.Run)
 	component("webhooks", s.deliverer.Run)
 	served := make(chan struct{})
 	go func() {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -145,4 +146,19 @@ func TestReadableSecretFilesAreWarnedOf(t *testing.T) {
 	got = parseServer("--config", config, "--tls-key", key)
 	require.Contains(t, got, "--config is readable")
 	require.NotContains(t, got, "--tls-key", "group-readable is a deployment's choice (an ssl-cert group)")
+}
+
+// --queue-idle-delete (WARREN_QUEUE_IDLE_DELETE) defaults to an hour; 0
+// is never, which Config says with a negative duration.
+func TestQueueIdleDeleteFlag(t *testing.T) {
+	t.Parallel()
+	cfg, err := serverConfig(t, nil)
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, cfg.QueueIdleDelete)
+	cfg, err = serverConfig(t, map[string]string{"WARREN_QUEUE_IDLE_DELETE": "10m"})
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Minute, cfg.QueueIdleDelete)
+	cfg, err = serverConfig(t, nil, "--queue-idle-delete", "0")
+	require.NoError(t, err)
+	require.Negative(t, cfg.QueueIdleDelete, "never")
 }

@@ -52,6 +52,7 @@ var commands = []command{
 	{"delete", "delete a closed job with its tasks, results and idempotency key", runDelete},
 	{"dlq", "list, replay or purge dead letters", runDLQ},
 	{"migrate", "apply the job store's schema migrations and exit", runMigrate},
+	{"topology", "delete every queue and exchange of one installation (topology delete --prefix P)", runTopology},
 	{"version", "print the version, the commit and the Go version", runVersion},
 }
 

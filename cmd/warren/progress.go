@@ -43,13 +43,13 @@ func (p *progress) update(j client.Job) {
 		if j.ExpectedTasks > 0 {
 			filled = int(int64(width) * done / j.ExpectedTasks)
 		}
-		fmt.Fprintf(p.w, "\r[%s%s] %5.1f%% %d/%d failed %d  %.0f tasks/s  %-9s",
+		fmt.Fprintf(p.w, "\r[%s%s] %5.1f%% %d/%d failed %d  %.0f tasks/s  %-9s%s\x1b[K",
 			strings.Repeat("#", filled), strings.Repeat("-", width-filled),
-			percent(done, j.ExpectedTasks), done, j.ExpectedTasks, j.FailedTasks, rate, j.State)
+			percent(done, j.ExpectedTasks), done, j.ExpectedTasks, j.FailedTasks, rate, j.State, waitingNote(j, time.Now()))
 		p.drawn = true
 		return
 	}
-	line := fmt.Sprintf("progress: %s %d/%d tasks done (%d failed), %.0f tasks/s", j.State, done, j.ExpectedTasks, j.FailedTasks, rate)
+	line := fmt.Sprintf("progress: %s %d/%d tasks done (%d failed), %.0f tasks/s%s", j.State, done, j.ExpectedTasks, j.FailedTasks, rate, waitingNote(j, time.Now()))
 	if line == p.lastLine || (time.Since(p.last) < time.Second && !j.Terminal()) {
 		return
 	}
@@ -68,4 +68,22 @@ func percent(n, of int64) float64 {
 		return 100
 	}
 	return 100 * float64(n) / float64(of)
+}
+
+// waitingNote is "; no consumer on queue Q for N s" while j waits for a
+// consumer (client.Job.Waiting), else "".
+func waitingNote(j client.Job, now time.Time) string {
+	if j.Waiting == nil || j.Terminal() {
+		return ""
+	}
+	return "; " + waitingText(*j.Waiting, now)
+}
+
+// waitingText says why a job waits, as status and watch show it.
+func waitingText(w client.Waiting, now time.Time) string {
+	if w.Reason != "no_consumer" {
+		return fmt.Sprintf("waiting (%s) on queue %s since %s", w.Reason, w.Queue, w.Since.Format(time.RFC3339))
+	}
+	return fmt.Sprintf("no consumer on queue %s for %d s (no worker consumes it: is one running, with this prefix and --queues %s?)",
+		w.Queue, int(max(now.Sub(w.Since), 0).Seconds()), w.Queue)
 }

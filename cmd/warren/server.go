@@ -32,6 +32,7 @@ type serverFlags struct {
 	bodyTimeout time.Duration
 	idleTimeout time.Duration
 	retention   retentionFlag
+	queueIdle   time.Duration
 
 	webhookAllowPrivate bool
 	allowedHosts        string
@@ -60,6 +61,8 @@ func (f *serverFlags) register(fs *flagSet, env *environment) {
 	fs.Var(&f.retention, "retention",
 		"how long a closed job is kept, with its tasks, results and idempotency key, unless it gives its own retention: "+
 			"a duration (like 168h, or 30d in days), or forever")
+	fs.DurationVar(&f.queueIdle, "queue-idle-delete", server.DefaultQueueIdleDelete,
+		"delete a work queue per type (a job's queue) and its retry tiers once it had no open job, no message and no consumer for this long; 0: never")
 	fs.IntVar(&f.aggBatch, "aggregator-batch", server.DefaultAggregatorBatchSize, "results recorded per store transaction")
 	fs.DurationVar(&f.aggLinger, "aggregator-linger", server.DefaultAggregatorLinger, "how long a result batch waits to fill, once more than one result is waiting (a lone result is recorded at once)")
 	fs.IntVar(&f.relayBatch, "relay-batch", server.DefaultRelayBatchSize, "tasks published per outbox round trip")
@@ -98,6 +101,7 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 		RelayBatchSize: f.relayBatch, MaxMessageBytes: f.maxMessage, MaxInflightBytes: f.maxInflight, RelayWindow: f.relayWindow,
 		AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
 		Retention:           time.Duration(f.retention),
+		QueueIdleDelete:     queueIdleDelete(f.queueIdle),
 		WebhookAllowPrivate: f.webhookAllowPrivate,
 		AllowedHosts:        splitList(f.allowedHosts),
 		Logger:              env.logger,
@@ -114,7 +118,16 @@ var serverFields = map[string]string{
 	"IdleTimeout": "idle-timeout", "RelayBatchSize": "relay-batch", "MaxMessageBytes": "max-message-bytes",
 	"MaxInflightBytes": "max-inflight-bytes", "RelayWindow": "relay-window", "AggregatorBatchSize": "aggregator-batch",
 	"AggregatorLinger": "aggregator-linger", "Retention": "retention", "WebhookAllowPrivate": "webhook-allow-private",
-	"AllowedHosts": "allowed-hosts",
+	"AllowedHosts": "allowed-hosts", "QueueIdleDelete": "queue-idle-delete",
+}
+
+// queueIdleDelete is the server.Config.QueueIdleDelete of
+// --queue-idle-delete: 0 there is never, as below 0 is in Config.
+func queueIdleDelete(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // newServer returns the server cfg configures: server.New checks every

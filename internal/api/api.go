@@ -149,6 +149,11 @@ type Config struct {
 	// Workers lists the workers the server hears heartbeats from, for GET
 	// /v1/workers. nil means that route answers 503.
 	Workers func() []heartbeats.Worker
+	// Waiting, when set, says why open job jobID, whose tasks go to work
+	// queue queue, makes no progress (its "waiting" in GET
+	// /v1/jobs/{id}), or returns nil. It must be quick: it is called for
+	// every job shown. nil means never waiting.
+	Waiting func(jobID, queue string) *Waiting
 	// Queues reads warren's queues for GET /v1/queues. nil means that
 	// route answers 503.
 	Queues func(ctx context.Context) ([]Queue, error)

@@ -72,6 +72,9 @@ type webhookJSON struct {
 type jobDetailJSON struct {
 	jobJSON
 	Errors []taskErrorJSON `json:"errors"`
+	// Waiting is why an open job makes no progress (waiting.go), null
+	// when nothing is known to hold it up.
+	Waiting *waitingJSON `json:"waiting"`
 }
 
 // taskErrorJSON is one failed task of a job's sample.
@@ -206,6 +209,7 @@ func (s *server) jobDetail(r *http.Request, job warren.Job) (jobDetailJSON, erro
 // jobDetailContext is jobDetail outside a request (the events hub's).
 func (s *server) jobDetailContext(ctx context.Context, job warren.Job) (jobDetailJSON, error) {
 	out := jobDetailJSON{jobJSON: toJobJSON(job, s.cfg.Retention), Errors: []taskErrorJSON{}}
+	out.Waiting = s.waiting(out)
 	if job.FailedTasks == 0 {
 		return out, nil
 	}

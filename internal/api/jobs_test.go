@@ -35,7 +35,7 @@ func TestGetJob(t *testing.T) {
 				"fail_fast": true, "task_timeout": 900.0, "batch_size": 16.0, "priority": 30.0, "queue": "gpu", "retention": 86400.0, "expires_at": nil,
 				"metadata": map[string]any{"owner": "ops"}, "started_at": nil, "finished_at": nil, "result_url": nil, "error": nil,
 				"webhook": map[string]any{"url": "https://93.184.215.14/hooks/warren"}, "errors": []any{},
-				"then": nil, "next_job": nil, "previous_job": nil,
+				"then": nil, "next_job": nil, "previous_job": nil, "waiting": nil,
 			}, v)
 			require.NotContains(t, string(resp.body), fullSpecSecret)
 

@@ -379,3 +379,86 @@ func retryTier(names protocol.Names, q string, d time.Duration, replicas int) qu
 	args["x-message-ttl"] = d.Milliseconds()
 	return queueSpec{names.QueueRetryQueue(q, name), names.RetryExchange, protocol.RetryRoutingKey(q, name), args, nil}
 }
+
+// UnbindWorkQueue unbinds work queue q of names from the jobs exchange,
+// the first step of deleting it while it is idle (DeleteIdleWorkQueue):
+// a task published to q from then on is returned to its publisher
+// (mandatory), which declares q again (DeclareWorkQueue binds it again)
+// before it publishes once more, instead of landing in a queue about to
+// be deleted. Its retry tiers stay bound. Unbinding what is not bound,
+// or a queue that does not exist, is not an error.
+func UnbindWorkQueue(conn *amqp.Connection, names protocol.Names, q string) error {
+	if err := protocol.CheckQueueName(q); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("broker: open topology channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	if err := ch.QueueUnbind(names.WorkQueue(q), protocol.TaskRoutingKey(q), names.JobsExchange, nil); err != nil {
+		return fmt.Errorf("broker: unbind queue %q: %w", names.WorkQueue(q), err)
+	}
+	return nil
+}
+
+// DeleteIdleWorkQueue deletes work queue q of names and its retry tiers
+// if none of them holds a message and q has no consumer, and reports
+// whether it did. It checks with passive declares, then deletes the work
+// queue, then each tier after a second look at it: a tier that received
+// a message meanwhile keeps it, and q is declared again (DeclareWorkQueue
+// with opts) so that the message has somewhere to go. A queue that does not exist counts as
+// empty. The default queue is never deleted (an error).
+//
+// RabbitMQ refuses queue.delete's if-empty and if-unused on quorum
+// queues (NOT_IMPLEMENTED, which closes the connection), so the check and
+// the delete are two steps: call it only after UnbindWorkQueue, a sweep
+// or more earlier, so that no publisher can put a task in q between them
+// without first declaring it again. lost is the number of messages the
+// deletes dropped all the same, which is 0 unless a publisher raced it.
+func DeleteIdleWorkQueue(conn *amqp.Connection, names protocol.Names, q string, opts *TopologyOptions) (deleted bool, lost int, err error) {
+	if q == protocol.DefaultQueue {
+		return false, 0, errors.New("broker: the default work queue is never deleted")
+	}
+	if err := protocol.CheckQueueName(q); err != nil {
+		return false, 0, fmt.Errorf("broker: %w", err)
+	}
+	tiers := opts.retryTiers()
+	queues := []string{names.WorkQueue(q)}
+	for _, d := range tiers {
+		queues = append(queues, names.QueueRetryQueue(q, protocol.RetryTierName(d)))
+	}
+	p := NewProber(conn)
+	defer p.Close()
+	for _, name := range queues {
+		d, err := p.Depth(name)
+		switch {
+		case IsNotFound(err):
+			continue
+		case err != nil:
+			return false, 0, err
+		case d.Ready > 0 || d.Consumers > 0:
+			return false, 0, nil
+		}
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return false, 0, fmt.Errorf("broker: open topology channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	for i, name := range queues {
+		if i > 0 {
+			// A retry that landed in a tier after the check keeps its
+			// tier, and gets its work queue back before it expires.
+			if d, err := p.Depth(name); err == nil && d.Ready > 0 {
+				return false, lost, DeclareWorkQueue(conn, names, q, opts)
+			}
+		}
+		n, err := ch.QueueDelete(name, false, false, false)
+		if err != nil {
+			return i > 0, lost, fmt.Errorf("broker: delete queue %q: %w", name, err)
+		}
+		lost += n
+	}
+	return true, lost, nil
+}

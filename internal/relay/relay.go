@@ -356,6 +356,9 @@ func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []stri
 			}
 		}
 		rd := r.publish(ctx, groups)
+		if rd.err != nil {
+			r.declared.Clear() // a returned task may be a deleted queue's
+		}
 		failed, sizes = rd.failed, rd.sizes
 		return rd.result(r.cfg.Logger, len(tasks))
 	})
@@ -422,6 +425,11 @@ func (r *Relay) declare(q string) error {
 	r.declared.Store(q, true)
 	return nil
 }
+
+// Forget makes the relay declare work queue q again (Config.Declare)
+// before it next publishes to it: the queue reaper calls it once it
+// deleted or unbound q. It never blocks.
+func (r *Relay) Forget(q string) { r.declared.Delete(q) }
 
 // room is how many messages the round may send to work queue q: what
 // brings its ready messages (and the tasks other rounds are publishing to

@@ -50,7 +50,9 @@ class Job(_Record):
     ``error`` (why it failed or was cancelled, else None), ``errors`` (a sample
     of failed tasks), ``reduce``, ``metadata``, ``result_url``, the times and
     the policy fields; ``then``, ``next_job`` and ``previous_job`` place it
-    in its chain of follow-up jobs (None when there is none). The Job that ``submit`` returns holds only the 202's
+    in its chain of follow-up jobs (None when there is none); ``waiting``
+    says why an open job makes no progress (``{"reason": "no_consumer",
+    "queue": ..., "since": ...}``, else None). The Job that ``submit`` returns holds only the 202's
     fields: ``id``, ``state`` and ``status_url``.
     """
 

@@ -69,8 +69,10 @@ export function jobPage(root, { params, navigate }) {
       card('Ran for', j.started_at ? duration(end - Date.parse(j.started_at)) : '–'),
       card('Finished', j.finished_at ? timeEl(j.finished_at) : '–'));
     progress.replaceChildren(progressBar(j, true));
-    jobError.textContent = j.error || '';
-    jobError.hidden = !j.error;
+    // An open job whose work queue has no consumer says so (waiting).
+    const waiting = isOpen(j.state) && j.waiting ? `No consumer on queue ${j.waiting.queue} for ${duration(Date.now() - Date.parse(j.waiting.since))}: is a worker running with this prefix and this queue?` : '';
+    jobError.textContent = j.error || waiting;
+    jobError.hidden = !j.error && !waiting;
     renderActions();
     renderDetails();
     if (j.state === 'completed' && j.result_url && !resultShown) {
