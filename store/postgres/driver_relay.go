@@ -14,11 +14,63 @@ import (
 
 // PendingJobs implements engine.RelayTx: an index range of at most limit
 // rows per job counts its pending tasks.
+//
+// Rounds run side by side (several loops, several servers), so a capped
+// job's claim is an advisory lock of the round's transaction, taken with
+// pg_try_advisory_xact_lock: never waited for (a round that does not get
+// it reads the job Busy), taken in no particular order among the row
+// locks (it is no row lock and never waits, so it cannot deadlock them),
+// and held until the round commits its marks. The queued tasks are
+// counted by a later statement, whose snapshot is taken after the lock:
+// it sees every mark of the round that held the lock before. That
+// second statement, one more round trip, runs only when a capped job
+// has pending tasks.
 func (t *tx) PendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow, error) {
+	jobs, err := t.pendingJobs(ctx, limit)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		ids  []string
+		caps []int32
+		held []int
+	)
+	for i, j := range jobs {
+		if j.MaxConcurrency > 0 && !j.Busy {
+			ids, caps = append(ids, j.ID), append(caps, int32(j.MaxConcurrency))
+			held = append(held, i)
+		}
+	}
+	if len(ids) == 0 {
+		return jobs, nil
+	}
+	rows, err := t.tx.Query(ctx, `
+		SELECT (SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE t.job_id = q.id AND t.state = 'queued' LIMIT q.cap) p)
+		FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS q(id, cap, ord)
+		ORDER BY q.ord`, ids, caps)
+	if err != nil {
+		return nil, fmt.Errorf("pending jobs: queued tasks of capped jobs: %w", err)
+	}
+	counts, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("pending jobs: queued tasks of capped jobs: %w", err)
+	}
+	for k, i := range held {
+		jobs[i].InFlight = counts[k]
+	}
+	return jobs, nil
+}
+
+// pendingJobs is PendingJobs's first statement: the open jobs, their
+// pending tasks counted, and the claim of each capped job with pending
+// tasks tried (capClaimKey).
+func (t *tx) pendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow, error) {
 	rows, err := t.tx.Query(ctx, `
 		SELECT j.id, j.priority, j.batch_size, j.queue, CASE WHEN j.reduce_state = 'running' THEN j.reduce_task END, j.reduce_state, j.expected_tasks,
-			(SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT $1) p)
+			p.n, j.max_concurrency,
+			CASE WHEN j.max_concurrency > 0 AND p.n > 0 THEN NOT pg_try_advisory_xact_lock(`+capClaimKey+`) ELSE false END
 		FROM jobs j
+		CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT $1) p) p
 		WHERE j.state IN ('pending', 'running')
 		ORDER BY j.created_at, j.id`, limit)
 	if err != nil {
@@ -29,7 +81,8 @@ func (t *tx) PendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow
 			j      engine.PendingJobRow
 			reduce []byte
 		)
-		if err := row.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.ExpectedTasks, &j.Pending); err != nil {
+		if err := row.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.ExpectedTasks, &j.Pending,
+			&j.MaxConcurrency, &j.Busy); err != nil {
 			return j, err
 		}
 		var err error
@@ -41,6 +94,12 @@ func (t *tx) PendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow
 	}
 	return jobs, nil
 }
+
+// capClaimKey is the advisory lock key of capped job j's claim: the
+// job's id within its schema (tests, and tenants, share a database), as
+// one 64-bit hash, a key space apart from Migrate's pair of int4 keys. Two
+// jobs whose keys collide only take turns.
+const capClaimKey = `hashtextextended('warren.max_concurrency:' || current_schema() || ':' || j.id, 0)`
 
 // ClaimTasks implements engine.RelayTx in one statement: FOR UPDATE SKIP
 // LOCKED claims the tasks, so concurrent relays, in one process or many,
