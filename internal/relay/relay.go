@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -202,6 +203,12 @@ type Relay struct {
 	// declared holds the work queues Declare declared; a failed round
 	// forgets them, in case one was deleted.
 	declared sync.Map
+	// held holds the jobs whose concurrency cap held tasks back in a
+	// round (store.Round.Held), and heldJobs how many: a recorded outcome
+	// of one wakes the relay (Recorded), and the outcomes of other jobs
+	// cost one atomic load while none is held.
+	held     sync.Map
+	heldJobs atomic.Int64
 }
 
 // New returns a relay; it does nothing until Run.
@@ -225,6 +232,42 @@ func (r *Relay) Wake() {
 		case w <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// Recorded tells the relay that outcomes were recorded: when one belongs
+// to a job whose concurrency cap (warren.Policy.MaxConcurrency) held
+// tasks back in a round, its tasks freed room, and the relay wakes (Wake)
+// to let the next ones out now rather than at its next poll. Outcomes of
+// other jobs do not wake it. It never blocks.
+func (r *Relay) Recorded(outcomes []store.Outcome) {
+	if r.heldJobs.Load() == 0 {
+		return
+	}
+	woken := false
+	for _, o := range outcomes {
+		if _, ok := r.held.LoadAndDelete(o.JobID); ok {
+			r.heldJobs.Add(-1)
+			if !woken {
+				r.Wake()
+				woken = true
+			}
+		}
+	}
+}
+
+// Forget drops job jobID from the jobs whose cap held tasks back: it
+// closed, and no outcome of it will free room.
+func (r *Relay) Forget(jobID string) {
+	if _, ok := r.held.LoadAndDelete(jobID); ok {
+		r.heldJobs.Add(-1)
+	}
+}
+
+// hold remembers that job jobID's cap held tasks back (store.Round.Held).
+func (r *Relay) hold(jobID string) {
+	if _, loaded := r.held.LoadOrStore(jobID, struct{}{}); !loaded {
+		r.heldJobs.Add(1)
 	}
 }
 
@@ -320,7 +363,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 // and, when it offered none because every work queue with jobs waiting
 // had too little room, those queues.
 func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []string, err error) {
-	round := store.Round{Messages: r.cfg.BatchSize, Tasks: r.cfg.BatchSize, Bytes: r.cfg.MaxRoundBytes}
+	round := store.Round{Messages: r.cfg.BatchSize, Tasks: r.cfg.BatchSize, Bytes: r.cfg.MaxRoundBytes, Held: r.hold}
 	if r.cfg.Sizer != nil {
 		round.Batch = func(j store.PendingJob) (int, int) {
 			consumers, _ := r.consumers.Load(j.Queue)

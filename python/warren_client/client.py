@@ -199,7 +199,7 @@ class Client:
         where the server has reduce tasks), ``max_retries``,
         ``tolerated_failures``, ``tolerated_failure_percent``,
         ``fail_fast``, ``task_timeout``, ``batch_size``, ``priority``,
-        ``queue``, ``retention``, ``metadata``, ``webhook``; a name the
+        ``max_concurrency``, ``queue``, ``retention``, ``metadata``, ``webhook``; a name the
         server does not know is its 400 ``unknown_field``.
         ``idempotency_key`` is sent as the ``Idempotency-Key`` header:
         submitting with the same key again returns the same job.
