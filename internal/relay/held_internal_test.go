@@ -1,0 +1,44 @@
+package relay
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenhq/warren/store"
+)
+
+// woken reports whether r's loop was woken, and takes the wake.
+func woken(r *Relay) bool {
+	select {
+	case <-r.wake[0]:
+		return true
+	default:
+		return false
+	}
+}
+
+// An outcome wakes the relay only when its job's cap held tasks back in
+// a round, once per hold; other jobs' outcomes do not.
+func TestRecordedWakesOnlyForHeldJobs(t *testing.T) {
+	t.Parallel()
+	r := &Relay{wake: []chan struct{}{make(chan struct{}, 1)}}
+	r.Recorded([]store.Outcome{{JobID: "a"}})
+	require.False(t, woken(r), "no job is held")
+
+	r.hold("b")
+	r.hold("b")
+	r.Recorded([]store.Outcome{{JobID: "a"}, {JobID: "a"}})
+	require.False(t, woken(r), "a's outcomes free no room a round held back")
+	r.Recorded([]store.Outcome{{JobID: "a"}, {JobID: "b"}, {JobID: "b"}})
+	require.True(t, woken(r), "b's outcome frees room")
+	r.Recorded([]store.Outcome{{JobID: "b"}})
+	require.False(t, woken(r), "until a round holds b back again")
+	require.Zero(t, r.heldJobs.Load())
+
+	r.hold("c")
+	r.Forget("c")
+	r.Recorded([]store.Outcome{{JobID: "c"}})
+	require.False(t, woken(r), "c closed")
+	require.Zero(t, r.heldJobs.Load())
+}
