@@ -11,7 +11,7 @@ import (
 // woken reports whether r's loop was woken, and takes the wake.
 func woken(r *Relay) bool {
 	select {
-	case <-r.wake[0]:
+	case <-r.freed[0]:
 		return true
 	default:
 		return false
@@ -22,7 +22,7 @@ func woken(r *Relay) bool {
 // a round, once per hold; other jobs' outcomes do not.
 func TestRecordedWakesOnlyForHeldJobs(t *testing.T) {
 	t.Parallel()
-	r := &Relay{wake: []chan struct{}{make(chan struct{}, 1)}}
+	r := &Relay{freed: []chan struct{}{make(chan struct{}, 1)}}
 	r.Recorded([]store.Outcome{{JobID: "a"}})
 	require.False(t, woken(r), "no job is held")
 

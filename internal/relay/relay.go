@@ -193,6 +193,10 @@ type Relay struct {
 	cfg    Config
 	tracer trace.Tracer
 	wake   []chan struct{} // one per loop of Run
+	// freed, one per loop of Run, says that a held job's outcome freed
+	// room (Recorded): a loop waiting for room in a full work queue
+	// looks at the queue again rather than run a round at once.
+	freed []chan struct{}
 	// inflight is how many task messages the loops have claimed and not
 	// yet published, by work queue: the queue's depth does not show them
 	// yet, so a round's room leaves them out.
@@ -217,19 +221,24 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Relay{cfg: cfg, tracer: spans.Tracer(cfg.TracerProvider), wake: make([]chan struct{}, cfg.Concurrency), inflight: map[string]int{}}
+	r := &Relay{cfg: cfg, tracer: spans.Tracer(cfg.TracerProvider), wake: make([]chan struct{}, cfg.Concurrency),
+		freed: make([]chan struct{}, cfg.Concurrency), inflight: map[string]int{}}
 	for i := range r.wake {
 		r.wake[i] = make(chan struct{}, 1)
+		r.freed[i] = make(chan struct{}, 1)
 	}
 	return r, nil
 }
 
 // Wake makes an idle relay look for pending tasks now, for example right
 // after a job was created. It never blocks.
-func (r *Relay) Wake() {
-	for _, w := range r.wake {
+func (r *Relay) Wake() { signal(r.wake) }
+
+// signal pings each of chans without blocking.
+func signal(chans []chan struct{}) {
+	for _, c := range chans {
 		select {
-		case w <- struct{}{}:
+		case c <- struct{}{}:
 		default:
 		}
 	}
@@ -238,8 +247,10 @@ func (r *Relay) Wake() {
 // Recorded tells the relay that outcomes were recorded: when one belongs
 // to a job whose concurrency cap (warren.Policy.MaxConcurrency) held
 // tasks back in a round, its tasks freed room, and the relay wakes (Wake)
-// to let the next ones out now rather than at its next poll. Outcomes of
-// other jobs do not wake it. It never blocks.
+// to let the next ones out now rather than at its next poll (a loop
+// waiting for room in a full work queue only looks at the queue again:
+// the freed tasks need room there too). Outcomes of other jobs do not
+// wake it. It never blocks.
 func (r *Relay) Recorded(outcomes []store.Outcome) {
 	if r.heldJobs.Load() == 0 {
 		return
@@ -249,7 +260,7 @@ func (r *Relay) Recorded(outcomes []store.Outcome) {
 		if _, ok := r.held.LoadAndDelete(o.JobID); ok {
 			r.heldJobs.Add(-1)
 			if !woken {
-				r.Wake()
+				signal(r.freed)
 				woken = true
 			}
 		}
@@ -279,9 +290,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, len(r.wake))
-	for _, wake := range r.wake {
+	for i, wake := range r.wake {
 		go func() {
-			err := r.loop(ctx, wake)
+			err := r.loop(ctx, wake, r.freed[i])
 			cancel() // one loop's end is every loop's
 			errs <- err
 		}()
@@ -297,7 +308,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // loop runs rounds until ctx is done (nil) or the publisher is closed for
 // good, waiting for wake or the poll interval when the outbox is empty.
-func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
+func (r *Relay) loop(ctx context.Context, wake, freed <-chan struct{}) error {
 	retry := backoff.New(retryPolicy)
 	for {
 		_, claimed, full, err := r.relayOnce(ctx)
@@ -310,6 +321,10 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
 				return nil
 			case <-wake:
 				full = nil
+			case <-freed:
+				if !r.stillFull(full) {
+					full = nil
+				}
 			case <-time.After(windowPoll):
 				if !r.stillFull(full) {
 					full = nil
@@ -343,6 +358,7 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
 		case <-ctx.Done():
 			return nil
 		case <-wake:
+		case <-freed:
 		case <-time.After(r.cfg.PollInterval):
 		}
 	}
