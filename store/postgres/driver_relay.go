@@ -21,51 +21,13 @@ import (
 // it reads the job Busy), taken in no particular order among the row
 // locks (it is no row lock and never waits, so it cannot deadlock them),
 // and held until the round commits its marks. The queued tasks are
-// counted by a later statement, whose snapshot is taken after the lock:
-// it sees every mark of the round that held the lock before. That
-// second statement, one more round trip, runs only when a capped job
-// has pending tasks.
+// counted by the next statement of the same round trip, whose snapshot
+// is taken after the lock: it sees every mark of the round that held the
+// lock before. Without capped jobs open, that statement reads an empty
+// range of jobs_open_capped_idx.
 func (t *tx) PendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow, error) {
-	jobs, err := t.pendingJobs(ctx, limit)
-	if err != nil {
-		return nil, err
-	}
-	var (
-		ids  []string
-		caps []int32
-		held []int
-	)
-	for i, j := range jobs {
-		if j.MaxConcurrency > 0 && !j.Busy {
-			ids, caps = append(ids, j.ID), append(caps, int32(j.MaxConcurrency))
-			held = append(held, i)
-		}
-	}
-	if len(ids) == 0 {
-		return jobs, nil
-	}
-	rows, err := t.tx.Query(ctx, `
-		SELECT (SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE t.job_id = q.id AND t.state = 'queued' LIMIT q.cap) p)
-		FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS q(id, cap, ord)
-		ORDER BY q.ord`, ids, caps)
-	if err != nil {
-		return nil, fmt.Errorf("pending jobs: queued tasks of capped jobs: %w", err)
-	}
-	counts, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil {
-		return nil, fmt.Errorf("pending jobs: queued tasks of capped jobs: %w", err)
-	}
-	for k, i := range held {
-		jobs[i].InFlight = counts[k]
-	}
-	return jobs, nil
-}
-
-// pendingJobs is PendingJobs's first statement: the open jobs, their
-// pending tasks counted, and the claim of each capped job with pending
-// tasks tried (capClaimKey).
-func (t *tx) pendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow, error) {
-	rows, err := t.tx.Query(ctx, `
+	b := &pgx.Batch{}
+	b.Queue(`
 		SELECT j.id, j.priority, j.batch_size, j.queue, CASE WHEN j.reduce_state = 'running' THEN j.reduce_task END, j.reduce_state, j.expected_tasks,
 			p.n, j.max_concurrency,
 			CASE WHEN j.max_concurrency > 0 AND p.n > 0 THEN NOT pg_try_advisory_xact_lock(`+capClaimKey+`) ELSE false END
@@ -73,10 +35,39 @@ func (t *tx) pendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow
 		CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT $1) p) p
 		WHERE j.state IN ('pending', 'running')
 		ORDER BY j.created_at, j.id`, limit)
+	b.Queue(`
+		SELECT j.id, (SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'queued' LIMIT j.max_concurrency) q)
+		FROM jobs j
+		WHERE j.max_concurrency > 0 AND j.state IN ('pending', 'running')
+		  AND EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending')`)
+	br := t.tx.SendBatch(ctx, b)
+	jobs, err := pendingJobRows(br)
+	var inFlight map[string]int
+	if err == nil {
+		inFlight, err = queuedCounts(br)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pending jobs: %w", err)
 	}
-	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.PendingJobRow, error) {
+	for i := range jobs {
+		if j := &jobs[i]; j.MaxConcurrency > 0 && !j.Busy {
+			// A job the second statement did not count had no pending
+			// task left by then: it gets no share, rather than one from
+			// a count of nothing.
+			n, ok := inFlight[j.ID]
+			j.InFlight, j.Busy = n, !ok
+		}
+	}
+	return jobs, nil
+}
+
+// pendingJobRows reads the open jobs of PendingJobs's first statement.
+func pendingJobRows(br pgx.BatchResults) ([]engine.PendingJobRow, error) {
+	rows, _ := br.Query() // its error is the rows' too
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.PendingJobRow, error) {
 		var (
 			j      engine.PendingJobRow
 			reduce []byte
@@ -89,10 +80,22 @@ func (t *tx) pendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow
 		j.ReduceTask, err = sqlstore.DecodeReduceTask(reduce)
 		return j, err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("pending jobs: %w", err)
-	}
-	return jobs, nil
+}
+
+// queuedCounts reads PendingJobs's second statement: the queued tasks of
+// each open capped job with pending tasks, counted up to its cap.
+func queuedCounts(br pgx.BatchResults) (map[string]int, error) {
+	rows, _ := br.Query()
+	counts := map[string]int{}
+	var (
+		id string
+		n  int
+	)
+	_, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+		counts[id] = n
+		return nil
+	})
+	return counts, err
 }
 
 // capClaimKey is the advisory lock key of capped job j's claim: the
