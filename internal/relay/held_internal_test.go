@@ -26,8 +26,8 @@ func TestRecordedWakesOnlyForHeldJobs(t *testing.T) {
 	r.Recorded([]store.Outcome{{JobID: "a"}})
 	require.False(t, woken(r), "no job is held")
 
-	r.hold("b")
-	r.hold("b")
+	r.hold("b", 1)
+	r.hold("b", 2)
 	r.Recorded([]store.Outcome{{JobID: "a"}, {JobID: "a"}})
 	require.False(t, woken(r), "a's outcomes free no room a round held back")
 	r.Recorded([]store.Outcome{{JobID: "a"}, {JobID: "b"}, {JobID: "b"}})
@@ -36,9 +36,27 @@ func TestRecordedWakesOnlyForHeldJobs(t *testing.T) {
 	require.False(t, woken(r), "until a round holds b back again")
 	require.Zero(t, r.heldJobs.Load())
 
-	r.hold("c")
+	r.hold("c", 3)
 	r.Forget("c")
 	r.Recorded([]store.Outcome{{JobID: "c"}})
 	require.False(t, woken(r), "c closed")
 	require.Zero(t, r.heldJobs.Load())
+}
+
+// A job no round held back for heldRounds rounds (it closed on another
+// server, say) is dropped; one held back since stays.
+func TestHeldJobsArePrunedAfterRoundsWithoutThem(t *testing.T) {
+	t.Parallel()
+	r := &Relay{freed: []chan struct{}{make(chan struct{}, 1)}}
+	r.hold("gone", 1)
+	r.hold("still", 1)
+	r.hold("still", heldRounds+1)
+	r.pruneHeld(heldRounds + 1)
+	require.Equal(t, int64(2), r.heldJobs.Load(), "pruned only every heldRounds rounds")
+	r.pruneHeld(2 * heldRounds)
+	require.Equal(t, int64(1), r.heldJobs.Load())
+	r.Recorded([]store.Outcome{{JobID: "gone"}})
+	require.False(t, woken(r), "gone was dropped")
+	r.Recorded([]store.Outcome{{JobID: "still"}})
+	require.True(t, woken(r))
 }

@@ -210,10 +210,18 @@ type Relay struct {
 	// held holds the jobs whose concurrency cap held tasks back in a
 	// round (store.Round.Held), and heldJobs how many: a recorded outcome
 	// of one wakes the relay (Recorded), and the outcomes of other jobs
-	// cost one atomic load while none is held.
-	held     sync.Map
+	// cost one atomic load while none is held. Each entry holds the
+	// round that last held the job back (rounds counts them): a job that
+	// closed on another server, whose outcomes this one never records,
+	// is dropped once no round held it for heldRounds rounds.
+	held     sync.Map // job id: round
 	heldJobs atomic.Int64
+	rounds   atomic.Uint64
 }
+
+// heldRounds is how many rounds a job stays among the held ones after the
+// last round that held it back (Relay.held).
+const heldRounds = 1024
 
 // New returns a relay; it does nothing until Run.
 func New(cfg Config) (*Relay, error) {
@@ -275,11 +283,26 @@ func (r *Relay) Forget(jobID string) {
 	}
 }
 
-// hold remembers that job jobID's cap held tasks back (store.Round.Held).
-func (r *Relay) hold(jobID string) {
-	if _, loaded := r.held.LoadOrStore(jobID, struct{}{}); !loaded {
+// hold remembers that job jobID's cap held tasks back in round
+// (store.Round.Held).
+func (r *Relay) hold(jobID string, round uint64) {
+	if _, loaded := r.held.Swap(jobID, round); !loaded {
 		r.heldJobs.Add(1)
 	}
+}
+
+// pruneHeld drops the jobs no round held back since heldRounds before
+// round, every heldRounds rounds.
+func (r *Relay) pruneHeld(round uint64) {
+	if round%heldRounds != 0 || r.heldJobs.Load() == 0 {
+		return
+	}
+	r.held.Range(func(id, last any) bool {
+		if last.(uint64)+heldRounds < round && r.held.CompareAndDelete(id, last) {
+			r.heldJobs.Add(-1)
+		}
+		return true
+	})
 }
 
 // Run publishes pending tasks until ctx is done, then returns nil, with
@@ -379,7 +402,10 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 // and, when it offered none because every work queue with jobs waiting
 // had too little room, those queues.
 func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []string, err error) {
-	round := store.Round{Messages: r.cfg.BatchSize, Tasks: r.cfg.BatchSize, Bytes: r.cfg.MaxRoundBytes, Held: r.hold}
+	seq := r.rounds.Add(1)
+	r.pruneHeld(seq)
+	round := store.Round{Messages: r.cfg.BatchSize, Tasks: r.cfg.BatchSize, Bytes: r.cfg.MaxRoundBytes,
+		Held: func(jobID string) { r.hold(jobID, seq) }}
 	if r.cfg.Sizer != nil {
 		round.Batch = func(j store.PendingJob) (int, int) {
 			consumers, _ := r.consumers.Load(j.Queue)
