@@ -21,7 +21,8 @@ type RelayTx interface {
 	// rows) in Pending, and its reduce task and reduce state. Of a job
 	// with a concurrency cap (warren.Policy.MaxConcurrency above 0), it
 	// also reads the cap and its queued tasks counted up to the cap (an
-	// index range of at most that many rows); an uncapped job costs
+	// index range of about that many rows: a capped job has no more
+	// queued tasks but after a dead-letter replay); an uncapped job costs
 	// nothing more. A driver whose relays run concurrently (PostgreSQL)
 	// gives each capped job's claim to one round at a time without
 	// waiting: a round that cannot take it reads the job as Busy, and
