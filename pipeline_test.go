@@ -57,6 +57,9 @@ type testBundle struct {
 	reconcileInterval, reconcileGrace time.Duration
 	// relayWindow, when set, is the servers' RelayWindow.
 	relayWindow int
+	// relayPoll, when set, is the servers' RelayPollInterval (20 ms when
+	// not).
+	relayPoll time.Duration
 	// closeScanInterval, when set, is the servers' CloseScanInterval
 	// (200 ms when not).
 	closeScanInterval time.Duration
@@ -123,9 +126,13 @@ func (b *testBundle) startServer(t *testing.T, st store.Store) *server.Server {
 	if scan == 0 {
 		scan = 200 * time.Millisecond
 	}
+	poll := b.relayPoll
+	if poll == 0 {
+		poll = 20 * time.Millisecond
+	}
 	cfg := server.Config{
 		AMQPURL: amqptest.URL(), Store: st, Prefix: b.names.Prefix, Listen: "127.0.0.1:0",
-		RelayPollInterval: 20 * time.Millisecond, CloseScanInterval: scan,
+		RelayPollInterval: poll, CloseScanInterval: scan,
 		AggregatorBatchSize: b.aggBatch, AggregatorLinger: b.aggLinger,
 		ReconcileInterval: b.reconcileInterval, ReconcileGrace: b.reconcileGrace, RelayWindow: b.relayWindow,
 		TracerProvider: b.tracerProvider,

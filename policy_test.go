@@ -39,3 +39,15 @@ func TestPolicyReduceTask(t *testing.T) {
 		require.ErrorContains(t, bad.Validate(), name)
 	}
 }
+
+// A job's concurrency cap is 0 (none) or between 1 and
+// MaxConcurrencyLimit; anything else names the field.
+func TestPolicyValidateMaxConcurrency(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []int{0, 1, 50, warren.MaxConcurrencyLimit} {
+		require.NoError(t, warren.Policy{MaxConcurrency: ok}.Validate(), "max_concurrency %d", ok)
+	}
+	for _, bad := range []int{-1, warren.MaxConcurrencyLimit + 1} {
+		require.ErrorContains(t, warren.Policy{MaxConcurrency: bad}.Validate(), "max_concurrency must be between 1 and 10000", "max_concurrency %d", bad)
+	}
+}

@@ -147,6 +147,14 @@ type Policy struct {
 	// priority 20 gets twice the share of one of 10. 0 means
 	// DefaultPriority.
 	Priority int
+	// MaxConcurrency is the most of the job's tasks that run at once,
+	// across all workers (1..MaxConcurrencyLimit); 0 means no cap. A task
+	// counts from the relay's publish until its outcome is recorded
+	// (state queued in the store), so its retries, the other tasks of its
+	// batch message and a republish by the reconciler all stay within
+	// the cap; what the job cannot use of a relay round goes to the other
+	// jobs of its queue (docs/failures.md, "A job's concurrency cap").
+	MaxConcurrency int
 	// Queue is the work queue the job's tasks go to (protocol.CheckQueueName:
 	// lowercase letters, digits, '-' and '_'); workers consume the queues
 	// they serve. "" means protocol.DefaultQueue.
@@ -217,6 +225,11 @@ func (p Policy) EffectivePriority() int {
 	return p.Priority
 }
 
+// MaxConcurrencyLimit is the largest Policy.MaxConcurrency: a cap above
+// it is no cap in practice (the relay's window is smaller), and the
+// relay counts a capped job's running tasks up to its cap every round.
+const MaxConcurrencyLimit = 10000
+
 // DefaultRetention is how long a closed job is kept when neither the job
 // (Policy.Retention) nor the server's configuration says otherwise.
 const DefaultRetention = 7 * 24 * time.Hour
@@ -263,6 +276,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("batch_size must be between 1 and %d, got %d", MaxBatchSize, p.BatchSize)
 	case p.Priority != 0 && (p.Priority < MinPriority || p.Priority > MaxPriority):
 		return fmt.Errorf("priority must be between %d and %d, got %d", MinPriority, MaxPriority, p.Priority)
+	case p.MaxConcurrency < 0 || p.MaxConcurrency > MaxConcurrencyLimit:
+		return fmt.Errorf("max_concurrency must be between 1 and %d, got %d", MaxConcurrencyLimit, p.MaxConcurrency)
 	case p.Queue != "" && protocol.CheckQueueName(p.Queue) != nil:
 		return fmt.Errorf("queue: %v", protocol.CheckQueueName(p.Queue))
 	case p.Retention < 0:

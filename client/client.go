@@ -207,6 +207,10 @@ type JobSpec struct {
 	// the server's default, 10): a job of priority 20 gets twice the share
 	// of one of 10 while both have tasks waiting.
 	Priority int `json:"priority,omitempty"`
+	// MaxConcurrency is the most of the job's tasks that run at once,
+	// across all workers, 1 to 10000; 0 for no cap. A task counts from
+	// its publish until its outcome is recorded, its retries included.
+	MaxConcurrency int `json:"max_concurrency,omitempty"`
 	// Queue is the work queue the job's tasks go to ("" for "default");
 	// workers consume the queues they serve.
 	Queue string `json:"queue,omitempty"`
@@ -319,6 +323,7 @@ type Job struct {
 	TaskTimeout             float64         `json:"task_timeout"`
 	BatchSize               int             `json:"batch_size"`
 	Priority                int             `json:"priority"`
+	MaxConcurrency          int             `json:"max_concurrency"` // 0 when uncapped
 	Queue                   string          `json:"queue"`
 	Retention               *float64        `json:"retention"`
 	ExpiresAt               *time.Time      `json:"expires_at"`

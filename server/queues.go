@@ -73,7 +73,7 @@ func (s *Server) newReaper() (*queuereaper.Reaper, error) {
 		},
 		Forget: func(q string) {
 			if bs := s.current(); bs != nil {
-				bs.relay.Forget(q)
+				bs.relay.ForgetQueue(q)
 			}
 		},
 		Observe: func(q string, d broker.QueueDepth, at time.Time) { s.consumers.Observe(q, d.Consumers, at) },

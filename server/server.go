@@ -306,7 +306,15 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 	}
 	h := s.cfg.Hooks
 	s.aggHooks = aggregator.NewMetrics(s.registry).Hooks(aggregator.Hooks{
-		OnInvalid: h.OnInvalid, OnOutcomes: s.sizer.Observe,
+		OnInvalid: h.OnInvalid,
+		OnOutcomes: func(outcomes []store.Outcome) {
+			s.sizer.Observe(outcomes)
+			// A capped job's outcome frees room: its next task goes out
+			// now, not at the relay's next poll.
+			if bs := s.current(); bs != nil {
+				bs.relay.Recorded(outcomes)
+			}
+		},
 		OnBatch: func(size int, report store.ApplyReport) {
 			for _, id := range report.ReadyToClose {
 				s.events.Notify(id) // its last outcome: the streams show it now, the close follows
@@ -330,6 +338,9 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 		},
 		OnJobClosed: func(id string, state warren.JobState) {
 			s.sizer.Forget(id)
+			if bs := s.current(); bs != nil {
+				bs.relay.ForgetJob(id)
+			}
 			s.events.Notify(id)
 			s.wakeDeliverer()
 			if h.OnJobClosed != nil {

@@ -28,6 +28,12 @@ type Round struct {
 	// job has more than j.Pending. nil means one task per message for
 	// them, and no limit.
 	Batch func(j PendingJob) (size, most int)
+	// Held, when set, is called with the id of each job whose
+	// concurrency cap (warren.Policy.MaxConcurrency) held some of its
+	// pending tasks back this round: a recorded outcome of that job frees
+	// room, and the relay may look again then rather than at its next
+	// poll.
+	Held func(jobID string)
 }
 
 // PendingJob is an open job with tasks waiting in the outbox, as a relay

@@ -28,6 +28,7 @@ type benchFlags struct {
 	json         bool
 	cpuProfile   string
 	memProfile   string
+	cappedBeside int
 }
 
 func runBench(ctx context.Context, args []string, env *environment) error {
@@ -53,9 +54,10 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 	fs.BoolVar(&f.json, "json", false, "print one JSON object and nothing else on stdout")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the rounds (ceiling and warren runs) to this file")
 	fs.StringVar(&f.memProfile, "memprofile", "", "write a Go allocation profile (allocs) to this file at the end")
+	fs.IntVar(&f.cappedBeside, "capped-beside", 0, "instead: time an uncapped job of --tasks alone and beside a job of as many tasks with max_concurrency N on the same queue (interleaved rounds, the ratio), and a job of 30 tasks of 150 ms with max_concurrency 3")
 	// One run's choices: command line only (WARREN_DATABASE_URL must not
 	// point a demo or a benchmark at a real store).
-	fs.localFlags("database", "tasks", "workers", "batch-size", "task-duration", "concurrency", "prefetch", "relay-batch", "aggregator-batch", "rounds", "json", "cpuprofile", "memprofile")
+	fs.localFlags("database", "tasks", "workers", "batch-size", "task-duration", "concurrency", "prefetch", "relay-batch", "aggregator-batch", "rounds", "json", "cpuprofile", "memprofile", "capped-beside")
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
@@ -79,6 +81,11 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 		return usageErrorf("--batch-size must be between 0 (automatic) and %d, got %d", warren.MaxBatchSize, f.batchSize)
 	case f.taskDuration < 0:
 		return usageErrorf("--task-duration must be >= 0, got %s", f.taskDuration)
+	case f.cappedBeside < 0 || f.cappedBeside > warren.MaxConcurrencyLimit:
+		return usageErrorf("--capped-beside must be between 1 and %d, got %d", warren.MaxConcurrencyLimit, f.cappedBeside)
+	}
+	if f.cappedBeside > 0 {
+		return runCappedBench(ctx, f, fs, env)
 	}
 	rep, err := bench.Run(ctx, bench.Config{
 		AMQPURL: f.amqpURL, DatabaseURL: f.database, Tasks: f.tasks, Workers: f.workers, BatchSize: f.batchSize, TaskDuration: f.taskDuration,
@@ -87,6 +94,29 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 		Progress: func(format string, a ...any) { fmt.Fprintf(env.stderr, "warren bench: "+format+"\n", a...) },
 		Logger:   quietLogger(fs, env),
 	})
+	if err != nil {
+		return err
+	}
+	if f.json {
+		out, err := json.Marshal(rep)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(env.stdout, string(out))
+		return nil
+	}
+	rep.Print(env.stdout)
+	return nil
+}
+
+// runCappedBench runs `warren bench --capped-beside N` (bench.RunCapped).
+func runCappedBench(ctx context.Context, f benchFlags, fs *flagSet, env *environment) error {
+	rep, err := bench.RunCapped(ctx, bench.Config{
+		AMQPURL: f.amqpURL, DatabaseURL: f.database, Tasks: f.tasks, Workers: f.workers, BatchSize: f.batchSize, TaskDuration: f.taskDuration,
+		Concurrency: f.concurrency, Prefetch: f.prefetch, RelayBatch: f.relayBatch, AggregatorBatch: f.aggBatch, Rounds: f.rounds,
+		Progress: func(format string, a ...any) { fmt.Fprintf(env.stderr, "warren bench: "+format+"\n", a...) },
+		Logger:   quietLogger(fs, env),
+	}, f.cappedBeside)
 	if err != nil {
 		return err
 	}

@@ -378,6 +378,9 @@ func printStatus(w io.Writer, j client.Job) {
 	if j.ReduceState != "" {
 		fmt.Fprintf(w, "reduce    task 0 %s\n", j.ReduceState)
 	}
+	if j.MaxConcurrency > 0 {
+		fmt.Fprintf(w, "cap       at most %d tasks at once\n", j.MaxConcurrency)
+	}
 	if j.CreatedAt != nil {
 		fmt.Fprintf(w, "created   %s\n", j.CreatedAt.Format("2006-01-02 15:04:05.000Z07:00"))
 	}

@@ -347,6 +347,8 @@ func decodeField(dec *json.Decoder, key string, sp *jobSpec) *apiError {
 		target = &sp.BatchSize
 	case "priority":
 		target = &sp.Priority
+	case "max_concurrency":
+		target = &sp.MaxConcurrency
 	case "queue":
 		target = &sp.Queue
 	case "retention":

@@ -41,6 +41,7 @@ type jobJSON struct {
 	TaskTimeout             float64         `json:"task_timeout"`
 	BatchSize               int             `json:"batch_size"`
 	Priority                int             `json:"priority"`
+	MaxConcurrency          int             `json:"max_concurrency"` // 0 when uncapped
 	Queue                   string          `json:"queue"`
 	Retention               *float64        `json:"retention"`  // seconds; null when kept forever
 	ExpiresAt               *time.Time      `json:"expires_at"` // null while open, or when kept forever
@@ -150,6 +151,7 @@ func toJobJSON(j warren.Job, retention time.Duration) jobJSON {
 		TaskTimeout:             j.Policy.EffectiveTaskTimeout().Seconds(),
 		BatchSize:               j.Policy.BatchSize,
 		Priority:                j.Policy.EffectivePriority(),
+		MaxConcurrency:          j.Policy.MaxConcurrency,
 		Queue:                   j.Policy.EffectiveQueue(),
 		Metadata:                j.Metadata,
 		CreatedAt:               j.CreatedAt.UTC(),

@@ -54,6 +54,7 @@ var specFields = map[string]string{
 	"task_timeout":              "a number of seconds",
 	"batch_size":                "an integer",
 	"priority":                  "an integer",
+	"max_concurrency":           "an integer",
 	"queue":                     "a string",
 	"retention":                 "a number of seconds",
 	"metadata":                  "an object",
@@ -74,6 +75,7 @@ type jobSpec struct {
 	TaskTimeout             *float64
 	BatchSize               *int
 	Priority                *int
+	MaxConcurrency          *int
 	Queue                   *string
 	Retention               *float64
 	Metadata                json.RawMessage
@@ -319,6 +321,13 @@ func (sp jobSpec) newJob(r rules) (store.NewJob, *apiError) {
 				"priority must be between %d and %d, got %d", warren.MinPriority, warren.MaxPriority, *sp.Priority)
 		}
 		p.Priority = *sp.Priority
+	}
+	if sp.MaxConcurrency != nil {
+		if *sp.MaxConcurrency < 1 || *sp.MaxConcurrency > warren.MaxConcurrencyLimit {
+			return store.NewJob{}, errorf(http.StatusUnprocessableEntity, codeValidation,
+				"max_concurrency must be between 1 and %d, got %d", warren.MaxConcurrencyLimit, *sp.MaxConcurrency)
+		}
+		p.MaxConcurrency = *sp.MaxConcurrency
 	}
 	if sp.Queue != nil {
 		if err := protocol.CheckQueueName(*sp.Queue); err != nil {

@@ -21,7 +21,7 @@ import (
 // fullSpec is every job field but tasks, so that a "tasks" after it
 // streams.
 const fullSpec = `"type":"echo","reduce":"sum","max_retries":5,"tolerated_failures":2,` +
-	`"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"priority":30,"queue":"gpu","retention":86400,"metadata":{"owner":"ops"},` +
+	`"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"priority":30,"max_concurrency":7,"queue":"gpu","retention":86400,"metadata":{"owner":"ops"},` +
 	`"webhook":{"url":"https://93.184.215.14/hooks/warren","secret":"` + fullSpecSecret + `"},"then":null`
 
 // fullSpecSecret is fullSpec's webhook secret, which no answer shows.
@@ -36,7 +36,7 @@ func TestSubmitJSON(t *testing.T) {
 			for name, body := range map[string]string{
 				"tasks last (streamed)":    `{` + fullSpec + `,"tasks":[{"n": 1}, [2], "three", 4, null, true]}`,
 				"tasks first (buffered)":   `{"tasks":[{"n": 1}, [2], "three", 4, null, true],` + fullSpec + `}`,
-				"tasks between (buffered)": `{"type":"echo","reduce":"sum","max_retries":5,"tasks":[{"n": 1}, [2], "three", 4, null, true],"tolerated_failures":2,"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"priority":30,"queue":"gpu","retention":86400,"metadata":{"owner":"ops"},"webhook":{"url":"https://93.184.215.14/hooks/warren","secret":"` + fullSpecSecret + `"}}`,
+				"tasks between (buffered)": `{"type":"echo","reduce":"sum","max_retries":5,"tasks":[{"n": 1}, [2], "three", 4, null, true],"tolerated_failures":2,"tolerated_failure_percent":12.5,"fail_fast":true,"task_timeout":900,"batch_size":16,"priority":30,"max_concurrency":7,"queue":"gpu","retention":86400,"metadata":{"owner":"ops"},"webhook":{"url":"https://93.184.215.14/hooks/warren","secret":"` + fullSpecSecret + `"}}`,
 			} {
 				t.Run(name, func(t *testing.T) {
 					resp := b.submit(t, body)
@@ -52,7 +52,7 @@ func TestSubmitJSON(t *testing.T) {
 					require.Equal(t, "echo", job.Type)
 					require.Equal(t, int64(6), job.ExpectedTasks)
 					require.Equal(t, warren.Policy{Reduce: "sum", MaxRetries: 5, ToleratedFailures: 2, ToleratedFailurePercent: 12.5,
-						FailFast: true, TaskTimeout: 900 * time.Second, BatchSize: 16, Priority: 30, Queue: "gpu", Retention: 24 * time.Hour}, job.Policy)
+						FailFast: true, TaskTimeout: 900 * time.Second, BatchSize: 16, Priority: 30, MaxConcurrency: 7, Queue: "gpu", Retention: 24 * time.Hour}, job.Policy)
 					require.JSONEq(t, `{"owner":"ops"}`, string(job.Metadata))
 					require.Equal(t, "https://93.184.215.14/hooks/warren", job.WebhookURL)
 					require.Equal(t, []string{`{"n": 1}`, `[2]`, `"three"`, `4`, `null`, `true`},
@@ -213,6 +213,10 @@ func TestSubmitBadInput(t *testing.T) {
 		{"priority 0", j, `{"type":"echo","tasks":[1],"priority":0}`, nil, 422, "validation_failed"},
 		{"priority 101", j, `{"type":"echo","tasks":[1],"priority":101}`, nil, 422, "validation_failed"},
 		{"priority is a string", j, `{"type":"echo","tasks":[1],"priority":"high"}`, nil, 400, "invalid_type"},
+		{"max_concurrency 0", j, `{"type":"echo","tasks":[1],"max_concurrency":0}`, nil, 422, "validation_failed"},
+		{"negative max_concurrency", j, `{"type":"echo","tasks":[1],"max_concurrency":-3}`, nil, 422, "validation_failed"},
+		{"max_concurrency over 10000", j, `{"type":"echo","tasks":[1],"max_concurrency":10001}`, nil, 422, "validation_failed"},
+		{"max_concurrency is a string", j, `{"type":"echo","tasks":[1],"max_concurrency":"3"}`, nil, 400, "invalid_type"},
 		{"queue with a dot", j, `{"type":"echo","tasks":[1],"queue":"a.b"}`, nil, 422, "validation_failed"},
 		{"queue is a number", j, `{"type":"echo","tasks":[1],"queue":7}`, nil, 400, "invalid_type"},
 		{"batch_size over 1000", j, `{"type":"echo","tasks":[1],"batch_size":1001}`, nil, 422, "validation_failed"},

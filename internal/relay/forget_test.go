@@ -46,7 +46,7 @@ func TestRelayDeclaresAgainAQueueRemovedUnderIt(t *testing.T) {
 	require.Equal(t, 2, amqptest.QueueDepth(t, b.conn, b.names.WorkQueue("gpu")))
 
 	// Forget (the local reaper's hook) makes it declare the queue again.
-	r.Forget("gpu")
+	r.ForgetQueue("gpu")
 	b.createJobWith(t, warren.Policy{Queue: "gpu"}, 1)
 	_, err = r.RelayOnce(ctx)
 	require.NoError(t, err)

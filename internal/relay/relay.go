@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -192,6 +193,10 @@ type Relay struct {
 	cfg    Config
 	tracer trace.Tracer
 	wake   []chan struct{} // one per loop of Run
+	// freed, one per loop of Run, says that a held job's outcome freed
+	// room (Recorded): a loop waiting for room in a full work queue
+	// looks at the queue again rather than run a round at once.
+	freed []chan struct{}
 	// inflight is how many task messages the loops have claimed and not
 	// yet published, by work queue: the queue's depth does not show them
 	// yet, so a round's room leaves them out.
@@ -202,7 +207,21 @@ type Relay struct {
 	// declared holds the work queues Declare declared; a failed round
 	// forgets them, in case one was deleted.
 	declared sync.Map
+	// held holds the jobs whose concurrency cap held tasks back in a
+	// round (store.Round.Held), and heldJobs how many: a recorded outcome
+	// of one wakes the relay (Recorded), and the outcomes of other jobs
+	// cost one atomic load while none is held. Each entry holds the
+	// round that last held the job back (rounds counts them): a job that
+	// closed on another server, whose outcomes this one never records,
+	// is dropped once no round held it for heldRounds rounds.
+	held     sync.Map // job id: round
+	heldJobs atomic.Int64
+	rounds   atomic.Uint64
 }
+
+// heldRounds is how many rounds a job stays among the held ones after the
+// last round that held it back (Relay.held).
+const heldRounds = 1024
 
 // New returns a relay; it does nothing until Run.
 func New(cfg Config) (*Relay, error) {
@@ -210,22 +229,80 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Relay{cfg: cfg, tracer: spans.Tracer(cfg.TracerProvider), wake: make([]chan struct{}, cfg.Concurrency), inflight: map[string]int{}}
+	r := &Relay{cfg: cfg, tracer: spans.Tracer(cfg.TracerProvider), wake: make([]chan struct{}, cfg.Concurrency),
+		freed: make([]chan struct{}, cfg.Concurrency), inflight: map[string]int{}}
 	for i := range r.wake {
 		r.wake[i] = make(chan struct{}, 1)
+		r.freed[i] = make(chan struct{}, 1)
 	}
 	return r, nil
 }
 
 // Wake makes an idle relay look for pending tasks now, for example right
 // after a job was created. It never blocks.
-func (r *Relay) Wake() {
-	for _, w := range r.wake {
+func (r *Relay) Wake() { signal(r.wake) }
+
+// signal pings each of chans without blocking.
+func signal(chans []chan struct{}) {
+	for _, c := range chans {
 		select {
-		case w <- struct{}{}:
+		case c <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// Recorded tells the relay that outcomes were recorded: when one belongs
+// to a job whose concurrency cap (warren.Policy.MaxConcurrency) held
+// tasks back in a round, its tasks freed room, and the relay wakes (Wake)
+// to let the next ones out now rather than at its next poll (a loop
+// waiting for room in a full work queue only looks at the queue again:
+// the freed tasks need room there too). Outcomes of other jobs do not
+// wake it. It never blocks.
+func (r *Relay) Recorded(outcomes []store.Outcome) {
+	if r.heldJobs.Load() == 0 {
+		return
+	}
+	woken := false
+	for _, o := range outcomes {
+		if _, ok := r.held.LoadAndDelete(o.JobID); ok {
+			r.heldJobs.Add(-1)
+			if !woken {
+				signal(r.freed)
+				woken = true
+			}
+		}
+	}
+}
+
+// ForgetJob drops job jobID from the jobs whose cap held tasks back: it
+// closed, and no outcome of it will free room.
+func (r *Relay) ForgetJob(jobID string) {
+	if _, ok := r.held.LoadAndDelete(jobID); ok {
+		r.heldJobs.Add(-1)
+	}
+}
+
+// hold remembers that job jobID's cap held tasks back in round
+// (store.Round.Held).
+func (r *Relay) hold(jobID string, round uint64) {
+	if _, loaded := r.held.Swap(jobID, round); !loaded {
+		r.heldJobs.Add(1)
+	}
+}
+
+// pruneHeld drops the jobs no round held back since heldRounds before
+// round, every heldRounds rounds.
+func (r *Relay) pruneHeld(round uint64) {
+	if round%heldRounds != 0 || r.heldJobs.Load() == 0 {
+		return
+	}
+	r.held.Range(func(id, last any) bool {
+		if last.(uint64)+heldRounds < round && r.held.CompareAndDelete(id, last) {
+			r.heldJobs.Add(-1)
+		}
+		return true
+	})
 }
 
 // Run publishes pending tasks until ctx is done, then returns nil, with
@@ -236,9 +313,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make(chan error, len(r.wake))
-	for _, wake := range r.wake {
+	for i, wake := range r.wake {
 		go func() {
-			err := r.loop(ctx, wake)
+			err := r.loop(ctx, wake, r.freed[i])
 			cancel() // one loop's end is every loop's
 			errs <- err
 		}()
@@ -254,7 +331,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // loop runs rounds until ctx is done (nil) or the publisher is closed for
 // good, waiting for wake or the poll interval when the outbox is empty.
-func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
+func (r *Relay) loop(ctx context.Context, wake, freed <-chan struct{}) error {
 	retry := backoff.New(retryPolicy)
 	for {
 		_, claimed, full, err := r.relayOnce(ctx)
@@ -267,6 +344,10 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
 				return nil
 			case <-wake:
 				full = nil
+			case <-freed:
+				if !r.stillFull(full) {
+					full = nil
+				}
 			case <-time.After(windowPoll):
 				if !r.stillFull(full) {
 					full = nil
@@ -300,6 +381,7 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) error {
 		case <-ctx.Done():
 			return nil
 		case <-wake:
+		case <-freed:
 		case <-time.After(r.cfg.PollInterval):
 		}
 	}
@@ -320,7 +402,10 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 // and, when it offered none because every work queue with jobs waiting
 // had too little room, those queues.
 func (r *Relay) relayOnce(ctx context.Context) (marked, claimed int, full []string, err error) {
-	round := store.Round{Messages: r.cfg.BatchSize, Tasks: r.cfg.BatchSize, Bytes: r.cfg.MaxRoundBytes}
+	seq := r.rounds.Add(1)
+	r.pruneHeld(seq)
+	round := store.Round{Messages: r.cfg.BatchSize, Tasks: r.cfg.BatchSize, Bytes: r.cfg.MaxRoundBytes,
+		Held: func(jobID string) { r.hold(jobID, seq) }}
 	if r.cfg.Sizer != nil {
 		round.Batch = func(j store.PendingJob) (int, int) {
 			consumers, _ := r.consumers.Load(j.Queue)
@@ -426,10 +511,10 @@ func (r *Relay) declare(q string) error {
 	return nil
 }
 
-// Forget makes the relay declare work queue q again (Config.Declare)
+// ForgetQueue makes the relay declare work queue q again (Config.Declare)
 // before it next publishes to it: the queue reaper calls it once it
 // deleted or unbound q. It never blocks.
-func (r *Relay) Forget(q string) { r.declared.Delete(q) }
+func (r *Relay) ForgetQueue(q string) { r.declared.Delete(q) }
 
 // room is how many messages the round may send to work queue q: what
 // brings its ready messages (and the tasks other rounds are publishing to

@@ -599,6 +599,30 @@ class ClientTest(WarrenTestCase):
         with self.assertRaises(ValidationFailed):
             self.client.submit("square", iter(()))
 
+    def test_submit_takes_max_concurrency(self):
+        lock = threading.Lock()
+        running, most = [0], [0]
+
+        def slow(payload, task):
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            time.sleep(0.05)
+            with lock:
+                running[0] -= 1
+            return payload
+
+        self.start_worker({"slow": slow}, concurrency=8)
+        job = self.client.submit("slow", range(20), reduce="sum", max_concurrency=2)
+        done = self.client.wait(job, timeout=60)
+        self.assertEqual(("completed", 20), (done.state, done.completed_tasks))
+        self.assertEqual(2, done.raw["max_concurrency"])
+        self.assertEqual(2, most[0], "at most 2 tasks ran at once, and 2 did")
+        self.assertEqual(0, self.client.get(self.client.submit("slow", [1]).id).raw["max_concurrency"], "no cap")
+        with self.assertRaises(ValidationFailed) as cm:
+            self.client.submit("slow", [1], max_concurrency=0)
+        self.assertIn("max_concurrency must be between 1 and 10000", cm.exception.message)
+
     def test_a_job_refused_at_its_first_line_is_answered_while_its_tasks_still_stream(self):
         # The server answers and closes after the spec line: the client
         # reports its answer, not the broken pipe of the tasks it was sending.

@@ -199,7 +199,7 @@ class Client:
         where the server has reduce tasks), ``max_retries``,
         ``tolerated_failures``, ``tolerated_failure_percent``,
         ``fail_fast``, ``task_timeout``, ``batch_size``, ``priority``,
-        ``queue``, ``retention``, ``metadata``, ``webhook``, ``then``; a name
+        ``max_concurrency``, ``queue``, ``retention``, ``metadata``, ``webhook``, ``then``; a name
         the server does not know is its 400 ``unknown_field``. ``then`` is
         the follow-up job, a dict of the same options (its own ``then``
         continuing the chain, at most 10 jobs in all) and its ``type``,

@@ -14,33 +14,95 @@ import (
 
 // PendingJobs implements engine.RelayTx: an index range of at most limit
 // rows per job counts its pending tasks.
+//
+// Rounds run side by side (several loops, several servers), so a capped
+// job's claim is an advisory lock of the round's transaction, taken with
+// pg_try_advisory_xact_lock: never waited for (a round that does not get
+// it reads the job Busy), taken in no particular order among the row
+// locks (it is no row lock and never waits, so it cannot deadlock them),
+// and held until the round commits its marks. The queued tasks are
+// counted by the next statement of the same round trip, whose snapshot
+// is taken after the lock: it sees every mark of the round that held the
+// lock before. Without capped jobs open, that statement reads an empty
+// range of jobs_open_capped_idx.
 func (t *tx) PendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow, error) {
-	rows, err := t.tx.Query(ctx, `
+	b := &pgx.Batch{}
+	b.Queue(`
 		SELECT j.id, j.priority, j.batch_size, j.queue, CASE WHEN j.reduce_state = 'running' THEN j.reduce_task END, j.reduce_state, j.expected_tasks,
-			(SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT $1) p)
+			p.n, j.max_concurrency,
+			CASE WHEN j.max_concurrency > 0 AND p.n > 0 THEN NOT pg_try_advisory_xact_lock(`+capClaimKey+`) ELSE false END
 		FROM jobs j
+		CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT $1) p) p
 		WHERE j.state IN ('pending', 'running')
 		ORDER BY j.created_at, j.id`, limit)
+	b.Queue(`
+		SELECT j.id, (SELECT count(*) FROM (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'queued' LIMIT j.max_concurrency) q)
+		FROM jobs j
+		WHERE j.max_concurrency > 0 AND j.state IN ('pending', 'running')
+		  AND EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending')`)
+	br := t.tx.SendBatch(ctx, b)
+	jobs, err := pendingJobRows(br)
+	var inFlight map[string]int
+	if err == nil {
+		inFlight, err = queuedCounts(br)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pending jobs: %w", err)
 	}
-	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.PendingJobRow, error) {
+	for i := range jobs {
+		if j := &jobs[i]; j.MaxConcurrency > 0 && !j.Busy {
+			// A job the second statement did not count had no pending
+			// task left by then: it gets no share, rather than one from
+			// a count of nothing.
+			n, ok := inFlight[j.ID]
+			j.InFlight, j.Busy = n, !ok
+		}
+	}
+	return jobs, nil
+}
+
+// pendingJobRows reads the open jobs of PendingJobs's first statement.
+func pendingJobRows(br pgx.BatchResults) ([]engine.PendingJobRow, error) {
+	rows, _ := br.Query() // its error is the rows' too
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.PendingJobRow, error) {
 		var (
 			j      engine.PendingJobRow
 			reduce []byte
 		)
-		if err := row.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.ExpectedTasks, &j.Pending); err != nil {
+		if err := row.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.ExpectedTasks, &j.Pending,
+			&j.MaxConcurrency, &j.Busy); err != nil {
 			return j, err
 		}
 		var err error
 		j.ReduceTask, err = sqlstore.DecodeReduceTask(reduce)
 		return j, err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("pending jobs: %w", err)
-	}
-	return jobs, nil
 }
+
+// queuedCounts reads PendingJobs's second statement: the queued tasks of
+// each open capped job with pending tasks, counted up to its cap.
+func queuedCounts(br pgx.BatchResults) (map[string]int, error) {
+	rows, _ := br.Query()
+	counts := map[string]int{}
+	var (
+		id string
+		n  int
+	)
+	_, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+		counts[id] = n
+		return nil
+	})
+	return counts, err
+}
+
+// capClaimKey is the advisory lock key of capped job j's claim: the
+// job's id within its schema (tests, and tenants, share a database), as
+// one 64-bit hash, a key space apart from Migrate's pair of int4 keys. Two
+// jobs whose keys collide only take turns.
+const capClaimKey = `hashtextextended('warren.max_concurrency:' || current_schema() || ':' || j.id, 0)`
 
 // ClaimTasks implements engine.RelayTx in one statement: FOR UPDATE SKIP
 // LOCKED claims the tasks, so concurrent relays, in one process or many,

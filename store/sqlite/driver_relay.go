@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/internal/engine"
 	"github.com/warrenhq/warren/store/internal/sqlstore"
@@ -14,9 +15,14 @@ import (
 // pendingJobsSQL lists the open jobs, oldest first, with their pending
 // tasks counted up to ?1. jobs_open walks the open jobs in seq order and
 // tasks_by_state counts a job's pending range, reading at most ?1 rows of
-// it.
+// it; of a capped job, also its queued range, up to
+// ?2 (warren.MaxConcurrencyLimit: SQLite takes no column of the outer
+// query in a LIMIT). A capped job has no more queued tasks than its cap
+// but after a dead-letter replay, so that range is at most about its cap
+// long; pendingJobs cuts the count to the cap.
 const pendingJobsSQL = `SELECT j.id, j.priority, j.batch_size, j.queue, CASE WHEN j.reduce_state = 'running' THEN j.reduce_task END, j.reduce_state, j.expected_tasks,
-	(SELECT count(*) FROM (SELECT 1 FROM tasks AS t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT ?1))
+	j.max_concurrency, (SELECT count(*) FROM (SELECT 1 FROM tasks AS t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT ?1)),
+	CASE WHEN j.max_concurrency > 0 THEN (SELECT count(*) FROM (SELECT 1 FROM tasks AS t WHERE t.job_id = j.id AND t.state = 'queued' LIMIT ?2)) ELSE 0 END
 	FROM jobs AS j INDEXED BY jobs_open
 	WHERE j.state IN ('pending', 'running')
 	ORDER BY j.seq`
@@ -233,7 +239,7 @@ func (t *tx) StartJobs(ctx context.Context, ids []string, at time.Time) error {
 // pendingJobs reads the open jobs with their pending tasks counted up to
 // limit (engine.RelayTx.PendingJobs).
 func pendingJobs(ctx context.Context, q querier, limit int) ([]engine.PendingJobRow, error) {
-	rows, err := q.QueryContext(ctx, pendingJobsSQL, limit)
+	rows, err := q.QueryContext(ctx, pendingJobsSQL, limit, warren.MaxConcurrencyLimit)
 	if err != nil {
 		return nil, fmt.Errorf("pending jobs: %w", err)
 	}
@@ -244,17 +250,21 @@ func pendingJobs(ctx context.Context, q querier, limit int) ([]engine.PendingJob
 			j      engine.PendingJobRow
 			reduce []byte
 		)
-		if err := rows.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.ExpectedTasks, &j.Pending); err != nil {
+		if err := rows.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.ExpectedTasks, &j.MaxConcurrency, &j.Pending, &j.InFlight); err != nil {
 			return nil, fmt.Errorf("pending jobs: %w", err)
 		}
 		if j.ReduceTask, err = sqlstore.DecodeReduceTask(reduce); err != nil {
 			return nil, fmt.Errorf("pending jobs: %w", err)
 		}
+		j.InFlight = min(j.InFlight, j.MaxConcurrency)
 		jobs = append(jobs, j)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pending jobs: %w", err)
 	}
+	// The store's rounds are serialised (BeginRelay): no other round can
+	// move the queued counts up between the read and the claim (a
+	// dead-letter replay may: docs/failures.md).
 	return jobs, nil
 }
 

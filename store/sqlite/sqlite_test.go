@@ -64,7 +64,7 @@ func TestOutboxQueryReadsOnlyWhatItReturns(t *testing.T) {
 	for _, q := range []struct {
 		sql  string
 		args []any
-	}{{outboxSQL, []any{"job", 10}}, {pendingJobsSQL, []any{10}}} {
+	}{{outboxSQL, []any{"job", 10}}, {pendingJobsSQL, []any{10, 10}}} {
 		plan := queryPlan(t, s.r, q.sql, q.args...)
 		for _, step := range plan {
 			require.NotContains(t, step, "TEMP B-TREE", "the query sorts: %q", plan)

@@ -176,6 +176,10 @@ type model struct {
 	// trace lists the steps run so far, with what they drew, for a
 	// failure to print.
 	trace []string
+	// overCap says that a replay took the job over its concurrency cap
+	// (warren.Policy.MaxConcurrency), which only a replay may do, until
+	// its queued tasks are within the cap again.
+	overCap bool
 }
 
 // interleaving is a store whose FinishJob or StartReduce first runs
@@ -223,14 +227,17 @@ func (m *model) createJob() {
 		m.policy.ToleratedFailures = int64(m.intn(n + 1))
 		m.policy.ToleratedFailurePercent = 100
 	}
+	if m.coin() {
+		m.policy.MaxConcurrency = 1 + m.intn(n)
+	}
 	with := "a reducer"
 	if m.reduce {
 		m.policy.Reduce = ""
 		m.policy.ReduceTask = &warren.ReduceTask{Type: reduceTaskType, Payload: json.RawMessage(`{"k":1}`)}
 		with = "a reduce task"
 	}
-	m.note("create a job of %d tasks with %s, max retries %d, fail fast %v, %d failures tolerated",
-		n, with, m.policy.MaxRetries, m.policy.FailFast, m.policy.ToleratedFailures)
+	m.note("create a job of %d tasks with %s, max retries %d, fail fast %v, %d failures tolerated, max concurrency %d",
+		n, with, m.policy.MaxRetries, m.policy.FailFast, m.policy.ToleratedFailures, m.policy.MaxConcurrency)
 	payloads := func(yield func(json.RawMessage, error) bool) {
 		for i := range n {
 			if !yield(json.RawMessage(strconv.Itoa(i+1)), nil) {
@@ -322,12 +329,19 @@ func (m *model) relay() {
 	require.NoError(m.t, err, "relay")
 	want := map[int64]int{} // task id: generation
 	if m.open() {
+		// A capped job gets the room its queued tasks leave, its pending
+		// tasks in task id order (the reduce task is pending only once
+		// every map task finished).
+		room := len(m.tasks) + 1
+		if c := m.policy.MaxConcurrency; c > 0 {
+			room = max(0, c-m.queued())
+		}
 		for i, t := range m.tasks {
-			if t.state == warren.TaskPending {
+			if t.state == warren.TaskPending && len(want) < room {
 				want[int64(i+1)] = t.gen
 			}
 		}
-		if m.task0 != nil && m.task0.state == warren.TaskPending {
+		if m.task0 != nil && m.task0.state == warren.TaskPending && len(want) < room {
 			want[warren.ReduceTaskID] = m.task0.gen
 		}
 	}
@@ -347,12 +361,12 @@ func (m *model) relay() {
 	}
 	all := true
 	for i := range m.tasks {
-		if m.tasks[i].state == warren.TaskPending {
+		if _, ok := want[int64(i+1)]; ok {
 			m.tasks[i].state = warren.TaskQueued
 		}
 		all = all && m.tasks[i].state != warren.TaskPending
 	}
-	if m.task0 != nil && m.task0.state == warren.TaskPending {
+	if _, ok := want[warren.ReduceTaskID]; ok && m.task0 != nil {
 		m.task0.state = warren.TaskQueued
 	}
 	if all && m.state == warren.JobPending {
@@ -555,11 +569,14 @@ func (m *model) replay() {
 	t.gen++
 	t.attempts = 0 // the replayed message carries x-retry 0
 	require.Equal(m.t, t.gen, gen, "the reopened task's generation")
+	m.noteReplayOverCap()
 	if !m.open() {
 		m.requeueCancelled()
 		m.reduceState = ""
+		m.state = warren.JobRunning
 	}
-	m.state = warren.JobRunning
+	// An open job keeps its state: a capped job may still be pending,
+	// with tasks its cap held back, when one of its tasks failed.
 }
 
 // replayReduce replays the reduce task's dead letter.
@@ -794,10 +811,48 @@ func (m *model) closing(job warren.Job) (warren.JobState, []byte, string) {
 }
 
 // check compares the store with the model after every step.
+// queued counts the job's queued tasks, its reduce task among them: what
+// its concurrency cap bounds.
+func (m *model) queued() int {
+	n := int(m.count(warren.TaskQueued))
+	if m.task0 != nil && m.task0.state == warren.TaskQueued {
+		n++
+	}
+	return n
+}
+
+// noteReplayOverCap remembers that a replay took the job over its cap.
+func (m *model) noteReplayOverCap() {
+	if c := m.policy.MaxConcurrency; c > 0 && m.queued() > c {
+		m.overCap = true
+	}
+}
+
+// checkCap checks that the job's queued tasks (in the store) are within
+// its concurrency cap, unless a replay took it over since it last was.
+func (m *model) checkCap(tasks []warren.TaskRecord) {
+	c := m.policy.MaxConcurrency
+	if c == 0 {
+		return
+	}
+	queued := 0
+	for _, tr := range tasks {
+		if tr.State == warren.TaskQueued {
+			queued++
+		}
+	}
+	if queued <= c {
+		m.overCap = false
+		return
+	}
+	require.True(m.t, m.overCap, "%d tasks queued, over the job's max concurrency %d, and no replay did it", queued, c)
+}
+
 func (m *model) check() {
 	job, err := m.st.GetJob(m.ctx, m.job.ID)
 	require.NoError(m.t, err, "get job")
 	tasks := allTasks(m.t, m.st, m.job.ID, "")
+	m.checkCap(tasks)
 	if m.task0 != nil {
 		require.NotEmpty(m.t, tasks, "the job's tasks")
 		m.checkReduceTask(tasks[0])

@@ -448,4 +448,6 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 			require.Equal(t, warren.JobRunning, getJob(t, s, id).State)
 		}
 	})
+
+	testRelayCap(t, newStore)
 }

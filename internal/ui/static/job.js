@@ -113,6 +113,7 @@ export function jobPage(root, { params, navigate }) {
         row('Max retries', String(j.max_retries)), row('Tolerated failures', tolerance),
         row('Fail fast', j.fail_fast ? 'yes' : 'no'), row('Task timeout', duration(1000 * j.task_timeout)),
         row('Batch size', j.batch_size ? String(j.batch_size) : 'automatic'),
+        row('Concurrency', j.max_concurrency ? 'at most ' + j.max_concurrency + ' tasks at once' : 'no cap'),
         row('Retention', j.retention != null ? duration(1000 * j.retention) : 'forever'),
         row('Expires', j.expires_at ? timeEl(j.expires_at) : '–'),
         j.webhook && j.webhook.url ? row('Webhook', h('span', { class: 'mono' }, j.webhook.url)) : null,

@@ -18,7 +18,17 @@ type RelayTx interface {
 	// order, with its ID, Priority, BatchSize and Queue as stored ("" for
 	// the default queue), its pending tasks (its reduce task among them)
 	// counted up to limit (an index range of at most limit of its task
-	// rows) in Pending, and its reduce task and reduce state.
+	// rows) in Pending, and its reduce task and reduce state. Of a job
+	// with a concurrency cap (warren.Policy.MaxConcurrency above 0), it
+	// also reads the cap and its queued tasks counted up to the cap (an
+	// index range of about that many rows: a capped job has no more
+	// queued tasks but after a dead-letter replay); an uncapped job costs
+	// nothing more. A driver whose relays run concurrently (PostgreSQL)
+	// gives each capped job's claim to one round at a time without
+	// waiting: a round that cannot take it reads the job as Busy, and
+	// the round that holds it keeps it until its transaction ends, so
+	// its count of queued tasks includes every task an earlier round
+	// marked queued.
 	PendingJobs(ctx context.Context, limit int) ([]PendingJobRow, error)
 	// ClaimTasks claims pending tasks of open jobs: of each claim's job,
 	// its first N pending tasks in task id order, the claims in the order
@@ -60,6 +70,15 @@ type PendingJobRow struct {
 	// ExpectedTasks is the job's number of map tasks, which its reduce
 	// task's message carries.
 	ExpectedTasks int64
+	// MaxConcurrency is the job's warren.Policy.MaxConcurrency (0: no
+	// cap).
+	MaxConcurrency int
+	// InFlight is, of a capped job, how many of its tasks are queued,
+	// counted up to MaxConcurrency; 0 for an uncapped job.
+	InFlight int
+	// Busy reports that another round holds the capped job's claim: this
+	// round gives it no share.
+	Busy bool
 }
 
 // RelayClaim is one job's share of a relay round: the most of its
@@ -178,12 +197,24 @@ func (e *Engine) claim(ctx context.Context, tx RelayTx, round store.Round) ([]st
 			continue
 		}
 		j.Queue = protocol.QueueOrDefault(j.Queue)
+		j.More = j.Pending >= limit
+		if room, capped := capRoom(row); capped && j.Pending > room {
+			// Cut before served shares the round: what the job cannot
+			// use goes to the other jobs of its queue, and its batches
+			// never take it past its cap (a message's tasks count).
+			j.Pending, j.More = room, true
+			if round.Held != nil {
+				round.Held(j.ID)
+			}
+			if room == 0 {
+				continue
+			}
+		}
 		if row.ReduceState == warren.ReduceRunning && row.ReduceTask != nil {
 			reducing[j.ID] = row
 			j.Queue = warren.Policy{Queue: j.Queue, ReduceTask: row.ReduceTask}.ReduceQueue()
 			j.BatchSize = 1
 		}
-		j.More = j.Pending >= limit
 		jobs = append(jobs, j)
 	}
 	if len(jobs) == 0 {
@@ -227,6 +258,19 @@ func (e *Engine) claim(ctx context.Context, tx RelayTx, round store.Round) ([]st
 		}
 	}
 	return tasks, nil
+}
+
+// capRoom is how many more of its tasks job row may have queued now
+// (its cap less those in flight, never below 0; none while another round
+// holds its claim), and whether it has a cap at all.
+func capRoom(row PendingJobRow) (room int, capped bool) {
+	if row.MaxConcurrency <= 0 {
+		return 0, false
+	}
+	if row.Busy {
+		return 0, true
+	}
+	return max(0, row.MaxConcurrency-row.InFlight), true
 }
 
 // confirmed returns the marks of the claimed tasks that refs names, once
