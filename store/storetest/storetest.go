@@ -66,6 +66,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Retention", testRetention},
 		{"Webhooks", testWebhooks},
 		{"Reduce", testReduce},
+		{"Spawn", testSpawn},
 		{"Model", testModel},
 	}
 	for _, g := range groups {

@@ -111,6 +111,7 @@ type Tx interface {
 	ReduceTx
 	StaleTx
 	CreateTx
+	SpawnTx
 }
 
 // Options tunes an Engine.
