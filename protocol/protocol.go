@@ -138,6 +138,12 @@ type Result struct {
 	// StartedAt and FinishedAt bound the handler's run.
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// Spawn are the payloads of the tasks the run adds to its job
+	// (spawned tasks), in order: recorded with a completed result only,
+	// in the same transaction, with the job's next task ids. A failed
+	// result's spawn is ignored; a reduce task's is refused (its outcome
+	// is recorded failed). A server older than spawn ignores the field.
+	Spawn []json.RawMessage `json:"spawn,omitempty"`
 }
 
 // Failed reports whether the result records a permanent failure.

@@ -142,6 +142,7 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 		var out wire.Outbound
 		ev := s.event(t)
 		ev.Duration = r.elapsed
+		dec = outcome.WithSpawn(dec, t.spawn, s.w.cfg.MaxMessageBytes-protocol.EnvelopeBytes)
 		switch dec.Action {
 		case outcome.Complete:
 			if debug {
@@ -150,7 +151,7 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 			results = append(results, protocol.Result{
 				JobID: t.JobID, TaskID: t.TaskID, Worker: s.w.cfg.Name, Attempt: t.Attempt,
 				StartedAt: &r.started, FinishedAt: &r.finished,
-				Status: protocol.StatusCompleted, Result: dec.Result,
+				Status: protocol.StatusCompleted, Result: dec.Result, Spawn: dec.Spawn,
 			})
 			ev.Kind = EventCompleted
 			evs = append(evs, ev)

@@ -12,7 +12,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/outcome"
 	"github.com/warrenhq/warren/internal/wire"
+	"github.com/warrenhq/warren/protocol"
 )
 
 // abandonAfter is how long Run waits, after cancelling the handlers'
@@ -170,9 +172,14 @@ func (s *session) receive(d amqp.Delivery) *delivery {
 	tasks := []Task{{Type: msg.Type, Attempt: msg.Attempt()}}
 	if msg.Malformed == nil {
 		tasks = make([]Task, len(msg.Tasks))
+		var refuse error
+		if msg.Reduce {
+			refuse = outcome.ErrReduceSpawn
+		}
 		for i, t := range msg.Tasks {
 			tasks[i] = Task{JobID: t.JobID, TaskID: t.TaskID, Type: msg.Type, Attempt: msg.Attempt(),
-				MaxRetries: msg.MaxRetries, Timeout: msg.Timeout, Payload: t.Payload}
+				MaxRetries: msg.MaxRetries, Timeout: msg.Timeout, Payload: t.Payload,
+				spawn: outcome.NewSpawns(s.w.cfg.MaxMessageBytes-protocol.EnvelopeBytes, refuse)}
 		}
 	}
 	return &delivery{raw: d, acks: s.acks, msg: msg, tasks: tasks, lost: &s.lost}

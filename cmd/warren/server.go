@@ -27,6 +27,7 @@ type serverFlags struct {
 	replicas    int
 
 	maxTask     int64
+	maxJobTasks int64
 	maxResult   int
 	bodyTimeout time.Duration
 	idleTimeout time.Duration
@@ -46,6 +47,8 @@ func (f *serverFlags) register(fs *flagSet, env *environment) {
 	fs.Int64Var(&f.maxBody, "max-body", server.DefaultMaxBodyBytes, "largest accepted request body in bytes")
 	fs.Int64Var(&f.maxTask, "max-task-bytes", server.DefaultMaxTaskBytes,
 		"largest accepted task payload in bytes; a submission with a larger one is refused")
+	fs.Int64Var(&f.maxJobTasks, "max-job-tasks", server.DefaultMaxJobTasks,
+		"most tasks a job may have, spawned ones included; a larger submission is refused, a spawn past it fails its task")
 	fs.IntVar(&f.maxResult, "max-result-bytes", server.DefaultMaxResultBytes,
 		"largest reduced result a job may have in bytes; a job whose reduce gives more fails")
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", server.DefaultBodyTimeout,
@@ -88,7 +91,7 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 		AMQPURL: f.amqpURL, DatabaseURL: f.databaseURL, Prefix: f.prefix, RetryTiers: tiers, QuorumReplicas: f.replicas,
 		Listen: f.listen, Tokens: tokens, MaxBodyBytes: f.maxBody, ShutdownTimeout: f.shutdown,
 		TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey,
-		MaxTaskBytes: f.maxTask, MaxResultBytes: f.maxResult, BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
+		MaxTaskBytes: f.maxTask, MaxJobTasks: f.maxJobTasks, MaxResultBytes: f.maxResult, BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
 		RelayBatchSize: f.relayBatch, MaxMessageBytes: f.maxMessage, MaxInflightBytes: f.maxInflight, RelayWindow: f.relayWindow,
 		AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
 		Retention:           time.Duration(f.retention),
@@ -103,7 +106,7 @@ var serverFields = map[string]string{
 	"AMQPURL": "amqp-url", "DatabaseURL": "database", "Prefix": "prefix", "RetryTiers": "retry-tiers",
 	"QuorumReplicas": "quorum-replicas", "Listen": "listen", "Tokens": "api-tokens",
 	"TLSCertFile": "tls-cert", "TLSKeyFile": "tls-key", "MaxBodyBytes": "max-body", "ShutdownTimeout": "shutdown-timeout",
-	"MaxTaskBytes": "max-task-bytes", "MaxResultBytes": "max-result-bytes", "BodyTimeout": "body-timeout",
+	"MaxTaskBytes": "max-task-bytes", "MaxJobTasks": "max-job-tasks", "MaxResultBytes": "max-result-bytes", "BodyTimeout": "body-timeout",
 	"IdleTimeout": "idle-timeout", "RelayBatchSize": "relay-batch", "MaxMessageBytes": "max-message-bytes",
 	"MaxInflightBytes": "max-inflight-bytes", "RelayWindow": "relay-window", "AggregatorBatchSize": "aggregator-batch",
 	"AggregatorLinger": "aggregator-linger", "Retention": "retention", "WebhookAllowPrivate": "webhook-allow-private",

@@ -77,6 +77,10 @@ type Config struct {
 	// 413 naming the task, and writes nothing. 0 means
 	// DefaultMaxTaskBytes.
 	MaxTaskBytes int64
+	// MaxJobTasks is the most tasks a job may have, spawned ones
+	// included: a submission with more is refused with 413, and writes
+	// nothing. 0 means no limit.
+	MaxJobTasks int64
 	// BodyTimeout is the longest a request body may go without delivering
 	// a byte: a stalled upload is then cut with 408 and its connection
 	// closed. Each read extends the deadline, so a large body that keeps

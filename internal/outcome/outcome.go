@@ -49,6 +49,9 @@ type Decision struct {
 	Action Action
 	// Result is the run's value as JSON (Complete).
 	Result json.RawMessage
+	// Spawn are the payloads of the tasks the run spawned (Complete, after
+	// WithSpawn).
+	Spawn []json.RawMessage
 	// Err is why the run failed (every other action).
 	Err error
 	// Delay is how long a retry waits: its tier's delay (Retry).
