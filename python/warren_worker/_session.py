@@ -294,11 +294,13 @@ class _Session:
             t0 = time.monotonic()
             t.started_at = started
             t.deadline = t0 + t.timeout if t.timeout else None
+            t._spawn_limit = w.max_message_bytes - _wire.ENVELOPE_BYTES
             value, err = None, None
             try:
                 value = fn(payload, t)
             except BaseException as e:  # noqa: BLE001 - every failure of a handler is an outcome, sys.exit too
                 err = e
+            t._spawn_ended = True
             elapsed = time.monotonic() - t0
             finished = _now()
             self._decide(d, t, payload, value, err, elapsed, started, finished, outs, results, evs)
@@ -383,14 +385,24 @@ class _Session:
                 permanent, reason = True, _wire.REASON_PERMANENT
                 text = "worker: the handler's result of type %s is not JSON: %s" % (type(value).__name__, e)
             else:
+                room = w.max_message_bytes - _wire.ENVELOPE_BYTES
+                spawn = getattr(t, "_spawn", None)
                 if len(raw) > w.max_result_bytes:
                     permanent, reason = True, _wire.REASON_RESULT_TOO_LARGE
                     text = ("worker: the result is %d bytes of JSON, over this worker's limit of %d (max_result_bytes); "
                             "return a reference to large data instead, or raise the limit" % (len(raw), w.max_result_bytes))
+                elif spawn and len(raw) + t._spawn_bytes > room:
+                    permanent, reason = True, _wire.REASON_RESULT_TOO_LARGE
+                    text = ("worker: the spawned tasks and the result are %d bytes of JSON, over the %d one result message "
+                            "carries (max_message_bytes less 16 KiB); spawn fewer or smaller tasks per run"
+                            % (len(raw) + t._spawn_bytes, room))
                 else:
-                    results.append({"task_id": t.task_id, "result": value, "status": "completed", "worker": w.name,
-                                    "attempt": t.attempt, "started_at": _wire.format_time(started),
-                                    "finished_at": _wire.format_time(finished)})
+                    r = {"task_id": t.task_id, "result": value, "status": "completed", "worker": w.name,
+                         "attempt": t.attempt, "started_at": _wire.format_time(started),
+                         "finished_at": _wire.format_time(finished)}
+                    if spawn:
+                        r["spawn"] = spawn
+                    results.append(r)
                     _task_log(t, "warren worker: task completed duration=%.3fs", elapsed, logger=w.log)
                     evs.append(self._event("completed", t))
                     return

@@ -27,10 +27,12 @@ class Task:
     external systems), ``queue`` (the work queue it came from),
     ``generation``, ``timeout`` (seconds each run may take, or None) and
     ``deadline`` (``time.monotonic()`` value the run must end by, or None).
+
+    ``spawn(payloads)`` adds tasks to the task's job (see its doc).
     """
 
     __slots__ = ("job_id", "task_id", "type", "attempt", "max_retries", "queue", "generation",
-                 "timeout", "deadline", "started_at")
+                 "timeout", "deadline", "started_at", "_spawn", "_spawn_bytes", "_spawn_limit", "_spawn_ended")
 
     def __init__(self, job_id, task_id, type, attempt, max_retries, queue, generation, timeout, deadline, started_at):
         self.job_id = job_id
@@ -43,6 +45,43 @@ class Task:
         self.timeout = timeout
         self.deadline = deadline
         self.started_at = started_at
+        self._spawn = []
+        self._spawn_bytes = 0
+        self._spawn_limit = 0  # the worker sets it: what one result message carries
+        self._spawn_ended = False
+
+    def spawn(self, payloads):
+        """Add tasks to the task's job, one per JSON value of the list payloads.
+
+        May be called several times in one run; the tasks go with the run's
+        result and exist only if it is recorded completed: a run that
+        raises, times out or is retried spawns nothing, and a task that ran
+        before, or whose result is delivered twice, spawns once. They get
+        the job's next task ids in order, and its expected_tasks grows by as
+        many. Raises TypeError or ValueError, adding none of them, when a
+        payload is not JSON or the spawn and the result would not fit in one
+        result message (max_message_bytes less 16 KiB), and RuntimeError
+        after the run returned. The server fails the task instead when the
+        spawn would take its job over its --max-job-tasks, or a payload is
+        over its --max-task-bytes.
+        """
+        if isinstance(payloads, (str, bytes, dict)):
+            raise TypeError("spawn takes a list of payloads, got %s" % type(payloads).__name__)
+        if self._spawn_ended:
+            raise RuntimeError("spawn after the task's run returned; spawn before returning")
+        payloads = list(payloads)
+        size = 0
+        for i, p in enumerate(payloads):
+            try:
+                size += len(_wire.encode_json(p)) + 1
+            except (TypeError, ValueError) as e:
+                raise type(e)("spawn payload %d is not JSON: %s" % (i, e)) from e
+        if self._spawn_limit and self._spawn_bytes + size > self._spawn_limit:
+            raise ValueError("the spawned tasks are %d bytes of JSON, over the %d one result message carries "
+                             "(max_message_bytes less 16 KiB); spawn fewer or smaller tasks per run"
+                             % (self._spawn_bytes + size, self._spawn_limit))
+        self._spawn.extend(payloads)
+        self._spawn_bytes += size
 
     @property
     def idempotency_key(self):
