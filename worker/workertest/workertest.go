@@ -220,9 +220,11 @@ func RunWorker(ctx context.Context, w *worker.Worker, task worker.Task, opts *Op
 }
 
 func run(ctx context.Context, h worker.HandlerFunc, t worker.Task, lim limits) Result {
-	t, spawns := attachSpawns(t)
+	// The Result's Task is the task as given, its defaults filled in,
+	// without what records the handler's spawn.
+	run, spawns := attachSpawns(t)
 	start := time.Now()
-	value, err := call(ctx, h, t, start)
+	value, err := call(ctx, h, run, start)
 	elapsed := time.Since(start)
 	if ctx.Err() != nil {
 		return requeued(ctx, t)
@@ -232,11 +234,12 @@ func run(ctx context.Context, h worker.HandlerFunc, t worker.Task, lim limits) R
 
 func runBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Task, lim limits) []Result {
 	spawns := make([]*outcome.Spawns, len(tasks))
+	runs := make([]worker.Task, len(tasks))
 	for i := range tasks {
-		tasks[i], spawns[i] = attachSpawns(tasks[i])
+		runs[i], spawns[i] = attachSpawns(tasks[i])
 	}
 	start := time.Now()
-	outs := callBatch(ctx, h, tasks, start)
+	outs := callBatch(ctx, h, runs, start)
 	elapsed := time.Since(start)
 	res := make([]Result, len(tasks))
 	for i, t := range tasks {
