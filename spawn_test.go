@@ -202,7 +202,7 @@ func TestAFailedRunSpawnsNothing(t *testing.T) {
 }
 
 // A result delivered twice, by a worker with no warren code, spawns its
-// tasks once.
+// tasks once, and one of a generation its task never had spawns nothing.
 func TestADuplicatedSpawnAddsItsTasksOnce(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, kind string) {
@@ -217,7 +217,10 @@ func TestADuplicatedSpawnAddsItsTasksOnce(t *testing.T) {
 				"spawn": []any{map[string]int{"n": 10 * tk.Payload.N}}}
 			bodies = append(bodies, body, body)
 		}
-		publishRaw(t, pc, bodies)
+		stale := map[string]any{"job_id": job.ID, "task_id": 1, "result": 0, "spawn": []any{map[string]int{"n": 99}}}
+		// First a result of a run task 1 never had, while it is queued.
+		publishRaw(t, pc, []map[string]any{stale}, amqp.Table{"x-generation": int64(7)})
+		publishRaw(t, pc, bodies, nil)
 		pc.ackAll(t)
 		require.NoError(t, pc.ch.Close()) // its consumer would take the children
 		b.waitFor(t, func() bool {
@@ -244,9 +247,9 @@ func TestADuplicatedSpawnAddsItsTasksOnce(t *testing.T) {
 	})
 }
 
-// publishRaw publishes bodies as result messages with plain amqp091-go
-// and waits for their confirms.
-func publishRaw(t *testing.T, pc *plainClient, bodies []map[string]any) {
+// publishRaw publishes bodies as result messages with headers, with
+// plain amqp091-go, and waits for their confirms.
+func publishRaw(t *testing.T, pc *plainClient, bodies []map[string]any, headers amqp.Table) {
 	t.Helper()
 	ch, err := pc.conn.Channel()
 	require.NoError(t, err)
@@ -256,7 +259,7 @@ func publishRaw(t *testing.T, pc *plainClient, bodies []map[string]any) {
 		raw, err := json.Marshal(body)
 		require.NoError(t, err)
 		c, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), pc.b.names.Prefix+"results.x", "result", true, false,
-			amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: raw})
+			amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Headers: headers, Body: raw})
 		require.NoError(t, err)
 		ok, err := c.WaitContext(context.Background())
 		require.NoError(t, err)
