@@ -110,6 +110,7 @@ func (b *testBundle) expectTree(t *testing.T, id string, size int) []string {
 	require.NoError(t, err)
 	require.Equal(t, warren.JobCompleted, job.State)
 	require.Equal(t, int64(size), job.ExpectedTasks, "expected_tasks is the tree's size")
+	require.Equal(t, int64(size-1), job.SpawnedTasks, "every task but the root was spawned")
 	require.Equal(t, int64(size), job.CompletedTasks)
 	raw, err := b.store.JobResult(ctx, id)
 	require.NoError(t, err)

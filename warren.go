@@ -347,6 +347,10 @@ type Job struct {
 	// else ReduceRunning, ReduceCompleted or ReduceFailed. The job stays
 	// open (pending or running) while it reduces.
 	ReduceState string
+	// SpawnedTasks is how many of the job's tasks its tasks spawned (JSON
+	// spawned_tasks): they are in ExpectedTasks too, which grows with
+	// them in the transaction that records each spawning task's result.
+	SpawnedTasks int64
 }
 
 // Reducing reports whether the job is open and its reduce task runs.

@@ -334,6 +334,9 @@ func printStatus(w io.Writer, j client.Job) {
 	fmt.Fprintf(w, "job       %s (%s)\n", j.ID, j.Type)
 	fmt.Fprintf(w, "state     %s\n", j.State)
 	fmt.Fprintf(w, "tasks     %d expected, %d completed, %d failed, %d pending\n", j.ExpectedTasks, j.CompletedTasks, j.FailedTasks, j.PendingTasks)
+	if j.SpawnedTasks > 0 {
+		fmt.Fprintf(w, "spawned   %d of the expected tasks were spawned by its tasks\n", j.SpawnedTasks)
+	}
 	tolerated := "any" // only the percent limits
 	if j.ToleratedFailures != nil {
 		tolerated = strconv.FormatInt(*j.ToleratedFailures, 10)

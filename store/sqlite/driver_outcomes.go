@@ -65,7 +65,7 @@ var writeOutcomesQueries = func() map[int]string {
 // returns its row.
 const bumpCountersSQL = `UPDATE jobs
 	SET completed_tasks = completed_tasks + ?1, failed_tasks = failed_tasks + ?2, version = version + 1,
-	    expected_tasks = expected_tasks + ?5,
+	    expected_tasks = expected_tasks + ?5, spawned_tasks = spawned_tasks + ?5,
 	    reduce_state = CASE WHEN ?4 = '' THEN reduce_state ELSE ?4 END
 	WHERE id = ?3 RETURNING ` + jobColumns
 

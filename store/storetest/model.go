@@ -172,6 +172,8 @@ type model struct {
 	state    warren.JobState
 	// reduce says the job has a reduce task (odd seeds).
 	reduce bool
+	// submitted is the number of tasks the job was created with.
+	submitted int
 	// maxTasks, when > 0, is the limit of tasks per job its spawns are
 	// held to (store.Outcome.MaxJobTasks).
 	maxTasks int64
@@ -253,7 +255,7 @@ func (m *model) createJob() {
 	}
 	job, _, err := m.st.CreateJob(m.ctx, store.NewJob{Type: "model", Policy: m.policy}, payloads)
 	require.NoError(m.t, err, "create job")
-	m.job, m.state, m.tasks = job, warren.JobPending, make([]modelTask, n)
+	m.job, m.state, m.tasks, m.submitted = job, warren.JobPending, make([]modelTask, n), n
 	for i := range m.tasks {
 		m.tasks[i] = modelTask{state: warren.TaskPending, gen: 1}
 	}
@@ -855,6 +857,7 @@ func (m *model) check() {
 	require.Equal(m.t, [2]int64{completed, failed}, [2]int64{job.CompletedTasks, job.FailedTasks},
 		"the job's completed and failed counters are what its task rows say")
 	require.Equal(m.t, int64(len(m.tasks)), job.ExpectedTasks, "the job's expected tasks are its task rows, spawned ones included")
+	require.Equal(m.t, int64(len(m.tasks)-m.submitted), job.SpawnedTasks, "the job's spawned tasks are those beyond its submitted ones")
 	require.Equal(m.t, m.state, job.State, "the job's state")
 	require.Equal(m.t, m.reduceState, job.ReduceState, "the job's reduce state")
 	if m.reduce {

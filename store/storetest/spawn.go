@@ -45,6 +45,7 @@ func testSpawn(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, store.ApplyReport{Applied: 1, Spawned: 3, SpawnedJobs: []string{job.ID}}, withoutEmpty(report))
 		got := getJob(t, s, job.ID)
 		require.Equal(t, int64(5), got.ExpectedTasks, "expected_tasks grows by the spawn in the same transaction")
+		require.Equal(t, int64(3), got.SpawnedTasks, "the spawned tasks are counted")
 		require.Equal(t, int64(1), got.CompletedTasks)
 		require.Equal(t, []warren.TaskState{warren.TaskCompleted, warren.TaskQueued,
 			warren.TaskPending, warren.TaskPending, warren.TaskPending}, taskStates(t, s, job.ID))
@@ -253,6 +254,7 @@ func testSpawn(t *testing.T, newStore func(t *testing.T) store.Store) {
 		}
 		got := getJob(t, s, job.ID)
 		require.Equal(t, int64(parents*(1+each)), got.ExpectedTasks)
+		require.Equal(t, int64(parents*each), got.SpawnedTasks)
 		tasks := allTasks(t, s, job.ID, "")
 		require.Len(t, tasks, parents*(1+each))
 		for i, task := range tasks {
