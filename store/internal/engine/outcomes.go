@@ -134,7 +134,7 @@ func (e *Engine) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (s
 		// Only a batch that spawns reads (and locks) its spawning jobs'
 		// last task ids: one without costs what it did before spawns.
 		var last map[string]int64
-		if ids := spawningJobs(outcomes); len(ids) > 0 {
+		if ids := spawningJobs(outcomes, jobs); len(ids) > 0 {
 			if last, err = tx.LockSpawningJobs(ctx, ids); err != nil {
 				return fmt.Errorf("lock spawning jobs: %w", err)
 			}

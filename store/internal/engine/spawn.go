@@ -40,12 +40,13 @@ func spawns(o store.Outcome) bool {
 	return o.State == warren.TaskCompleted && len(o.Spawn) > 0
 }
 
-// spawningJobs lists, once each in job id order, the jobs of the
-// outcomes of a batch that spawn.
-func spawningJobs(outcomes []store.Outcome) []string {
+// spawningJobs lists, once each in job id order, the open jobs (as
+// jobs, LockOutcomeTasks's read, says) of the outcomes of a batch that
+// spawn: a closed job's outcomes add nothing, and its row is not locked.
+func spawningJobs(outcomes []store.Outcome, jobs map[string]OutcomeJob) []string {
 	var ids []string
 	for _, o := range outcomes {
-		if spawns(o) && o.TaskID != warren.ReduceTaskID {
+		if job, ok := jobs[o.JobID]; ok && !job.State.Terminal() && spawns(o) && o.TaskID != warren.ReduceTaskID {
 			ids = append(ids, o.JobID)
 		}
 	}
