@@ -176,10 +176,12 @@ func (s *session) receive(d amqp.Delivery) *delivery {
 		if msg.Reduce {
 			refuse = outcome.ErrReduceSpawn
 		}
+		// One allocation for the delivery's spawns, not one per task.
+		spawns := make([]outcome.Spawns, len(msg.Tasks))
 		for i, t := range msg.Tasks {
+			spawns[i].Init(s.w.cfg.MaxMessageBytes-protocol.EnvelopeBytes, refuse)
 			tasks[i] = Task{JobID: t.JobID, TaskID: t.TaskID, Type: msg.Type, Attempt: msg.Attempt(),
-				MaxRetries: msg.MaxRetries, Timeout: msg.Timeout, Payload: t.Payload,
-				spawn: outcome.NewSpawns(s.w.cfg.MaxMessageBytes-protocol.EnvelopeBytes, refuse)}
+				MaxRetries: msg.MaxRetries, Timeout: msg.Timeout, Payload: t.Payload, spawn: &spawns[i]}
 		}
 	}
 	return &delivery{raw: d, acks: s.acks, msg: msg, tasks: tasks, lost: &s.lost}

@@ -26,7 +26,15 @@ type Spawns struct {
 // most limit bytes of JSON in all (0: no limit). A non-nil refuse is the
 // error of every Add: a run that may not spawn (a reduce task).
 func NewSpawns(limit int, refuse error) *Spawns {
-	return &Spawns{limit: limit, refuse: refuse}
+	s := new(Spawns)
+	s.Init(limit, refuse)
+	return s
+}
+
+// Init makes the zero s the spawns of a run as NewSpawns does: the worker
+// allocates a delivery's in one slice.
+func (s *Spawns) Init(limit int, refuse error) {
+	s.limit, s.refuse = limit, refuse
 }
 
 // ErrReduceSpawn is the error of Spawn in a reduce task: its job's map
