@@ -22,6 +22,7 @@ class SpawnTest(WarrenTestCase):
         job = self.server.wait_closed(job_id)
         self.assertEqual("completed", job["state"])
         self.assertEqual(13, job["expected_tasks"])
+        self.assertEqual(12, job["spawned_tasks"], "every page but the root was spawned")
         paths = self.server.result(job_id)
         self.assertEqual(13, len(paths))
         self.assertEqual(13, len(set(paths)))
