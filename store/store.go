@@ -518,6 +518,16 @@ type Outcome struct {
 	// MaxTaskBytes, when > 0, is the largest payload a spawned task may
 	// have, in bytes.
 	MaxTaskBytes int64
+	// SpawnParts, when not 0, makes the outcome part SpawnPart
+	// (1..SpawnParts) of a spawn too large for one message, of the run
+	// SpawnRun (protocol.Result.SpawnParts): ApplyOutcomes stages it, and
+	// records the outcome of the last part (its Result and the fields
+	// above) with every part's Spawn in part order, in the transaction
+	// that has every part, as one outcome. A part of a task that is not
+	// open at its generation, or of a closed or unknown job, is judged as
+	// any outcome is, and stages nothing.
+	SpawnRun              string
+	SpawnPart, SpawnParts int
 }
 
 // ApplyReport says what ApplyOutcomes did with each outcome of a batch.
@@ -541,6 +551,9 @@ type ApplyReport struct {
 	// SpawnRefused counts the applied outcomes recorded failed because
 	// their spawn was refused (over a limit, not JSON, of a reduce task).
 	SpawnRefused int
+	// SpawnPartsStaged counts the spawn parts (Outcome.SpawnParts) the
+	// batch staged, their outcome not complete yet.
+	SpawnPartsStaged int
 	// Unknown lists the indexes (in the outcomes slice) of outcomes whose
 	// job or task does not exist; nothing was recorded for them.
 	Unknown []int

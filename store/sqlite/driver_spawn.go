@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/internal/engine"
 )
 
@@ -47,6 +48,61 @@ func (t *tx) InsertSpawned(ctx context.Context, tasks []engine.SpawnedTask) erro
 		}
 		if _, err := t.tx.ExecContext(ctx, insertTasksSQL(len(chunk)), args...); err != nil {
 			return fmt.Errorf("tasks %d.. of job %q: %w", chunk[0].TaskID, chunk[0].JobID, err)
+		}
+	}
+	return nil
+}
+
+// ReadSpawnParts implements engine.SpawnPartTx: one statement per run,
+// through the primary key.
+func (t *tx) ReadSpawnParts(ctx context.Context, keys []engine.SpawnRunKey) ([]engine.StagedPart, error) {
+	var parts []engine.StagedPart
+	for _, k := range keys {
+		rows, err := t.tx.QueryContext(ctx, `SELECT part, parts, spawn, head FROM spawn_parts
+			WHERE job_id = ? AND task_id = ? AND generation = ? AND run = ?`, k.JobID, k.TaskID, k.Generation, k.Run)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			p := engine.StagedPart{SpawnRunKey: k}
+			if err := rows.Scan(&p.Part, &p.Parts, &p.Spawn, &p.Head); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			parts = append(parts, p)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return parts, nil
+}
+
+// StageSpawnParts implements engine.SpawnPartTx: one insert per part.
+func (t *tx) StageSpawnParts(ctx context.Context, parts []engine.StagedPart) error {
+	for _, p := range parts {
+		var head any // nil []byte would not be NULL to every driver
+		if p.Head != nil {
+			head = p.Head
+		}
+		if _, err := t.tx.ExecContext(ctx, `INSERT INTO spawn_parts (job_id, task_id, generation, run, part, parts, spawn, head)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+			p.JobID, p.TaskID, p.Generation, p.Run, p.Part, p.Parts, p.Spawn, head); err != nil {
+			return fmt.Errorf("part %d of task %d of job %q: %w", p.Part, p.TaskID, p.JobID, err)
+		}
+	}
+	return nil
+}
+
+// DeleteSpawnParts implements engine.SpawnPartTx: one delete per task,
+// through the primary key's prefix.
+func (t *tx) DeleteSpawnParts(ctx context.Context, tasks []store.TaskRef) error {
+	for _, r := range tasks {
+		if _, err := t.tx.ExecContext(ctx, `DELETE FROM spawn_parts WHERE job_id = ? AND task_id = ?`, r.JobID, r.TaskID); err != nil {
+			return fmt.Errorf("task %d of job %q: %w", r.TaskID, r.JobID, err)
 		}
 	}
 	return nil

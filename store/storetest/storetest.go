@@ -67,6 +67,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Webhooks", testWebhooks},
 		{"Reduce", testReduce},
 		{"Spawn", testSpawn},
+		{"SpawnParts", testSpawnParts},
 		{"Model", testModel},
 	}
 	for _, g := range groups {

@@ -112,6 +112,7 @@ type Tx interface {
 	StaleTx
 	CreateTx
 	SpawnTx
+	SpawnPartTx
 }
 
 // Options tunes an Engine.

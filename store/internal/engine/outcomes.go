@@ -131,6 +131,16 @@ func (e *Engine) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (s
 		if err != nil {
 			return fmt.Errorf("lock tasks: %w", err)
 		}
+		// Only a batch with spawn parts reads staged ones.
+		var (
+			skip  []int
+			parts *partPlan
+		)
+		if hasSpawnParts(outcomes) {
+			if outcomes, skip, parts, err = assembleParts(ctx, tx, outcomes, tasks, jobs); err != nil {
+				return err
+			}
+		}
 		// Only a batch that spawns reads (and locks) its spawning jobs'
 		// last task ids: one without costs what it did before spawns.
 		var last map[string]int64
@@ -139,8 +149,13 @@ func (e *Engine) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (s
 				return fmt.Errorf("lock spawning jobs: %w", err)
 			}
 		}
-		j := judgeOutcomes(outcomes, tasks, jobs, last, e.now())
+		j := judgeOutcomes(outcomes, skip, tasks, jobs, last, e.now())
 		report = j.report
+		if parts != nil {
+			if err := settleParts(ctx, tx, parts, j.writes); err != nil {
+				return err
+			}
+		}
 		if len(j.writes) == 0 {
 			return nil
 		}
@@ -215,7 +230,11 @@ type judgement struct {
 // batch get consecutive ranges in batch order) and raises the job's
 // expected tasks by as many; one whose spawn refuseSpawn refuses is
 // recorded failed with refuseSpawn's reason instead, and adds nothing.
-func judgeOutcomes(outcomes []store.Outcome, tasks []OutcomeTask, jobs map[string]OutcomeJob, last map[string]int64, now time.Time) judgement {
+//
+// An outcome that skip (nil for none) marks as a spawn part that was
+// staged, or already was (assembleParts), is counted as such and judged
+// no further.
+func judgeOutcomes(outcomes []store.Outcome, skip []int, tasks []OutcomeTask, jobs map[string]OutcomeJob, last map[string]int64, now time.Time) judgement {
 	// The rows are copied: an applied outcome marks its row terminal for
 	// the outcomes after it, not the caller's.
 	rows := make(map[store.TaskRef]*OutcomeTask, len(tasks))
@@ -230,6 +249,14 @@ func judgeOutcomes(outcomes []store.Outcome, tasks []OutcomeTask, jobs map[strin
 		last = make(map[string]int64)
 	}
 	for i, o := range outcomes {
+		if skip != nil && skip[i] != partJudged {
+			if skip[i] == partStaged {
+				j.report.SpawnPartsStaged++
+			} else {
+				j.report.Duplicates++
+			}
+			continue
+		}
 		job, jobFound := jobs[o.JobID]
 		task := rows[store.TaskRef{JobID: o.JobID, TaskID: o.TaskID}]
 		reduce := o.TaskID == warren.ReduceTaskID

@@ -65,7 +65,7 @@ func TestJudgeOutcomes(t *testing.T) {
 		outcome("a", 1, warren.TaskCompleted, 0),    // 5: terminal by 4: Duplicate
 		outcome("a", 2, warren.TaskCompleted, 1),    // 6: terminal: Duplicate
 		outcome("deleted", 1, warren.TaskFailed, 1), // 7: a task row without its job: Unknown
-	}, tasks, jobs, nil, now)
+	}, nil, tasks, jobs, nil, now)
 
 	require.Equal(t, store.ApplyReport{Applied: 2, AppliedFailed: 1, Duplicates: 3, Closed: 1, Unknown: []int{1, 7}}, j.report)
 	require.Equal(t, []CounterDelta{{JobID: "a", Completed: 1}, {JobID: "b", Failed: 1}}, j.deltas, "in job id order")
@@ -111,7 +111,7 @@ func TestJudgeReduceOutcomes(t *testing.T) {
 		outcome("idle", warren.TaskCompleted, 1), // 1: the job is not reducing: Duplicate
 		outcome("r", warren.TaskFailed, 2),       // 2: Applied
 		outcome("r", warren.TaskCompleted, 2),    // 3: terminal by 2: Duplicate
-	}, tasks, jobs, nil, now)
+	}, nil, tasks, jobs, nil, now)
 	require.Equal(t, store.ApplyReport{Applied: 1, AppliedFailed: 1, Duplicates: 3}, j.report)
 	require.Equal(t, []CounterDelta{{JobID: "r", ReduceState: warren.ReduceFailed}}, j.deltas, "no counter moves")
 }
@@ -168,7 +168,7 @@ func TestSpawnsAfterTheLastTaskOrAreRefused(t *testing.T) {
 		spawn(store.Outcome{JobID: "b", TaskID: 1, State: warren.TaskCompleted}, 1),
 	}
 	require.Equal(t, []string{"a"}, spawningJobs(outcomes, jobs), "a closed job's row is not locked")
-	j := judgeOutcomes(outcomes, tasks, jobs, map[string]int64{"a": 3}, now)
+	j := judgeOutcomes(outcomes, nil, tasks, jobs, map[string]int64{"a": 3}, now)
 	var ids []int64
 	for _, c := range j.children {
 		ids = append(ids, c.TaskID)
