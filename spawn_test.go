@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -286,4 +287,49 @@ func TestASpawnOverTheJobLimitFailsItsTask(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, errs, 1)
 	require.Contains(t, errs[0].Error, "over the limit of 3 tasks per job")
+}
+
+// A spawn too large for one message goes in parts, recorded as one
+// outcome once every part is: the children exist once, in order.
+func TestASpawnInPartsAddsEveryTaskOnce(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, kind string) {
+		b := setup(t, kind)
+		b.startServer(t, b.store)
+		cfg := b.workerConfig(4)
+		cfg.MaxMessageBytes, cfg.MaxResultBytes = 64<<10, 16<<10
+		w, err := worker.New(cfg)
+		require.NoError(t, err)
+		const children = 300
+		w.Handle("fan", func(_ context.Context, tk worker.Task) (any, error) {
+			var p struct{ N int }
+			if err := json.Unmarshal(tk.Payload, &p); err != nil {
+				return nil, worker.Permanent(err)
+			}
+			if p.N == 0 {
+				for i := 1; i <= children; i++ {
+					if err := tk.Spawn(map[string]any{"N": i, "pad": strings.Repeat("p", 1<<10)}); err != nil {
+						return nil, err
+					}
+				}
+			}
+			return p.N, nil
+		})
+		runWorker(t, w)
+		root := func(yield func(json.RawMessage, error) bool) { yield(json.RawMessage(`{"N":0}`), nil) }
+		job, _, err := b.store.CreateJob(context.Background(), store.NewJob{Type: "fan", Policy: warren.Policy{Reduce: "collect"}}, root)
+		require.NoError(t, err)
+		b.wakeRelays()
+		require.Equal(t, warren.JobCompleted, b.waitClosed(t, job.ID))
+		got, err := b.store.GetJob(context.Background(), job.ID)
+		require.NoError(t, err)
+		require.Equal(t, int64(children+1), got.ExpectedTasks)
+		raw, err := b.store.JobResult(context.Background(), job.ID)
+		require.NoError(t, err)
+		var ns []int
+		require.NoError(t, json.Unmarshal(raw, &ns))
+		for i, n := range ns {
+			require.Equal(t, i, n, "task %d: the children in spawn order", i+1)
+		}
+	})
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/warrenhq/warren/internal/broker"
 	"github.com/warrenhq/warren/internal/outcome"
 	"github.com/warrenhq/warren/internal/wire"
-	"github.com/warrenhq/warren/protocol"
 )
 
 // abandonAfter is how long Run waits, after cancelling the handlers'
@@ -179,7 +178,7 @@ func (s *session) receive(d amqp.Delivery) *delivery {
 		// One allocation for the delivery's spawns, not one per task.
 		spawns := make([]outcome.Spawns, len(msg.Tasks))
 		for i, t := range msg.Tasks {
-			spawns[i].Init(s.w.cfg.MaxMessageBytes-protocol.EnvelopeBytes, refuse)
+			spawns[i].Init(outcome.MaxSpawnBytes, refuse)
 			tasks[i] = Task{JobID: t.JobID, TaskID: t.TaskID, Type: msg.Type, Attempt: msg.Attempt(),
 				MaxRetries: msg.MaxRetries, Timeout: msg.Timeout, Payload: t.Payload, spawn: &spawns[i]}
 		}

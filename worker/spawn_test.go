@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -61,27 +63,73 @@ func TestRunSendsASpawnWithItsCompletedResult(t *testing.T) {
 		"task 2 failed: its spawn is not sent")
 }
 
-// A spawn that cannot fit in one result message is refused by Spawn, and
-// a result that takes a fitting spawn over it fails the task for good.
-func TestRunASpawnOverOneMessageFailsTheTask(t *testing.T) {
+// A spawn that does not fit in one result message with its result goes
+// in parts, each message under the limit, the last with the result; a
+// payload that cannot fit with the result even alone fails the task.
+func TestRunASpawnOverOneMessageGoesInParts(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	const limit = 32 << 10 // 16 KiB for the spawn and the result, with the envelope
-	refused := make(chan error, 1)
+	const limit = 32 << 10 // 16 KiB for a part and the result, with the envelope
 	rw := b.startWith(t, worker.Config{Name: "w-spawn-big", MaxMessageBytes: limit, MaxResultBytes: 16 << 10}, nil, func(w *worker.Worker) {
 		w.Handle("big", func(_ context.Context, t worker.Task) (any, error) {
-			refused <- t.Spawn(strings.Repeat("x", 20<<10))
-			if err := t.Spawn(strings.Repeat("y", 10<<10)); err != nil {
-				return nil, err
+			if t.TaskID == 2 {
+				if err := t.Spawn(strings.Repeat("x", 17<<10)); err != nil {
+					return nil, err
+				}
+				return "too big a child", nil
 			}
-			return strings.Repeat("z", 10<<10), nil
+			for i := range 20 {
+				if err := t.Spawn(map[string]string{"i": strconv.Itoa(i), "pad": strings.Repeat("y", 2<<10)}); err != nil {
+					return nil, err
+				}
+			}
+			return strings.Repeat("z", 4<<10), nil
 		})
 	})
 	b.publishTask(t, "big", "job-big", 1, `{}`, nil)
+	rw.expect(t, worker.EventCompleted)
+	b.publishTask(t, "big", "job-big", 2, `{}`, nil)
 	evs := rw.expect(t, worker.EventDeadLettered)
-	require.ErrorContains(t, recv(t, refused, "the first spawn"), "over the 16384 one result message carries")
 	require.Equal(t, protocol.ReasonResultTooLarge, evs[0].Reason)
-	require.ErrorContains(t, evs[0].Err, "the spawned tasks and the result are")
+	require.ErrorContains(t, evs[0].Err, "a spawned task with the result is")
 	require.NoError(t, rw.stop())
-	require.Zero(t, b.depth(t, b.names.ResultsQueue), "no result: the task failed")
+
+	var (
+		parts []protocol.Result
+		run   string
+	)
+	for b.depth(t, b.names.ResultsQueue) > 0 {
+		d := b.get(t, b.names.ResultsQueue)
+		require.LessOrEqual(t, len(d.Body), limit-protocol.EnvelopeBytes, "each message within the limit")
+		rs, err := protocol.DecodeResults(d.Body)
+		require.NoError(t, err)
+		require.Len(t, rs, 1)
+		r := rs[0]
+		require.EqualValues(t, 1, r.TaskID, "task 2 sent no result")
+		if run == "" {
+			run = r.SpawnRun
+		}
+		require.Equal(t, run, r.SpawnRun, "one run")
+		parts = append(parts, r)
+	}
+	require.Greater(t, len(parts), 2, "20 payloads of 2 KiB and 4 KiB of result in 16 KiB messages")
+	slices.SortFunc(parts, func(a, b protocol.Result) int { return a.SpawnPart - b.SpawnPart })
+	var got []string
+	for i, r := range parts {
+		require.Equal(t, [2]int{i + 1, len(parts)}, [2]int{r.SpawnPart, r.SpawnParts})
+		if i < len(parts)-1 {
+			require.JSONEq(t, `null`, string(r.Result), "only the last part has the result")
+		}
+		for _, p := range r.Spawn {
+			var v struct{ I string }
+			require.NoError(t, json.Unmarshal(p, &v))
+			got = append(got, v.I)
+		}
+	}
+	require.JSONEq(t, strconv.Quote(strings.Repeat("z", 4<<10)), string(parts[len(parts)-1].Result))
+	want := make([]string, 20)
+	for i := range want {
+		want[i] = strconv.Itoa(i)
+	}
+	require.Equal(t, want, got, "every payload once, in order across the parts")
 }

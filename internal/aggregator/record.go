@@ -436,6 +436,7 @@ func (a *Aggregator) limitSpawn(o *store.Outcome) {
 	for i, p := range o.Spawn {
 		if d := protocol.Depth(p); d > protocol.MaxPayloadDepth {
 			o.State, o.Result, o.Spawn = warren.TaskFailed, nil, nil
+			o.SpawnRun, o.SpawnPart, o.SpawnParts = "", 0, 0 // the run fails now, whatever its other parts hold
 			o.Error = fmt.Sprintf("spawn refused: spawned task %d's payload is nested %d levels deep, more than the protocol's %d", i, d, protocol.MaxPayloadDepth)
 			return
 		}
@@ -450,6 +451,9 @@ func resultOutcome(r protocol.Result) store.Outcome {
 		State:      warren.TaskCompleted,
 		Result:     r.Result,
 		Spawn:      r.Spawn,
+		SpawnRun:   r.SpawnRun,
+		SpawnPart:  r.SpawnPart,
+		SpawnParts: r.SpawnParts,
 		Attempts:   r.Attempt,
 		Worker:     r.Worker,
 		StartedAt:  r.StartedAt,

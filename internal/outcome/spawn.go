@@ -70,7 +70,7 @@ func (s *Spawns) Add(payloads ...any) error {
 	case s.ended:
 		return errSpawnEnded
 	case s.limit > 0 && s.bytes+size > s.limit:
-		return SpawnTooLarge(s.bytes+size, s.limit)
+		return SpawnOverLimit(s.bytes+size, s.limit)
 	}
 	s.payloads = append(s.payloads, raws...)
 	s.bytes += size
@@ -89,12 +89,19 @@ func (s *Spawns) Take() ([]json.RawMessage, int) {
 	return s.payloads, s.bytes
 }
 
-// SpawnTooLarge is the error of a spawn, with its run's result, of size
-// bytes of JSON, over the max bytes one result message carries.
+// SpawnTooLarge is the error of a spawned payload that, with its run's
+// result, is size bytes of JSON, over the max bytes one result message
+// carries.
 func SpawnTooLarge(size, max int) error {
-	return fmt.Errorf("worker: the spawned tasks and the result are %d bytes of JSON, over the %d one result message carries "+
-		"(worker.Config.MaxMessageBytes less protocol.EnvelopeBytes); spawn fewer or smaller tasks per run, "+
-		"or a task that spawns the rest", size, max)
+	return fmt.Errorf("worker: a spawned task with the result is %d bytes of JSON, over the %d one result message carries "+
+		"(worker.Config.MaxMessageBytes less protocol.EnvelopeBytes); spawn smaller tasks, or return a smaller result", size, max)
+}
+
+// SpawnOverLimit is the error of a run's spawn of size bytes of JSON, over
+// the max bytes one run may spawn (MaxSpawnBytes).
+func SpawnOverLimit(size, max int) error {
+	return fmt.Errorf("worker: the spawned tasks are %d bytes of JSON, over the %d one run may spawn; "+
+		"spawn fewer tasks per run, and let them spawn the rest", size, max)
 }
 
 // AttachSpawns is set by package worker to a
@@ -104,18 +111,52 @@ func SpawnTooLarge(size, max int) error {
 var AttachSpawns any
 
 // WithSpawn is decision d of a run that spawned s: a completed run's
-// result carries the spawn, unless the result and the spawn together are
-// over max bytes (0: no limit), which fails the task permanently with
-// protocol.ReasonResultTooLarge; any other run's spawn is dropped. Either
-// way the spawn is over: a later Spawn fails.
+// result carries the spawn; when the result and the spawn together are
+// over max bytes (0: no limit), the spawn is cut into parts
+// (Decision.SpawnParts) that each fit in max bytes with the result and
+// the part's fields, unless one payload cannot, which fails the task
+// permanently with protocol.ReasonResultTooLarge, as more parts than
+// protocol.MaxSpawnParts do. Any other run's spawn is dropped. Either way
+// the spawn is over: a later Spawn fails.
 func WithSpawn(d Decision, s *Spawns, max int) Decision {
 	payloads, size := s.Take()
 	if d.Action != Complete || len(payloads) == 0 {
 		return d
 	}
-	if max > 0 && len(d.Result)+size > max {
-		return Decision{Action: Fail, Err: SpawnTooLarge(len(d.Result)+size, max), Reason: protocol.ReasonResultTooLarge}
-	}
 	d.Spawn = payloads
+	if max <= 0 || len(d.Result)+size <= max {
+		return d
+	}
+	room := max - len(d.Result) - partOverhead
+	var (
+		parts [][]json.RawMessage
+		part  []json.RawMessage
+		bytes int
+	)
+	for _, p := range payloads {
+		if len(p)+1 > room {
+			return Decision{Action: Fail, Err: SpawnTooLarge(len(d.Result)+len(p)+1+partOverhead, max), Reason: protocol.ReasonResultTooLarge}
+		}
+		if bytes+len(p)+1 > room {
+			parts, part, bytes = append(parts, part), nil, 0
+		}
+		part, bytes = append(part, p), bytes+len(p)+1
+	}
+	parts = append(parts, part)
+	if len(parts) > protocol.MaxSpawnParts {
+		return Decision{Action: Fail, Err: fmt.Errorf("worker: the spawned tasks take %d messages, more than the %d one run may spawn in", len(parts), protocol.MaxSpawnParts),
+			Reason: protocol.ReasonResultTooLarge}
+	}
+	d.SpawnParts = parts
 	return d
 }
+
+// partOverhead is the room a spawn part's fields take in its message,
+// with some to spare: "spawn_run", "spawn_part", "spawn_parts" and their
+// values.
+const partOverhead = 160
+
+// MaxSpawnBytes is the most bytes of JSON one run may spawn: the spawn
+// waits in the worker's memory until the run ends, and goes in as many
+// messages as it takes (protocol.Result.SpawnParts).
+const MaxSpawnBytes = 64 << 20

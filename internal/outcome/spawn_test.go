@@ -2,6 +2,8 @@ package outcome
 
 import (
 	"encoding/json"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,7 +27,7 @@ func TestSpawnsRefuseOverTheLimitOrInAReduceTask(t *testing.T) {
 	t.Parallel()
 	s := NewSpawns(8, nil)
 	require.NoError(t, s.Add("abc")) // 6 bytes with its comma
-	require.ErrorContains(t, s.Add("d"), "are 10 bytes of JSON, over the 8 one result message carries")
+	require.ErrorContains(t, s.Add("d"), "the spawned tasks are 10 bytes of JSON, over the 8 one run may spawn")
 	payloads, _ := s.Take()
 	require.Len(t, payloads, 1, "the refused payload was not added")
 
@@ -46,10 +48,28 @@ func TestWithSpawnOnlyForACompletedRun(t *testing.T) {
 	d = WithSpawn(Decision{Action: Retry}, s, 0)
 	require.Nil(t, d.Spawn, "a failed run's spawn is dropped")
 
+	// Over one message: parts that each fit with the result, in order.
 	s = NewSpawns(0, nil)
-	require.NoError(t, s.Add("0123456789"))
-	d = WithSpawn(Decision{Action: Complete, Result: json.RawMessage(`"ok"`)}, s, 10)
-	require.Equal(t, Fail, d.Action, "the result and the spawn over one message fail the task")
+	for i := range 10 {
+		require.NoError(t, s.Add(strings.Repeat(strconv.Itoa(i), 48))) // 50 bytes of JSON and a comma each
+	}
+	d = WithSpawn(Decision{Action: Complete, Result: json.RawMessage(`"ok"`)}, s, partOverhead+4+3*51)
+	require.Equal(t, Complete, d.Action)
+	require.Len(t, d.Spawn, 10, "every payload, in order")
+	var sizes []int
+	var all []json.RawMessage
+	for _, p := range d.SpawnParts {
+		sizes = append(sizes, len(p))
+		all = append(all, p...)
+	}
+	require.Equal(t, []int{3, 3, 3, 1}, sizes)
+	require.Equal(t, d.Spawn, all, "the parts are the spawn cut in order")
+
+	// One payload that cannot fit with the result fails the task.
+	s = NewSpawns(0, nil)
+	require.NoError(t, s.Add(strings.Repeat("x", 300)))
+	d = WithSpawn(Decision{Action: Complete, Result: json.RawMessage(`"ok"`)}, s, 300)
+	require.Equal(t, Fail, d.Action)
 	require.Equal(t, protocol.ReasonResultTooLarge, d.Reason)
-	require.ErrorContains(t, d.Err, "the spawned tasks and the result are 17 bytes")
+	require.ErrorContains(t, d.Err, "a spawned task with the result is")
 }

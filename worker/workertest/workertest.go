@@ -324,7 +324,7 @@ const spawnLimit = protocol.DefaultMaxMessageBytes - protocol.EnvelopeBytes
 // attachSpawns returns t with its Spawn recording into the Spawns it
 // returns, as the worker's tasks do.
 func attachSpawns(t worker.Task) (worker.Task, *outcome.Spawns) {
-	s := outcome.NewSpawns(spawnLimit, nil)
+	s := outcome.NewSpawns(outcome.MaxSpawnBytes, nil)
 	return outcome.AttachSpawns.(func(worker.Task, *outcome.Spawns) worker.Task)(t, s), s
 }
 

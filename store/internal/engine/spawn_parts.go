@@ -76,7 +76,7 @@ type partPlan struct {
 // stageable returns the run key of spawn part o when its task is open at
 // its generation in an open job: only such a part is staged.
 func stageable(o store.Outcome, rows map[store.TaskRef]OutcomeTask, jobs map[string]OutcomeJob) (SpawnRunKey, bool) {
-	if o.SpawnParts == 0 {
+	if o.SpawnParts == 0 || o.State != warren.TaskCompleted {
 		return SpawnRunKey{}, false
 	}
 	ref := store.TaskRef{JobID: o.JobID, TaskID: o.TaskID}
