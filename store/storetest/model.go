@@ -479,7 +479,15 @@ func (m *model) duplicate() {
 // ready to close.
 func (m *model) apply(o store.Outcome, gen int) {
 	readyBefore := m.ready()
-	report, err := m.st.ApplyOutcomes(m.ctx, []store.Outcome{o})
+	batch := []store.Outcome{o}
+	if len(o.Spawn) >= 2 && o.State == warren.TaskCompleted && m.coin() {
+		// A spawn in parts, as a worker sends one too large for a message:
+		// each delivery a run of its own, its parts in any order.
+		batch = inParts(o, fmt.Sprintf("run-%d", len(m.trace)), len(o.Spawn))
+		m.rng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+		m.note("  (in %d spawn parts)", len(batch))
+	}
+	report, err := m.st.ApplyOutcomes(m.ctx, batch)
 	require.NoError(m.t, err, "apply")
 	t := m.task(o.TaskID)
 	applies := m.open() && !t.state.Terminal() && (gen == 0 || gen == t.gen) &&
