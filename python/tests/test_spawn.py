@@ -70,3 +70,19 @@ class SpawnTest(WarrenTestCase):
         job_id = self.server.submit({"type": "bad", "reduce": "collect", "tasks": [{}]})
         self.server.wait_closed(job_id)
         self.assertEqual(["refused"], self.server.result(job_id))
+
+
+class SpawnPartsTest(WarrenTestCase):
+    def test_a_spawn_over_one_message_goes_in_parts(self):
+        def fan(payload, task):
+            if payload["n"] == 0:
+                task.spawn([{"n": i, "pad": "p" * 1024} for i in range(1, 201)])
+            return payload["n"]
+
+        # 200 KiB of spawn in messages of 64 KiB.
+        self.start_worker({"fan": fan}, name="py-fan", max_message_bytes=64 << 10, max_result_bytes=16 << 10)
+        job_id = self.server.submit({"type": "fan", "reduce": "collect", "tasks": [{"n": 0}]})
+        job = self.server.wait_closed(job_id)
+        self.assertEqual("completed", job["state"])
+        self.assertEqual(201, job["expected_tasks"])
+        self.assertEqual(list(range(0, 201)), self.server.result(job_id), "every child once, in spawn order")

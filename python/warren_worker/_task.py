@@ -32,7 +32,7 @@ class Task:
     """
 
     __slots__ = ("job_id", "task_id", "type", "attempt", "max_retries", "queue", "generation",
-                 "timeout", "deadline", "started_at", "_spawn", "_spawn_bytes", "_spawn_limit", "_spawn_ended")
+                 "timeout", "deadline", "started_at", "_spawn", "_spawn_sizes", "_spawn_bytes", "_spawn_limit", "_spawn_ended")
 
     def __init__(self, job_id, task_id, type, attempt, max_retries, queue, generation, timeout, deadline, started_at):
         self.job_id = job_id
@@ -46,8 +46,9 @@ class Task:
         self.deadline = deadline
         self.started_at = started_at
         self._spawn = []
+        self._spawn_sizes = []  # each payload's bytes of JSON, with a comma
         self._spawn_bytes = 0
-        self._spawn_limit = 0  # the worker sets it: what one result message carries
+        self._spawn_limit = 0  # the worker sets it: the most one run may spawn
         self._spawn_ended = False
 
     def spawn(self, payloads):
@@ -58,10 +59,12 @@ class Task:
         raises, times out or is retried spawns nothing, and a task that ran
         before, or whose result is delivered twice, spawns once. They get
         the job's next task ids in order, and its expected_tasks grows by as
-        many. Raises TypeError or ValueError, adding none of them, when a
-        payload is not JSON or the spawn and the result would not fit in one
-        result message (max_message_bytes less 16 KiB), and RuntimeError
-        after the run returned. The server fails the task instead when the
+        many. A spawn that does not fit in one result message with the
+        result goes in several (spawn parts), recorded together. Raises
+        TypeError or ValueError, adding none of them, when a payload is not
+        JSON or the run's spawn would be over 64 MiB of JSON, and
+        RuntimeError after the run returned; a payload that cannot fit in
+        one message with the result fails the run (``result_too_large``). The server fails the task instead when the
         spawn would take its job over its --max-job-tasks, or a payload is
         over its --max-task-bytes.
         """
@@ -70,17 +73,19 @@ class Task:
         if self._spawn_ended:
             raise RuntimeError("spawn after the task's run returned; spawn before returning")
         payloads = list(payloads)
-        size = 0
+        sizes = []
         for i, p in enumerate(payloads):
             try:
-                size += len(_wire.encode_json(p)) + 1
+                sizes.append(len(_wire.encode_json(p)) + 1)
             except (TypeError, ValueError) as e:
                 raise type(e)("spawn payload %d is not JSON: %s" % (i, e)) from e
+        size = sum(sizes)
         if self._spawn_limit and self._spawn_bytes + size > self._spawn_limit:
-            raise ValueError("the spawned tasks are %d bytes of JSON, over the %d one result message carries "
-                             "(max_message_bytes less 16 KiB); spawn fewer or smaller tasks per run"
+            raise ValueError("the spawned tasks are %d bytes of JSON, over the %d one run may spawn; "
+                             "spawn fewer tasks per run, and let them spawn the rest"
                              % (self._spawn_bytes + size, self._spawn_limit))
         self._spawn.extend(payloads)
+        self._spawn_sizes.extend(sizes)
         self._spawn_bytes += size
 
     @property
