@@ -110,12 +110,15 @@ func init() {
 // payload over its task payload limit: the task then fails with an error
 // that says so.
 //
+// A spawn that does not fit in one result message with the result
+// (Config.MaxMessageBytes less protocol.EnvelopeBytes) goes in several,
+// spawn parts that the store records together (protocol.Result.SpawnParts);
+// a payload that cannot fit in one with the result fails the run
+// permanently, with protocol.ReasonResultTooLarge.
+//
 // Spawn returns an error, and adds none of the payloads, when one does
-// not marshal, when the run's spawn and result would not fit in one
-// result message (worker.Config.MaxMessageBytes less
-// protocol.EnvelopeBytes; a run whose result then takes it over fails
-// permanently, with protocol.ReasonResultTooLarge), when called on a
-// reduce task, or after the run returned.
+// not marshal, when the run's spawn would be over 64 MiB of JSON, when
+// called on a reduce task, or after the run returned.
 func (t Task) Spawn(payloads ...any) error {
 	return t.spawn.Add(payloads...)
 }
