@@ -60,6 +60,8 @@ type testBundle struct {
 	// relayPoll, when set, is the servers' RelayPollInterval (20 ms when
 	// not).
 	relayPoll time.Duration
+	// maxJobTasks, when set, is the servers' MaxJobTasks.
+	maxJobTasks int64
 	// closeScanInterval, when set, is the servers' CloseScanInterval
 	// (200 ms when not).
 	closeScanInterval time.Duration
@@ -135,7 +137,7 @@ func (b *testBundle) startServer(t *testing.T, st store.Store) *server.Server {
 		RelayPollInterval: poll, CloseScanInterval: scan,
 		AggregatorBatchSize: b.aggBatch, AggregatorLinger: b.aggLinger,
 		ReconcileInterval: b.reconcileInterval, ReconcileGrace: b.reconcileGrace, RelayWindow: b.relayWindow,
-		TracerProvider: b.tracerProvider,
+		TracerProvider: b.tracerProvider, MaxJobTasks: b.maxJobTasks,
 		Hooks: server.Hooks{
 			OnPublished: func(n int) { b.published.Add(int64(n)); b.ping() },
 			OnBatch: func(_ int, rep store.ApplyReport) {

@@ -362,6 +362,10 @@ type Job struct {
 	// else ReduceRunning, ReduceCompleted or ReduceFailed. The job stays
 	// open (pending or running) while it reduces.
 	ReduceState string
+	// SpawnedTasks is how many of the job's tasks its tasks spawned (JSON
+	// spawned_tasks): they are in ExpectedTasks too, which grows with
+	// them in the transaction that records each spawning task's result.
+	SpawnedTasks int64
 	// Then is the job's follow-up (JSON then), nil for none: the job the
 	// store starts, in the transaction that closes this one as completed,
 	// with one task per element of its result. Its webhook secret is the

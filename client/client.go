@@ -309,6 +309,9 @@ type Job struct {
 	CompletedTasks int64    `json:"completed_tasks"`
 	FailedTasks    int64    `json:"failed_tasks"`
 	PendingTasks   int64    `json:"pending_tasks"`
+	// SpawnedTasks counts the tasks the job's tasks spawned; they are in
+	// ExpectedTasks too.
+	SpawnedTasks int64 `json:"spawned_tasks"`
 	// Reduce is the reducer's name; "" when the job has a ReduceTask.
 	Reduce string `json:"-"`
 	// ReduceTask is the job's reduce task, nil when it has none.

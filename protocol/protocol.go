@@ -138,7 +138,26 @@ type Result struct {
 	// StartedAt and FinishedAt bound the handler's run.
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// Spawn are the payloads of the tasks the run adds to its job
+	// (spawned tasks), in order: recorded with a completed result only,
+	// in the same transaction, with the job's next task ids. A failed
+	// result's spawn is ignored; a reduce task's is refused (its outcome
+	// is recorded failed). A server older than spawn ignores the field.
+	Spawn []json.RawMessage `json:"spawn,omitempty"`
+	// SpawnParts, when not 0, is the number of messages (2 or more) a
+	// spawn too large for one message travels in: this one holds its part
+	// SpawnPart (1..SpawnParts) in Spawn. The last part carries the run's
+	// result; the others' result is null. SpawnRun names the run, the
+	// same in each of its parts, so that parts of two runs of a task never
+	// mix. The result is recorded, with every part's tasks in part order,
+	// once every part is.
+	SpawnRun   string `json:"spawn_run,omitempty"`
+	SpawnPart  int    `json:"spawn_part,omitempty"`
+	SpawnParts int    `json:"spawn_parts,omitempty"`
 }
+
+// MaxSpawnParts is the most messages one run's spawn may travel in.
+const MaxSpawnParts = 10000
 
 // Failed reports whether the result records a permanent failure.
 func (r Result) Failed() bool { return r.Status == StatusFailed }
@@ -460,6 +479,9 @@ func checkResult(r Result) (Result, error) {
 	if r.Attempt < 0 || r.Attempt > math.MaxInt32 {
 		return Result{}, fmt.Errorf("%w: attempt must be between 0 and %d, got %d", ErrMalformed, math.MaxInt32, r.Attempt)
 	}
+	if err := checkSpawnParts(r); err != nil {
+		return Result{}, err
+	}
 	r.Result = orNull(r.Result)
 	return r, nil
 }
@@ -493,4 +515,25 @@ func orNull(raw json.RawMessage) json.RawMessage {
 		return json.RawMessage("null")
 	}
 	return raw
+}
+
+// checkSpawnParts validates the spawn part fields of a result: none, or
+// a part 1..SpawnParts of 2..MaxSpawnParts, of a named run (at most 64
+// bytes), of a completed result.
+func checkSpawnParts(r Result) error {
+	switch {
+	case r.SpawnParts == 0 && r.SpawnPart == 0 && r.SpawnRun == "":
+		return nil
+	case r.SpawnParts < 2 || r.SpawnParts > MaxSpawnParts:
+		return fmt.Errorf("%w: spawn_parts must be between 2 and %d, got %d", ErrMalformed, MaxSpawnParts, r.SpawnParts)
+	case r.SpawnPart < 1 || r.SpawnPart > r.SpawnParts:
+		return fmt.Errorf("%w: spawn_part must be between 1 and spawn_parts (%d), got %d", ErrMalformed, r.SpawnParts, r.SpawnPart)
+	case r.SpawnRun == "" || len(r.SpawnRun) > 64:
+		return fmt.Errorf("%w: spawn_run must be 1 to 64 bytes, got %d", ErrMalformed, len(r.SpawnRun))
+	case r.Status != StatusCompleted:
+		return fmt.Errorf("%w: only a completed result spawns in parts, got status %q", ErrMalformed, r.Status)
+	case r.TaskID == ReduceTaskID:
+		return fmt.Errorf("%w: a reduce task cannot spawn", ErrMalformed)
+	}
+	return nil
 }

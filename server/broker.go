@@ -101,6 +101,7 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	if bs.agg, err = aggregator.New(aggregator.Config{Store: s.store, Conn: bs.conConn, Names: s.names,
 		BatchSize: s.cfg.AggregatorBatchSize, Linger: s.cfg.AggregatorLinger, ScanInterval: s.cfg.CloseScanInterval,
 		Reducers: s.reducers, MaxResultBytes: s.cfg.MaxResultBytes, MaxMessageBytes: s.cfg.MaxMessageBytes,
+		MaxJobTasks: s.cfg.MaxJobTasks, MaxTaskBytes: s.cfg.MaxTaskBytes,
 		MaxInflightBytes: s.cfg.MaxInflightBytes, Logger: s.log, Hooks: s.aggHooks, TracerProvider: s.cfg.TracerProvider}); err != nil {
 		return nil, err
 	}

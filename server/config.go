@@ -47,6 +47,9 @@ const (
 	// DefaultMaxTaskBytes is the largest task payload the API accepts
 	// when Config.MaxTaskBytes is 0: 1 MiB.
 	DefaultMaxTaskBytes = api.DefaultMaxTaskBytes
+	// DefaultMaxJobTasks is Config.MaxJobTasks's default: 10,000,000
+	// tasks per job.
+	DefaultMaxJobTasks = 10_000_000
 	// DefaultBodyTimeout is Config.BodyTimeout's default: 30 s.
 	DefaultBodyTimeout = api.DefaultBodyTimeout
 	// DefaultIdleTimeout is Config.IdleTimeout's default: 1 min.
@@ -160,6 +163,11 @@ type Config struct {
 	// whose reduce gives more fails with an error that says so, instead
 	// of storing it. 0 means DefaultMaxResultBytes.
 	MaxResultBytes int
+	// MaxJobTasks is the most tasks a job may have, the tasks its tasks
+	// spawn included: a submission with more is refused with 413, and a
+	// task whose spawn would take its job over it fails, with an error
+	// that says so, and spawns nothing. 0 means DefaultMaxJobTasks.
+	MaxJobTasks int64
 	// BodyTimeout is the longest a request body may go without a byte
 	// arriving: a stalled upload is then cut with 408. A submission's
 	// tasks are read whole before the store is called, so a stalled
@@ -335,6 +343,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxMetadataBytes == 0 {
 		c.MaxMetadataBytes = DefaultMaxMetadataBytes
 	}
+	if c.MaxJobTasks == 0 {
+		c.MaxJobTasks = DefaultMaxJobTasks
+	}
 	if c.BodyTimeout == 0 {
 		c.BodyTimeout = DefaultBodyTimeout
 	}
@@ -418,6 +429,8 @@ func (c Config) validate() error {
 		return fieldError("MaxTaskBytes", "Config.MaxTaskBytes must be >= 1, got %d", c.MaxTaskBytes)
 	case c.MaxMetadataBytes < 1:
 		return fieldError("MaxMetadataBytes", "Config.MaxMetadataBytes must be >= 1, got %d", c.MaxMetadataBytes)
+	case c.MaxJobTasks < 1:
+		return fieldError("MaxJobTasks", "Config.MaxJobTasks must be >= 1, got %d", c.MaxJobTasks)
 	case c.BodyTimeout < 0:
 		return fieldError("BodyTimeout", "Config.BodyTimeout must be > 0, got %s", c.BodyTimeout)
 	case c.IdleTimeout < 0:

@@ -23,6 +23,7 @@ func TestNewNamesTheFieldThatIsWrong(t *testing.T) {
 		{server.Config{MaxBodyBytes: -1}, "MaxBodyBytes", "Config.MaxBodyBytes must be >= 1"},
 		{server.Config{MaxResultBytes: -1}, "MaxResultBytes", "Config.MaxResultBytes must be >= 0, got -1"},
 		{server.Config{MaxTaskBytes: -1}, "MaxTaskBytes", "Config.MaxTaskBytes must be >= 1"},
+		{server.Config{MaxJobTasks: -1}, "MaxJobTasks", "Config.MaxJobTasks must be >= 1"},
 		{server.Config{MaxMessageBytes: 100}, "MaxMessageBytes", "Config.MaxMessageBytes must be more than 16384"},
 		{server.Config{MaxMessageBytes: 16384}, "MaxMessageBytes", "Config.MaxMessageBytes must be more than 16384, got 16384"},
 		{server.Config{MaxTaskBytes: 4 << 20}, "MaxTaskBytes", "Config.MaxTaskBytes (4194304) must fit in a message: at most Config.MaxMessageBytes (4194304) less 16384"},

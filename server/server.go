@@ -221,7 +221,7 @@ func (s *Server) start(ctx context.Context) (err error) {
 	}
 	handler, err := api.New(api.Config{
 		Store: s.store, Reducers: s.reducers, Tokens: s.cfg.Tokens, Gatherer: s.registry, Metrics: apiMetrics,
-		MaxBodyBytes: s.cfg.MaxBodyBytes, MaxTaskBytes: s.cfg.MaxTaskBytes, MaxMetadataBytes: s.cfg.MaxMetadataBytes, BodyTimeout: s.cfg.BodyTimeout, RetryTiers: s.tiers,
+		MaxBodyBytes: s.cfg.MaxBodyBytes, MaxTaskBytes: s.cfg.MaxTaskBytes, MaxMetadataBytes: s.cfg.MaxMetadataBytes, MaxJobTasks: s.cfg.MaxJobTasks, BodyTimeout: s.cfg.BodyTimeout, RetryTiers: s.tiers,
 		Retention:           s.cfg.Retention,
 		DeadLetters:         deadLetters{s},
 		WebhookAllowPrivate: s.cfg.WebhookAllowPrivate,
@@ -318,6 +318,12 @@ func (s *Server) registerMetrics() (*api.Metrics, error) {
 		OnBatch: func(size int, report store.ApplyReport) {
 			for _, id := range report.ReadyToClose {
 				s.events.Notify(id) // its last outcome: the streams show it now, the close follows
+			}
+			if len(report.SpawnedJobs) > 0 {
+				for _, id := range report.SpawnedJobs {
+					s.events.Notify(id) // expected_tasks grew: the streams show it now
+				}
+				s.WakeRelay() // the spawned tasks are pending: publish them now
 			}
 			if h.OnBatch != nil {
 				h.OnBatch(size, report)

@@ -539,6 +539,31 @@ type Outcome struct {
 	// nothing. 0 means unknown (a worker that copies no header): the
 	// outcome is applied as one of the current generation.
 	Generation int
+	// Spawn are the payloads of the tasks a completed outcome adds to its
+	// job (spawned tasks), in order. They are written, as pending tasks
+	// with the job's next task ids, in the transaction that records the
+	// outcome, and only if it records it completed: a duplicate, a stale
+	// generation, an outcome of a closed job and a failed outcome add
+	// nothing. A spawn the limits below refuse, a payload that is not
+	// JSON, and a spawn of a reduce task record the outcome failed,
+	// with an error that says why, and add nothing.
+	Spawn []json.RawMessage
+	// MaxJobTasks, when > 0, is the most tasks a spawn may take the job
+	// to (its expected_tasks after the spawn).
+	MaxJobTasks int64
+	// MaxTaskBytes, when > 0, is the largest payload a spawned task may
+	// have, in bytes.
+	MaxTaskBytes int64
+	// SpawnParts, when not 0, makes the outcome part SpawnPart
+	// (1..SpawnParts) of a spawn too large for one message, of the run
+	// SpawnRun (protocol.Result.SpawnParts): ApplyOutcomes stages it, and
+	// records the outcome of the last part (its Result and the fields
+	// above) with every part's Spawn in part order, in the transaction
+	// that has every part, as one outcome. A part of a task that is not
+	// open at its generation, or of a closed or unknown job, is judged as
+	// any outcome is, and stages nothing.
+	SpawnRun              string
+	SpawnPart, SpawnParts int
 }
 
 // ApplyReport says what ApplyOutcomes did with each outcome of a batch.
@@ -553,6 +578,18 @@ type ApplyReport struct {
 	Duplicates int
 	// Closed counts outcomes for jobs that are already closed.
 	Closed int
+	// Spawned counts the tasks the batch's applied outcomes added to
+	// their jobs (Outcome.Spawn).
+	Spawned int
+	// SpawnedJobs lists the jobs that got spawned tasks, each once, in
+	// job id order: their relay has new pending tasks.
+	SpawnedJobs []string
+	// SpawnRefused counts the applied outcomes recorded failed because
+	// their spawn was refused (over a limit, not JSON, of a reduce task).
+	SpawnRefused int
+	// SpawnPartsStaged counts the spawn parts (Outcome.SpawnParts) the
+	// batch staged, their outcome not complete yet.
+	SpawnPartsStaged int
 	// Unknown lists the indexes (in the outcomes slice) of outcomes whose
 	// job or task does not exist; nothing was recorded for them.
 	Unknown []int

@@ -2,6 +2,9 @@ package worker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -133,6 +136,8 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 		outs    []wire.Outbound
 		evs     []Event
 		results []protocol.Result
+		// split says a spawn went in parts: its messages are in outs.
+		split bool
 	)
 	debug := s.log.Enabled(context.Background(), slog.LevelDebug)
 	for _, r := range runs {
@@ -142,16 +147,35 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 		var out wire.Outbound
 		ev := s.event(t)
 		ev.Duration = r.elapsed
+		dec = outcome.WithSpawn(dec, t.spawn, s.w.cfg.MaxMessageBytes-protocol.EnvelopeBytes)
 		switch dec.Action {
 		case outcome.Complete:
 			if debug {
 				s.taskLog(t).Debug("worker: task completed", "duration", r.finished.Sub(r.started))
 			}
-			results = append(results, protocol.Result{
+			res := protocol.Result{
 				JobID: t.JobID, TaskID: t.TaskID, Worker: s.w.cfg.Name, Attempt: t.Attempt,
 				StartedAt: &r.started, FinishedAt: &r.finished,
-				Status: protocol.StatusCompleted, Result: dec.Result,
-			})
+				Status: protocol.StatusCompleted, Result: dec.Result, Spawn: dec.Spawn,
+			}
+			if len(dec.SpawnParts) > 0 {
+				// Each part but the last goes in a message of its own,
+				// confirmed with the rest before the ack; the last goes
+				// with the result.
+				var (
+					parts []wire.Outbound
+					err   error
+				)
+				if res, parts, err = s.spawnParts(d, res, dec.SpawnParts); err != nil {
+					// Only a bug can get here: the parts were built above.
+					s.taskLog(t).Error("worker: cannot encode a spawn part; the task goes back to the queue", "error", err)
+					s.requeue(d)
+					return
+				}
+				outs = append(outs, parts...)
+				split = true
+			}
+			results = append(results, res)
 			ev.Kind = EventCompleted
 			evs = append(evs, ev)
 			continue
@@ -171,7 +195,7 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 		evs = append(evs, ev)
 	}
 	traceCopies(d, outs)
-	if len(results) > 0 && !d.msg.Batch && !d.msg.Reduce {
+	if len(results) > 0 && !d.msg.Batch && !d.msg.Reduce && !split {
 		// A single task message that completed: its result may share a
 		// result batch with others that finish at the same time. A
 		// reduce task's result (task 0) never does: a result batch holds
@@ -316,4 +340,29 @@ func (s *session) taskLog(t Task) *slog.Logger {
 
 func (s *session) event(t Task) Event {
 	return Event{JobID: t.JobID, TaskID: t.TaskID, Type: t.Type, Attempt: t.Attempt}
+}
+
+// spawnParts returns result r of a task of d as the last of parts, its
+// spawn's parts (outcome.Decision.SpawnParts), and the single result
+// messages of the other parts, each with a null result: the store
+// records r, with every part's tasks in part order, once it has them
+// all, whatever order they arrive in (protocol.Result.SpawnParts).
+func (s *session) spawnParts(d *delivery, r protocol.Result, parts [][]json.RawMessage) (protocol.Result, []wire.Outbound, error) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	run := hex.EncodeToString(b[:])
+	single := d.msg
+	single.Batch = false
+	var outs []wire.Outbound
+	for i, part := range parts[:len(parts)-1] {
+		p := protocol.Result{JobID: r.JobID, TaskID: r.TaskID, Worker: r.Worker, Attempt: r.Attempt, Status: protocol.StatusCompleted,
+			Result: json.RawMessage("null"), Spawn: part, SpawnRun: run, SpawnPart: i + 1, SpawnParts: len(parts)}
+		out, err := single.Results(s.w.names, []protocol.Result{p})
+		if err != nil {
+			return r, nil, err
+		}
+		outs = append(outs, out)
+	}
+	r.Spawn, r.SpawnRun, r.SpawnPart, r.SpawnParts = parts[len(parts)-1], run, len(parts), len(parts)
+	return r, outs, nil
 }

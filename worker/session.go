@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/outcome"
 	"github.com/warrenhq/warren/internal/wire"
 )
 
@@ -170,9 +171,16 @@ func (s *session) receive(d amqp.Delivery) *delivery {
 	tasks := []Task{{Type: msg.Type, Attempt: msg.Attempt()}}
 	if msg.Malformed == nil {
 		tasks = make([]Task, len(msg.Tasks))
+		var refuse error
+		if msg.Reduce {
+			refuse = outcome.ErrReduceSpawn
+		}
+		// One allocation for the delivery's spawns, not one per task.
+		spawns := make([]outcome.Spawns, len(msg.Tasks))
 		for i, t := range msg.Tasks {
+			spawns[i].Init(outcome.MaxSpawnBytes, refuse)
 			tasks[i] = Task{JobID: t.JobID, TaskID: t.TaskID, Type: msg.Type, Attempt: msg.Attempt(),
-				MaxRetries: msg.MaxRetries, Timeout: msg.Timeout, Payload: t.Payload}
+				MaxRetries: msg.MaxRetries, Timeout: msg.Timeout, Payload: t.Payload, spawn: &spawns[i]}
 		}
 	}
 	return &delivery{raw: d, acks: s.acks, msg: msg, tasks: tasks, lost: &s.lost}

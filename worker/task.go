@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/warrenhq/warren/internal/outcome"
 	"github.com/warrenhq/warren/protocol"
 )
 
@@ -82,6 +83,44 @@ type Task struct {
 	Timeout time.Duration
 	// Payload is the task's whole input, as JSON.
 	Payload json.RawMessage
+
+	// spawn gathers what the run spawns (Spawn); shared by the copies of
+	// the Task the handler makes.
+	spawn *outcome.Spawns
+}
+
+func init() {
+	outcome.AttachSpawns = func(t Task, s *outcome.Spawns) Task {
+		t.spawn = s
+		return t
+	}
+}
+
+// Spawn adds tasks to the task's job, one per payload, each a value its
+// handler could return as a result (a json.RawMessage, or a []byte
+// holding valid JSON, as it is; anything else through json.Marshal). It
+// may be called several times in one run; the tasks go with the run's
+// result, after the earlier ones, and exist only if the result is
+// recorded completed: a run that fails, is retried, times out or goes
+// back to the queue spawns nothing, and a run of a task that ran before,
+// or whose result is delivered twice, spawns once. The spawned tasks get
+// the job's next task ids, in order, and its expected_tasks grows by as
+// many; each may spawn in turn. The server refuses a spawn that would
+// take its job over the server's limit of tasks per job, or holds a
+// payload over its task payload limit: the task then fails with an error
+// that says so.
+//
+// A spawn that does not fit in one result message with the result
+// (Config.MaxMessageBytes less protocol.EnvelopeBytes) goes in several,
+// spawn parts that the store records together (protocol.Result.SpawnParts);
+// a payload that cannot fit in one with the result fails the run
+// permanently, with protocol.ReasonResultTooLarge.
+//
+// Spawn returns an error, and adds none of the payloads, when one does
+// not marshal, when the run's spawn would be over 64 MiB of JSON, when
+// called on a reduce task, or after the run returned.
+func (t Task) Spawn(payloads ...any) error {
+	return t.spawn.Add(payloads...)
 }
 
 // IdempotencyKey returns "<job_id>:<task_id>", the same on every run of

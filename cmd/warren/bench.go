@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/warrenhq/warren"
@@ -29,6 +30,8 @@ type benchFlags struct {
 	cpuProfile   string
 	memProfile   string
 	cappedBeside int
+	tree         string
+	killWorkers  int
 }
 
 func runBench(ctx context.Context, args []string, env *environment) error {
@@ -55,9 +58,12 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the rounds (ceiling and warren runs) to this file")
 	fs.StringVar(&f.memProfile, "memprofile", "", "write a Go allocation profile (allocs) to this file at the end")
 	fs.IntVar(&f.cappedBeside, "capped-beside", 0, "instead: time an uncapped job of --tasks alone and beside a job of as many tasks with max_concurrency N on the same queue (interleaved rounds, the ratio), and a job of 30 tasks of 150 ms with max_concurrency 3")
+	fs.StringVar(&f.tree, "tree", "", "instead: a job of one task that spawns a tree of `LEVELSxFANOUT` (6x6: 55,987 tasks), next to a flat job "+
+		"of as many, run by --workers worker processes (`warren worker --types tree`)")
+	fs.IntVar(&f.killWorkers, "kill-workers", 0, "with --tree: also run the tree while killing this many worker processes with SIGKILL, at even steps, each replaced")
 	// One run's choices: command line only (WARREN_DATABASE_URL must not
 	// point a demo or a benchmark at a real store).
-	fs.localFlags("database", "tasks", "workers", "batch-size", "task-duration", "concurrency", "prefetch", "relay-batch", "aggregator-batch", "rounds", "json", "cpuprofile", "memprofile", "capped-beside")
+	fs.localFlags("database", "tasks", "workers", "batch-size", "task-duration", "concurrency", "prefetch", "relay-batch", "aggregator-batch", "rounds", "json", "cpuprofile", "memprofile", "capped-beside", "tree", "kill-workers")
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
@@ -83,6 +89,9 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 		return usageErrorf("--task-duration must be >= 0, got %s", f.taskDuration)
 	case f.cappedBeside < 0 || f.cappedBeside > warren.MaxConcurrencyLimit:
 		return usageErrorf("--capped-beside must be between 1 and %d, got %d", warren.MaxConcurrencyLimit, f.cappedBeside)
+	}
+	if f.tree != "" {
+		return runTreeBench(ctx, f, env)
 	}
 	if f.cappedBeside > 0 {
 		return runCappedBench(ctx, f, fs, env)
@@ -130,4 +139,31 @@ func runCappedBench(ctx context.Context, f benchFlags, fs *flagSet, env *environ
 	}
 	rep.Print(env.stdout)
 	return nil
+}
+
+// runTreeBench runs `warren bench --tree LxF`: bench.RunTree with worker
+// processes of this binary.
+func runTreeBench(ctx context.Context, f benchFlags, env *environment) error {
+	var levels, fanout int
+	if _, err := fmt.Sscanf(f.tree, "%dx%d", &levels, &fanout); err != nil || levels < 1 || fanout < 1 || fmt.Sprintf("%dx%d", levels, fanout) != f.tree {
+		return usageErrorf("--tree must be LEVELSxFANOUT, both >= 1 (like 6x6), got %q", f.tree)
+	}
+	if f.killWorkers < 0 {
+		return usageErrorf("--kill-workers must be >= 0, got %d", f.killWorkers)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	rep, err := bench.RunTree(ctx, bench.TreeConfig{
+		AMQPURL: f.amqpURL, DatabaseURL: f.database, Levels: levels, Fanout: fanout, Workers: f.workers,
+		Concurrency: f.concurrency, Kills: f.killWorkers, Worker: []string{exe, "worker"},
+		Progress: func(format string, a ...any) { fmt.Fprintf(env.stderr, "warren bench: "+format+"\n", a...) },
+	})
+	out, jerr := json.MarshalIndent(rep, "", "  ")
+	if jerr != nil {
+		return jerr
+	}
+	fmt.Fprintln(env.stdout, string(out))
+	return err
 }

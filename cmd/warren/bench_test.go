@@ -69,6 +69,9 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{[]string{"--batch-size", "1001"}, "--batch-size must be between 0 (automatic) and 1000, got 1001"},
 		{[]string{"--rounds", "0"}, "--rounds must be >= 1"},
 		{[]string{"--concurrency", "16", "--prefetch", "8"}, "--prefetch must be at least --concurrency (16), got 8"},
+		{[]string{"--tree", "6"}, `--tree must be LEVELSxFANOUT, both >= 1 (like 6x6), got "6"`},
+		{[]string{"--tree", "0x6"}, `--tree must be LEVELSxFANOUT, both >= 1 (like 6x6), got "0x6"`},
+		{[]string{"--tree", "6x6", "--kill-workers", "-1"}, "--kill-workers must be >= 0, got -1"},
 	} {
 		code, out, errOut := runCLI(t, map[string]string{"WARREN_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/"},
 			append([]string{"bench"}, tc.args...)...)

@@ -359,6 +359,9 @@ func printStatus(w io.Writer, j client.Job) {
 		fmt.Fprintf(w, "why       %s\n", j.Error)
 	}
 	fmt.Fprintf(w, "tasks     %d expected, %d completed, %d failed, %d pending\n", j.ExpectedTasks, j.CompletedTasks, j.FailedTasks, j.PendingTasks)
+	if j.SpawnedTasks > 0 {
+		fmt.Fprintf(w, "spawned   %d of the expected tasks were spawned by its tasks\n", j.SpawnedTasks)
+	}
 	if j.Waiting != nil && !j.Terminal() {
 		fmt.Fprintf(w, "waiting   %s\n", waitingText(*j.Waiting, time.Now()))
 	}

@@ -321,3 +321,33 @@ func TestSubmitStatusAndWatchAChain(t *testing.T) {
 	require.Contains(t, errOut, "is failed")
 	require.Contains(t, out, "not a JSON array")
 }
+
+// `warren status` says how many of a job's tasks were spawned, once some
+// were.
+func TestStatusCountsSpawnedTasks(t *testing.T) {
+	t.Parallel()
+	url, st := apiServer(t)
+	ctx := context.Background()
+	code, out, errOut := runCLI(t, nil, "submit", "--server", url, writeFile(t, `{"type":"crawl","tasks":[1]}`))
+	require.Equal(t, 0, code, errOut)
+	id := strings.TrimSpace(out)
+	code, out, _ = runCLI(t, nil, "status", id, "--server", url)
+	require.Equal(t, 0, code)
+	require.NotContains(t, out, "spawned", "no task spawned yet")
+
+	_, err := st.RelayBatch(ctx, 10, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+		refs := make([]store.TaskRef, len(tasks))
+		for i, tk := range tasks {
+			refs[i] = tk.Ref()
+		}
+		return refs, nil
+	})
+	require.NoError(t, err)
+	_, err = st.ApplyOutcomes(ctx, []store.Outcome{{JobID: id, TaskID: 1, State: warren.TaskCompleted,
+		Spawn: []json.RawMessage{json.RawMessage(`2`), json.RawMessage(`3`)}}})
+	require.NoError(t, err)
+	code, out, _ = runCLI(t, nil, "status", id, "--server", url)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "tasks     3 expected, 1 completed, 0 failed, 2 pending")
+	require.Contains(t, out, "spawned   2 of the expected tasks were spawned by its tasks")
+}

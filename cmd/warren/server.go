@@ -28,6 +28,7 @@ type serverFlags struct {
 
 	maxTask     int64
 	maxMetadata int64
+	maxJobTasks int64
 	maxResult   int
 	bodyTimeout time.Duration
 	idleTimeout time.Duration
@@ -51,6 +52,8 @@ func (f *serverFlags) register(fs *flagSet, env *environment) {
 		"largest accepted task payload in bytes; a submission with a larger one is refused")
 	fs.Int64Var(&f.maxMetadata, "max-metadata-bytes", server.DefaultMaxMetadataBytes,
 		"largest accepted job metadata in bytes; a submission with larger metadata is refused")
+	fs.Int64Var(&f.maxJobTasks, "max-job-tasks", server.DefaultMaxJobTasks,
+		"most tasks a job may have, spawned ones included; a larger submission is refused, a spawn past it fails its task")
 	fs.IntVar(&f.maxResult, "max-result-bytes", server.DefaultMaxResultBytes,
 		"largest reduced result a job may have in bytes; a job whose reduce gives more fails")
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", server.DefaultBodyTimeout,
@@ -97,7 +100,7 @@ func (f *serverFlags) config(env *environment) (server.Config, error) {
 		AMQPURL: f.amqpURL, DatabaseURL: f.databaseURL, Prefix: f.prefix, RetryTiers: tiers, QuorumReplicas: f.replicas,
 		Listen: f.listen, Tokens: tokens, MaxBodyBytes: f.maxBody, ShutdownTimeout: f.shutdown,
 		TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey,
-		MaxTaskBytes: f.maxTask, MaxMetadataBytes: f.maxMetadata, MaxResultBytes: f.maxResult, BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
+		MaxTaskBytes: f.maxTask, MaxMetadataBytes: f.maxMetadata, MaxJobTasks: f.maxJobTasks, MaxResultBytes: f.maxResult, BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
 		RelayBatchSize: f.relayBatch, MaxMessageBytes: f.maxMessage, MaxInflightBytes: f.maxInflight, RelayWindow: f.relayWindow,
 		AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
 		Retention:           time.Duration(f.retention),
@@ -114,7 +117,7 @@ var serverFields = map[string]string{
 	"AMQPURL": "amqp-url", "DatabaseURL": "database", "Prefix": "prefix", "RetryTiers": "retry-tiers",
 	"QuorumReplicas": "quorum-replicas", "Listen": "listen", "Tokens": "api-tokens",
 	"TLSCertFile": "tls-cert", "TLSKeyFile": "tls-key", "MaxBodyBytes": "max-body", "ShutdownTimeout": "shutdown-timeout",
-	"MaxTaskBytes": "max-task-bytes", "MaxMetadataBytes": "max-metadata-bytes", "MaxResultBytes": "max-result-bytes", "BodyTimeout": "body-timeout",
+	"MaxTaskBytes": "max-task-bytes", "MaxMetadataBytes": "max-metadata-bytes", "MaxJobTasks": "max-job-tasks", "MaxResultBytes": "max-result-bytes", "BodyTimeout": "body-timeout",
 	"IdleTimeout": "idle-timeout", "RelayBatchSize": "relay-batch", "MaxMessageBytes": "max-message-bytes",
 	"MaxInflightBytes": "max-inflight-bytes", "RelayWindow": "relay-window", "AggregatorBatchSize": "aggregator-batch",
 	"AggregatorLinger": "aggregator-linger", "Retention": "retention", "WebhookAllowPrivate": "webhook-allow-private",

@@ -28,7 +28,7 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	c.register(fs, env)
 	concurrency := fs.Int("concurrency", 8, "handlers running at once")
 	name := fs.String("name", "", "the worker's name in results, dead letters and GET /v1/workers (default host:pid)")
-	types := fs.String("types", "", "comma-separated handlers and reducers to serve (default: all built-ins: echo, flaky, sleep, wordcount, and the reducer top_words)")
+	types := fs.String("types", "", "comma-separated handlers and reducers to serve (default: all built-ins: echo, flaky, sleep, tree, wordcount, and the reducer top_words)")
 	queues := fs.String("queues", "", "comma-separated work queues to consume, the jobs' \"queue\" option (default: default)")
 	shutdown := fs.Duration("shutdown-timeout", 0, "how long to let in-flight tasks finish on SIGTERM (default 30s)")
 	health := fs.String("health-listen", "", "serve /healthz and /readyz (connected to the broker) on this address, e.g. 127.0.0.1:9090")
@@ -138,7 +138,7 @@ func selectBuiltins(list string) ([]string, error) {
 		_, handler := handlers.Builtins[name]
 		_, reducer := handlers.Reducers[name]
 		if !handler && !reducer {
-			return nil, fmt.Errorf("unknown handler %q (built-ins: echo, flaky, sleep, wordcount; reducer: top_words)", name)
+			return nil, fmt.Errorf("unknown handler %q (built-ins: echo, flaky, sleep, tree, wordcount; reducer: top_words)", name)
 		}
 		if !seen[name] {
 			seen[name] = true

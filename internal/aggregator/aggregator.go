@@ -68,6 +68,14 @@ type Config struct {
 	// message that names its task exactly (a single result, a dead
 	// letter's message id) fails that task at once.
 	MaxMessageBytes int
+	// MaxJobTasks is the most tasks a job may grow to by spawning
+	// (protocol.Result.Spawn): a result whose spawn would take its job
+	// over it is recorded failed, with an error that says so. 0 means no
+	// limit.
+	MaxJobTasks int64
+	// MaxTaskBytes is the largest payload a spawned task may have: a
+	// result with a larger one is recorded failed. 0 means no limit.
+	MaxTaskBytes int64
 	// MaxInflightBytes bounds the message bytes the aggregator holds at
 	// once, by bounding its prefetch: three quarters for results and a
 	// quarter for dead letters, in messages of MaxMessageBytes, at most

@@ -18,6 +18,8 @@ type Metrics struct {
 	closed     *prometheus.CounterVec
 	dead       *prometheus.CounterVec
 	unknownRed *prometheus.CounterVec
+	spawned    prometheus.Counter
+	refused    prometheus.Counter
 }
 
 // NewMetrics creates the aggregator's metrics and registers them with reg.
@@ -60,11 +62,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "warren_reduce_unknown_total",
 			Help: "Jobs ready to close that this server left open because their reducer is not registered on it (each counted once), by reducer.",
 		}, []string{"reducer"}),
+		spawned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warren_tasks_spawned_total",
+			Help: "Tasks added to their jobs by the spawns of recorded results.",
+		}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "warren_spawns_refused_total",
+			Help: "Results recorded failed because their spawn was refused (over the per-job or per-task limit, not JSON, of a reduce task).",
+		}),
 	}
 	for _, s := range []warren.TaskState{warren.TaskCompleted, warren.TaskFailed} {
 		m.tasks.WithLabelValues(string(s))
 	}
-	reg.MustRegister(m.tasks, m.duplicates, m.late, m.unknown, m.invalid, m.batchSize, m.closed, m.dead, m.unknownRed)
+	reg.MustRegister(m.tasks, m.duplicates, m.late, m.unknown, m.invalid, m.batchSize, m.closed, m.dead, m.unknownRed, m.spawned, m.refused)
 	return m
 }
 
@@ -79,6 +89,8 @@ func (m *Metrics) Hooks(next Hooks) Hooks {
 			m.duplicates.Add(float64(r.Duplicates))
 			m.late.Add(float64(r.Closed))
 			m.unknown.Add(float64(len(r.Unknown)))
+			m.spawned.Add(float64(r.Spawned))
+			m.refused.Add(float64(r.SpawnRefused))
 			if next.OnBatch != nil {
 				next.OnBatch(size, r)
 			}

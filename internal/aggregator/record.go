@@ -181,6 +181,9 @@ func (a *Aggregator) process(ctx context.Context, batch []item) error {
 				batch[i].invalid = err.Error()
 				continue
 			}
+			for k := n; k < len(outcomes); k++ {
+				a.limitSpawn(&outcomes[k])
+			}
 			batch[i].trace = wire.Trace(batch[i].d)
 		}
 		for range len(outcomes) - n {
@@ -421,6 +424,25 @@ func tooLarge(outcomes []store.Outcome, it item, size, limit int) ([]store.Outco
 	return outcomes, why
 }
 
+// limitSpawn gives outcome o, when it spawns, this server's limits for
+// the store to apply (Config.MaxJobTasks, Config.MaxTaskBytes), and fails
+// it when a spawned payload is nested deeper than a task message may
+// carry (protocol.MaxPayloadDepth): its task could never be read.
+func (a *Aggregator) limitSpawn(o *store.Outcome) {
+	if len(o.Spawn) == 0 || o.State != warren.TaskCompleted {
+		return
+	}
+	o.MaxJobTasks, o.MaxTaskBytes = a.cfg.MaxJobTasks, a.cfg.MaxTaskBytes
+	for i, p := range o.Spawn {
+		if d := protocol.Depth(p); d > protocol.MaxPayloadDepth {
+			o.State, o.Result, o.Spawn = warren.TaskFailed, nil, nil
+			o.SpawnRun, o.SpawnPart, o.SpawnParts = "", 0, 0 // the run fails now, whatever its other parts hold
+			o.Error = fmt.Sprintf("spawn refused: spawned task %d's payload is nested %d levels deep, more than the protocol's %d", i, d, protocol.MaxPayloadDepth)
+			return
+		}
+	}
+}
+
 // resultOutcome is the outcome a result records.
 func resultOutcome(r protocol.Result) store.Outcome {
 	o := store.Outcome{
@@ -428,6 +450,10 @@ func resultOutcome(r protocol.Result) store.Outcome {
 		TaskID:     r.TaskID,
 		State:      warren.TaskCompleted,
 		Result:     r.Result,
+		Spawn:      r.Spawn,
+		SpawnRun:   r.SpawnRun,
+		SpawnPart:  r.SpawnPart,
+		SpawnParts: r.SpawnParts,
 		Attempts:   r.Attempt,
 		Worker:     r.Worker,
 		StartedAt:  r.StartedAt,
@@ -435,7 +461,7 @@ func resultOutcome(r protocol.Result) store.Outcome {
 	}
 	if r.Failed() {
 		o.State = warren.TaskFailed
-		o.Result = nil
+		o.Result, o.Spawn = nil, nil
 		o.Error = r.Error
 		if o.Error == "" {
 			o.Error = "failed (no error given)"

@@ -89,6 +89,10 @@ type Config struct {
 	// job, in bytes as submitted; a larger one is refused with 413 and
 	// writes nothing. 0 means DefaultMaxMetadataBytes.
 	MaxMetadataBytes int64
+	// MaxJobTasks is the most tasks a job may have, spawned ones
+	// included: a submission with more is refused with 413, and writes
+	// nothing. 0 means no limit.
+	MaxJobTasks int64
 	// BodyTimeout is the longest a request body may go without delivering
 	// a byte: a stalled upload is then cut with 408 and its connection
 	// closed. Each read extends the deadline, so a large body that keeps

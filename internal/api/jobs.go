@@ -29,6 +29,9 @@ type jobJSON struct {
 	CompletedTasks int64           `json:"completed_tasks"`
 	FailedTasks    int64           `json:"failed_tasks"`
 	PendingTasks   int64           `json:"pending_tasks"`
+	// SpawnedTasks counts the tasks the job's tasks spawned, within
+	// ExpectedTasks (warren.Job.SpawnedTasks).
+	SpawnedTasks int64 `json:"spawned_tasks"`
 	// Reduce is the reducer's name, or the reduce task as an object.
 	Reduce any `json:"reduce"`
 	// ReduceState is the reduce task's progress (warren.Job.ReduceState),
@@ -143,6 +146,7 @@ func toJobJSON(j warren.Job, retention time.Duration) jobJSON {
 		CompletedTasks:          j.CompletedTasks,
 		FailedTasks:             j.FailedTasks,
 		PendingTasks:            j.PendingTasks(),
+		SpawnedTasks:            j.SpawnedTasks,
 		Reduce:                  reduceJSON(j.Policy),
 		ReduceState:             j.ReduceState,
 		MaxRetries:              j.Policy.MaxRetries,

@@ -30,7 +30,7 @@ func TestGetJob(t *testing.T) {
 			delete(v, "created_at")
 			require.Equal(t, map[string]any{
 				"id": id, "type": "echo", "state": "pending",
-				"expected_tasks": 3.0, "completed_tasks": 0.0, "failed_tasks": 0.0, "pending_tasks": 3.0,
+				"expected_tasks": 3.0, "completed_tasks": 0.0, "failed_tasks": 0.0, "pending_tasks": 3.0, "spawned_tasks": 0.0,
 				"reduce": "sum", "max_retries": 5.0, "tolerated_failures": 2.0, "tolerated_failure_percent": 12.5,
 				"fail_fast": true, "task_timeout": 900.0, "batch_size": 16.0, "priority": 30.0, "max_concurrency": 7.0, "queue": "gpu", "retention": 86400.0, "expires_at": nil,
 				"metadata": map[string]any{"owner": "ops"}, "started_at": nil, "finished_at": nil, "result_url": nil, "error": nil,

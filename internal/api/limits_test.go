@@ -146,3 +146,20 @@ func TestSubmitRefusesAPayloadNestedTenThousandLevels(t *testing.T) {
 	require.Contains(t, errorMessage(t, resp), "task 1 (line 2) is nested 10000 levels deep")
 	requireNoJobs(t, b.store)
 }
+
+// A submission of more tasks than Config.MaxJobTasks is refused with 413,
+// and nothing is written; one at the limit is accepted.
+func TestSubmitRefusesAJobOverThePerJobLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &options{onNew: func(_ *testing.T, cfg *api.Config) { cfg.MaxJobTasks = 3 }})
+	for _, sub := range submissions(`1`, `2`, `3`, `4`) {
+		resp := b.do(t, http.MethodPost, "/v1/jobs", strings.NewReader(sub.body), "Content-Type", sub.contentType)
+		requireError(t, resp, http.StatusRequestEntityTooLarge, "too_large")
+		require.Contains(t, errorMessage(t, resp), "the job has more than 3 tasks, over the limit of 3 tasks per job", sub.name)
+		requireNoJobs(t, b.store)
+	}
+	for _, sub := range submissions(`1`, `2`, `3`) {
+		resp := b.do(t, http.MethodPost, "/v1/jobs", strings.NewReader(sub.body), "Content-Type", sub.contentType)
+		require.Equal(t, http.StatusAccepted, resp.status, "%s: %s", sub.name, resp.body)
+	}
+}

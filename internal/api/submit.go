@@ -198,7 +198,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 	// The whole body is read and checked before the store is called, so
 	// that no store connection waits on the client, and bad input writes
 	// nothing.
-	sp, err := spool.Tasks(tasks)
+	sp, err := spool.Tasks(limitTasks(tasks, s.cfg.MaxJobTasks))
 	if err != nil {
 		if e, ok := errors.AsType[*apiError](err); ok {
 			writeError(w, e)

@@ -49,6 +49,13 @@ type Decision struct {
 	Action Action
 	// Result is the run's value as JSON (Complete).
 	Result json.RawMessage
+	// Spawn are the payloads of the tasks the run spawned (Complete, after
+	// WithSpawn): all of them, in order.
+	Spawn []json.RawMessage
+	// SpawnParts, when the spawn and the result do not fit in one
+	// message, are Spawn cut into the parts that each go in a message of
+	// their own (protocol.Result.SpawnParts), the last with the result.
+	SpawnParts [][]json.RawMessage
 	// Err is why the run failed (every other action).
 	Err error
 	// Delay is how long a retry waits: its tier's delay (Retry).

@@ -4,6 +4,7 @@ import collections
 import functools
 import logging
 import random
+import secrets
 import time
 import uuid
 
@@ -294,19 +295,22 @@ class _Session:
             t0 = time.monotonic()
             t.started_at = started
             t.deadline = t0 + t.timeout if t.timeout else None
+            t._spawn_limit = _wire.MAX_SPAWN_BYTES
             value, err = None, None
             try:
                 value = fn(payload, t)
             except BaseException as e:  # noqa: BLE001 - every failure of a handler is an outcome, sys.exit too
                 err = e
+            t._spawn_ended = True
             elapsed = time.monotonic() - t0
             finished = _now()
             self._decide(d, t, payload, value, err, elapsed, started, finished, outs, results, evs)
         if self.ended or d.settled:
             return
-        if results and not m.batch:
+        if results and not m.batch and not outs:
             # A single task message that completed: its result may share a
-            # result batch with others that complete at the same time.
+            # result batch with others that complete at the same time (not
+            # one whose spawn goes in parts: they are in outs).
             self._publish(d, [], evs, result=(m, results[0]))
             return
         try:
@@ -383,14 +387,42 @@ class _Session:
                 permanent, reason = True, _wire.REASON_PERMANENT
                 text = "worker: the handler's result of type %s is not JSON: %s" % (type(value).__name__, e)
             else:
+                room = w.max_message_bytes - _wire.ENVELOPE_BYTES
+                spawn = t._spawn
+                parts = None
+                if spawn and len(raw) + t._spawn_bytes > room:
+                    parts = _wire.spawn_parts(spawn, t._spawn_sizes, room - len(raw) - _wire.SPAWN_PART_OVERHEAD)
                 if len(raw) > w.max_result_bytes:
                     permanent, reason = True, _wire.REASON_RESULT_TOO_LARGE
                     text = ("worker: the result is %d bytes of JSON, over this worker's limit of %d (max_result_bytes); "
                             "return a reference to large data instead, or raise the limit" % (len(raw), w.max_result_bytes))
+                elif spawn and len(raw) + t._spawn_bytes > room and \
+                        max(t._spawn_sizes) > room - len(raw) - _wire.SPAWN_PART_OVERHEAD:
+                    permanent, reason = True, _wire.REASON_RESULT_TOO_LARGE
+                    text = ("worker: a spawned task with the result is %d bytes of JSON, over the %d one result message "
+                            "carries (max_message_bytes less 16 KiB); spawn smaller tasks, or return a smaller result"
+                            % (len(raw) + max(t._spawn_sizes) + _wire.SPAWN_PART_OVERHEAD, room))
+                elif parts is not None and len(parts) > _wire.MAX_SPAWN_PARTS:
+                    permanent, reason = True, _wire.REASON_RESULT_TOO_LARGE
+                    text = ("worker: the spawned tasks take %d messages, more than the %d one run may spawn in"
+                            % (len(parts), _wire.MAX_SPAWN_PARTS))
                 else:
-                    results.append({"task_id": t.task_id, "result": value, "status": "completed", "worker": w.name,
-                                    "attempt": t.attempt, "started_at": _wire.format_time(started),
-                                    "finished_at": _wire.format_time(finished)})
+                    r = {"task_id": t.task_id, "result": value, "status": "completed", "worker": w.name,
+                         "attempt": t.attempt, "started_at": _wire.format_time(started),
+                         "finished_at": _wire.format_time(finished)}
+                    if parts is not None:
+                        # In parts: each but the last in a message of its
+                        # own, published with the rest before the ack.
+                        run = secrets.token_hex(8)
+                        for k, part in enumerate(parts[:-1]):
+                            p = {"task_id": t.task_id, "result": None, "status": "completed", "worker": w.name,
+                                 "attempt": t.attempt, "spawn": part, "spawn_run": run, "spawn_part": k + 1,
+                                 "spawn_parts": len(parts)}
+                            outs.extend(m.results(w.names, [p], w.max_message_bytes, batch=False))
+                        r.update(spawn=parts[-1], spawn_run=run, spawn_part=len(parts), spawn_parts=len(parts))
+                    elif spawn:
+                        r["spawn"] = spawn
+                    results.append(r)
                     _task_log(t, "warren worker: task completed duration=%.3fs", elapsed, logger=w.log)
                     evs.append(self._event("completed", t))
                     return

@@ -27,10 +27,12 @@ class Task:
     external systems), ``queue`` (the work queue it came from),
     ``generation``, ``timeout`` (seconds each run may take, or None) and
     ``deadline`` (``time.monotonic()`` value the run must end by, or None).
+
+    ``spawn(payloads)`` adds tasks to the task's job (see its doc).
     """
 
     __slots__ = ("job_id", "task_id", "type", "attempt", "max_retries", "queue", "generation",
-                 "timeout", "deadline", "started_at")
+                 "timeout", "deadline", "started_at", "_spawn", "_spawn_sizes", "_spawn_bytes", "_spawn_limit", "_spawn_ended")
 
     def __init__(self, job_id, task_id, type, attempt, max_retries, queue, generation, timeout, deadline, started_at):
         self.job_id = job_id
@@ -43,6 +45,48 @@ class Task:
         self.timeout = timeout
         self.deadline = deadline
         self.started_at = started_at
+        self._spawn = []
+        self._spawn_sizes = []  # each payload's bytes of JSON, with a comma
+        self._spawn_bytes = 0
+        self._spawn_limit = 0  # the worker sets it: the most one run may spawn
+        self._spawn_ended = False
+
+    def spawn(self, payloads):
+        """Add tasks to the task's job, one per JSON value of the list payloads.
+
+        May be called several times in one run; the tasks go with the run's
+        result and exist only if it is recorded completed: a run that
+        raises, times out or is retried spawns nothing, and a task that ran
+        before, or whose result is delivered twice, spawns once. They get
+        the job's next task ids in order, and its expected_tasks grows by as
+        many. A spawn that does not fit in one result message with the
+        result goes in several (spawn parts), recorded together. Raises
+        TypeError or ValueError, adding none of them, when a payload is not
+        JSON or the run's spawn would be over 64 MiB of JSON, and
+        RuntimeError after the run returned; a payload that cannot fit in
+        one message with the result fails the run (``result_too_large``). The server fails the task instead when the
+        spawn would take its job over its --max-job-tasks, or a payload is
+        over its --max-task-bytes.
+        """
+        if isinstance(payloads, (str, bytes, dict)):
+            raise TypeError("spawn takes a list of payloads, got %s" % type(payloads).__name__)
+        if self._spawn_ended:
+            raise RuntimeError("spawn after the task's run returned; spawn before returning")
+        payloads = list(payloads)
+        sizes = []
+        for i, p in enumerate(payloads):
+            try:
+                sizes.append(len(_wire.encode_json(p)) + 1)
+            except (TypeError, ValueError) as e:
+                raise type(e)("spawn payload %d is not JSON: %s" % (i, e)) from e
+        size = sum(sizes)
+        if self._spawn_limit and self._spawn_bytes + size > self._spawn_limit:
+            raise ValueError("the spawned tasks are %d bytes of JSON, over the %d one run may spawn; "
+                             "spawn fewer tasks per run, and let them spawn the rest"
+                             % (self._spawn_bytes + size, self._spawn_limit))
+        self._spawn.extend(payloads)
+        self._spawn_sizes.extend(sizes)
+        self._spawn_bytes += size
 
     @property
     def idempotency_key(self):

@@ -61,6 +61,25 @@ DEFAULT_MAX_RETRIES = 3  # warren.DefaultMaxRetries: a task message without x-ma
 DEFAULT_MAX_MESSAGE_BYTES = 4 << 20
 DEFAULT_MAX_RESULT_BYTES = 1 << 20
 ENVELOPE_BYTES = 16 << 10
+
+# The most bytes of JSON one run may spawn, and the room a spawn part's
+# own fields take in its message (docs/protocol.md, "Spawned tasks").
+MAX_SPAWN_BYTES = 64 << 20
+SPAWN_PART_OVERHEAD = 160
+MAX_SPAWN_PARTS = 10000
+
+
+def spawn_parts(payloads, sizes, room):
+    """Cut payloads (of sizes bytes of JSON each, with a comma) in order into parts of at most room bytes."""
+    parts, part, used = [], [], 0
+    for p, n in zip(payloads, sizes):
+        if part and used + n > room:
+            parts.append(part)
+            part, used = [], 0
+        part.append(p)
+        used += n
+    parts.append(part)
+    return parts
 MAX_BATCH_SIZE = 1000
 MAX_PAYLOAD_DEPTH = 61
 MAX_INT32 = 2147483647

@@ -138,10 +138,11 @@ func queueBumps(b *pgx.Batch, deltas []engine.CounterDelta) []engine.CounterDelt
 	for _, d := range deltas {
 		b.Queue(`
 			UPDATE jobs SET completed_tasks = completed_tasks + $2, failed_tasks = failed_tasks + $3,
+				expected_tasks = expected_tasks + $5, spawned_tasks = spawned_tasks + $5,
 				version = version + 1, reduce_state = CASE WHEN $4 = '' THEN reduce_state ELSE $4 END
 			WHERE id = $1
 			RETURNING `+jobColumns,
-			d.JobID, d.Completed, d.Failed, d.ReduceState)
+			d.JobID, d.Completed, d.Failed, d.ReduceState, d.Expected)
 	}
 	return deltas
 }

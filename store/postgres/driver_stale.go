@@ -201,6 +201,8 @@ const deleteJobsSQL = `
 	WITH gone AS (
 		DELETE FROM jobs WHERE id = ANY($1) AND state IN ('completed', 'failed', 'cancelled')
 		RETURNING id, expected_tasks
+	), parts AS (
+		DELETE FROM spawn_parts WHERE job_id IN (SELECT id FROM gone)
 	)
 	INSERT INTO deleted_jobs (job_id, deleted_at, tasks) SELECT id, $2, expected_tasks FROM gone
 	RETURNING job_id`

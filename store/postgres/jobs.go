@@ -21,7 +21,7 @@ const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tas
 	reduce, max_retries, tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms,
 	batch_size, priority, queue, retention_ms, metadata, coalesce(idempotency_key, ''), created_at, started_at, finished_at,
 	result_location, error, webhook_url, version, trace_parent, trace_state, reduce_task, reduce_state,
-	then_spec, next_job, previous_job, max_concurrency`
+	then_spec, next_job, previous_job, max_concurrency, spawned_tasks`
 
 // scanJob reads one row of jobColumns, then into extra the columns that
 // follow them.
@@ -39,7 +39,7 @@ func scanJob(row pgx.Row, extra ...any) (warren.Job, error) {
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent, &j.Policy.FailFast,
 		&timeoutMS, &j.Policy.BatchSize, &j.Policy.Priority, &j.Policy.Queue, &retentionMS, &metadata, &j.IdempotencyKey, &j.CreatedAt, &j.StartedAt, &j.FinishedAt,
 		&j.ResultLocation, &j.Error, &j.WebhookURL, &j.Version, &j.TraceParent, &j.TraceState, &reduceTask, &j.ReduceState,
-		&then, &j.NextJob, &j.PreviousJob, &j.Policy.MaxConcurrency}
+		&then, &j.NextJob, &j.PreviousJob, &j.Policy.MaxConcurrency, &j.SpawnedTasks}
 	err := row.Scan(append(dest, extra...)...)
 	if err != nil {
 		return warren.Job{}, err

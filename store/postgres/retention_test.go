@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -73,4 +74,36 @@ func TestRetentionIsStoredInMilliseconds(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Equal(t, int64(1), count(t, b.url, `SELECT count(*) FROM deleted_jobs WHERE job_id = $1 AND tasks = 1`, job.ID))
+}
+
+// Deleting a job deletes the spawn parts of its runs that never
+// completed; a run recorded from its parts leaves none.
+func TestDeletingAJobDeletesItsStagedSpawnParts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	job := b.createJob(t, 2, defaultPolicy)
+	b.relayAll(t)
+	part := func(taskID int64, run string, n int) store.Outcome {
+		return store.Outcome{JobID: job.ID, TaskID: taskID, State: warren.TaskCompleted, Result: []byte(`1`),
+			Spawn: []json.RawMessage{json.RawMessage(`0`)}, SpawnRun: run, SpawnPart: n, SpawnParts: 2}
+	}
+	conn, err := pgx.Connect(b.ctx, b.url)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(b.ctx) }()
+	staged := func() int {
+		var n int
+		require.NoError(t, conn.QueryRow(b.ctx, `SELECT count(*) FROM spawn_parts`).Scan(&n))
+		return n
+	}
+	_, err = b.store.ApplyOutcomes(b.ctx, []store.Outcome{part(1, "dead", 1), part(2, "done", 1)})
+	require.NoError(t, err)
+	require.Equal(t, 2, staged())
+	_, err = b.store.ApplyOutcomes(b.ctx, []store.Outcome{part(2, "done", 2)})
+	require.NoError(t, err)
+	require.Equal(t, 1, staged(), "task 2's run is recorded: its parts go")
+
+	_, err = b.store.CancelJob(b.ctx, job.ID)
+	require.NoError(t, err)
+	require.NoError(t, b.store.DeleteJob(b.ctx, job.ID))
+	require.Zero(t, staged(), "task 1's dead run's part goes with the job")
 }

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync/atomic"
 	"testing"
 
@@ -65,4 +66,28 @@ func outcomesOf(jobs []string, from, to int64) []store.Outcome {
 		}
 	}
 	return outcomes
+}
+
+// A batch that spawns costs two requests more, whatever it spawns into
+// how many jobs: the spawning jobs' row locks, and the children's insert.
+func TestApplyOutcomesThatSpawnSendSixRequests(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	counter := &sendCounter{}
+	require.NoError(t, postgres.Trace(b.ctx, b.store, b.url, counter))
+	jobs := []string{b.createJob(t, 50, defaultPolicy).ID, b.createJob(t, 50, defaultPolicy).ID}
+	b.relayAll(t)
+
+	batch := outcomesOf(jobs, 1, 50)
+	for i := range batch {
+		if i%3 == 0 {
+			batch[i].Spawn = []json.RawMessage{json.RawMessage(`1`), json.RawMessage(`2`)}
+		}
+	}
+	before := counter.n.Load()
+	report, err := b.store.ApplyOutcomes(b.ctx, batch)
+	require.NoError(t, err)
+	require.Equal(t, len(batch), report.Applied)
+	require.Equal(t, 68, report.Spawned)
+	require.Equal(t, int64(6), counter.n.Load()-before)
 }

@@ -60,10 +60,12 @@ var writeOutcomesQueries = func() map[int]string {
 	return m
 }()
 
-// bumpCountersSQL adds ?1 and ?2 to job ?3's counters, sets its
-// reduce_state to ?4 unless ?4 is empty, and returns its row.
+// bumpCountersSQL adds ?1, ?2 and ?5 to job ?3's completed, failed and
+// expected counters, sets its reduce_state to ?4 unless ?4 is empty, and
+// returns its row.
 const bumpCountersSQL = `UPDATE jobs
 	SET completed_tasks = completed_tasks + ?1, failed_tasks = failed_tasks + ?2, version = version + 1,
+	    expected_tasks = expected_tasks + ?5, spawned_tasks = spawned_tasks + ?5,
 	    reduce_state = CASE WHEN ?4 = '' THEN reduce_state ELSE ?4 END
 	WHERE id = ?3 RETURNING ` + jobColumns
 
@@ -203,7 +205,7 @@ func (t *tx) BumpCounters(ctx context.Context, deltas []engine.CounterDelta) ([]
 	defer bump.Close()
 	jobs := make([]warren.Job, 0, len(deltas))
 	for _, d := range deltas {
-		j, _, err := scanJob(bump.QueryRowContext(ctx, d.Completed, d.Failed, d.JobID, d.ReduceState))
+		j, _, err := scanJob(bump.QueryRowContext(ctx, d.Completed, d.Failed, d.JobID, d.ReduceState, d.Expected))
 		if err != nil {
 			return nil, fmt.Errorf("count results of job %q: %w", d.JobID, err)
 		}

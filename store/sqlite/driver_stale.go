@@ -303,6 +303,10 @@ func (t *tx) DeleteJobs(ctx context.Context, ids []string, at time.Time) (int, e
 	if _, err := t.tx.ExecContext(ctx, `DELETE FROM webhook_deliveries WHERE job_id IN (SELECT value ->> 0 FROM json_each(?1))`, string(set)); err != nil {
 		return 0, err
 	}
+	// The staged spawn parts of runs that never completed.
+	if _, err := t.tx.ExecContext(ctx, `DELETE FROM spawn_parts WHERE job_id IN (SELECT value ->> 0 FROM json_each(?1))`, string(set)); err != nil {
+		return 0, err
+	}
 	if _, err := t.tx.ExecContext(ctx, recordDeletedSQL, string(set), at.UnixMicro()); err != nil {
 		return 0, err
 	}

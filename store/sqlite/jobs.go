@@ -28,7 +28,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (warren.Job, error) {
 const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks, reduce, max_retries,
 	tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, priority, queue, retention_ms, metadata, COALESCE(idempotency_key, ''),
 	created_at, started_at, finished_at, result_location, error, webhook_url, version, trace_parent, trace_state,
-	reduce_task, reduce_state, then_spec, next_job, previous_job, max_concurrency, seq`
+	reduce_task, reduce_state, then_spec, next_job, previous_job, max_concurrency, spawned_tasks, seq`
 
 // getJob returns the one job matching where, or warren.ErrNotFound.
 func getJob(ctx context.Context, q querier, where string, args ...any) (warren.Job, error) {
@@ -56,7 +56,7 @@ func scanJob(row interface{ Scan(...any) error }) (warren.Job, int64, error) {
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent,
 		&j.Policy.FailFast, &timeoutMS, &j.Policy.BatchSize, &j.Policy.Priority, &j.Policy.Queue, &retentionMS, &metadata, &j.IdempotencyKey, &created, &started, &finished,
 		&j.ResultLocation, &j.Error, &j.WebhookURL, &j.Version, &j.TraceParent, &j.TraceState,
-		&reduceTask, &j.ReduceState, &then, &j.NextJob, &j.PreviousJob, &j.Policy.MaxConcurrency, &seq)
+		&reduceTask, &j.ReduceState, &then, &j.NextJob, &j.PreviousJob, &j.Policy.MaxConcurrency, &j.SpawnedTasks, &seq)
 	if err != nil {
 		return warren.Job{}, 0, err
 	}

@@ -187,3 +187,41 @@ func BenchmarkDeleteExpiredJobs(b *testing.B) {
 	b.ReportMetric(float64(purgeTime.Microseconds())/1000/float64(purges), "ms/purge-tx")
 	b.ReportMetric(float64((deleteTime+purgeTime).Microseconds())/1000/float64(b.N), "ms/batch")
 }
+
+// Deleting a job deletes the spawn parts of its runs that never
+// completed; a run recorded from its parts leaves none.
+func TestDeletingAJobDeletesItsStagedSpawnParts(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, filepath.Join(t.TempDir(), "warren.db"))
+	ctx := t.Context()
+	job, _, err := s.CreateJob(ctx, store.NewJob{Type: "t"}, payloads(2))
+	require.NoError(t, err)
+	_, err = s.RelayBatch(ctx, 10, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+		refs := make([]store.TaskRef, len(tasks))
+		for i, tk := range tasks {
+			refs[i] = tk.Ref()
+		}
+		return refs, nil
+	})
+	require.NoError(t, err)
+	part := func(taskID int64, run string, n int) store.Outcome {
+		return store.Outcome{JobID: job.ID, TaskID: taskID, State: warren.TaskCompleted, Result: json.RawMessage(`1`),
+			Spawn: []json.RawMessage{json.RawMessage(`0`)}, SpawnRun: run, SpawnPart: n, SpawnParts: 2}
+	}
+	staged := func() int {
+		var n int
+		require.NoError(t, s.r.QueryRowContext(ctx, `SELECT count(*) FROM spawn_parts`).Scan(&n))
+		return n
+	}
+	_, err = s.ApplyOutcomes(ctx, []store.Outcome{part(1, "dead", 1), part(2, "done", 1)})
+	require.NoError(t, err)
+	require.Equal(t, 2, staged())
+	_, err = s.ApplyOutcomes(ctx, []store.Outcome{part(2, "done", 2)})
+	require.NoError(t, err)
+	require.Equal(t, 1, staged(), "task 2's run is recorded: its parts go")
+
+	_, err = s.CancelJob(ctx, job.ID)
+	require.NoError(t, err)
+	require.NoError(t, s.DeleteJob(ctx, job.ID))
+	require.Zero(t, staged(), "task 1's dead run's part goes with the job")
+}

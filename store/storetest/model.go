@@ -17,6 +17,13 @@ package storetest
 // it too, and the model says the job's reduce state, task 0's row and
 // the job's result (task 0's last applied one). An even seed's case has
 // no reduce task and runs its steps as it did before reduce tasks.
+//
+// Some completed outcomes of map tasks spawn tasks (store.Outcome.Spawn),
+// some failed ones carry a spawn that must be ignored, and some cases
+// give their spawns a limit of tasks per job: the model says which
+// spawns add tasks (an applied completed outcome's, within the limit),
+// which fail their task (over it), and that the job's expected tasks are
+// always its task rows.
 
 import (
 	"context"
@@ -165,6 +172,11 @@ type model struct {
 	state    warren.JobState
 	// reduce says the job has a reduce task (odd seeds).
 	reduce bool
+	// submitted is the number of tasks the job was created with.
+	submitted int
+	// maxTasks, when > 0, is the limit of tasks per job its spawns are
+	// held to (store.Outcome.MaxJobTasks).
+	maxTasks int64
 	// task0 is the reduce task's row: nil until the first StartReduce.
 	task0 *modelTask
 	// reduceState is the job's reduce state (warren.Job.ReduceState).
@@ -236,8 +248,11 @@ func (m *model) createJob() {
 		m.policy.ReduceTask = &warren.ReduceTask{Type: reduceTaskType, Payload: json.RawMessage(`{"k":1}`)}
 		with = "a reduce task"
 	}
-	m.note("create a job of %d tasks with %s, max retries %d, fail fast %v, %d failures tolerated, max concurrency %d",
-		n, with, m.policy.MaxRetries, m.policy.FailFast, m.policy.ToleratedFailures, m.policy.MaxConcurrency)
+	if m.coin() {
+		m.maxTasks = int64(n + m.intn(4))
+	}
+	m.note("create a job of %d tasks with %s, max retries %d, fail fast %v, %d failures tolerated, max concurrency %d, spawns up to %d tasks (0: no limit)",
+		n, with, m.policy.MaxRetries, m.policy.FailFast, m.policy.ToleratedFailures, m.policy.MaxConcurrency, m.maxTasks)
 	payloads := func(yield func(json.RawMessage, error) bool) {
 		for i := range n {
 			if !yield(json.RawMessage(strconv.Itoa(i+1)), nil) {
@@ -247,7 +262,7 @@ func (m *model) createJob() {
 	}
 	job, _, err := m.st.CreateJob(m.ctx, store.NewJob{Type: "model", Policy: m.policy}, payloads)
 	require.NoError(m.t, err, "create job")
-	m.job, m.state, m.tasks = job, warren.JobPending, make([]modelTask, n)
+	m.job, m.state, m.tasks, m.submitted = job, warren.JobPending, make([]modelTask, n), n
 	for i := range m.tasks {
 		m.tasks[i] = modelTask{state: warren.TaskPending, gen: 1}
 	}
@@ -411,7 +426,14 @@ func (m *model) outcome() {
 	default:
 		o.Result = json.RawMessage(strconv.Itoa(100*t.gen + 10*gen + int(id)))
 	}
-	m.note("outcome %d: task %d %s, generation %d (the task's is %d), attempts %d", len(m.sent)+1, id, o.State, gen, t.gen, o.Attempts)
+	if id != warren.ReduceTaskID && m.intn(3) == 0 && len(m.tasks) < 16 {
+		// A spawn, counted only with an applied completed outcome.
+		for k := range 1 + m.intn(2) {
+			o.Spawn = append(o.Spawn, json.RawMessage(fmt.Sprintf(`{"parent":%d,"k":%d}`, id, k)))
+		}
+		o.MaxJobTasks = m.maxTasks
+	}
+	m.note("outcome %d: task %d %s, generation %d (the task's is %d), attempts %d, spawning %d", len(m.sent)+1, id, o.State, gen, t.gen, o.Attempts, len(o.Spawn))
 	m.apply(o, gen)
 	m.sent = append(m.sent, o)
 	m.outcomeGen = append(m.outcomeGen, gen)
@@ -471,17 +493,36 @@ func (m *model) duplicate() {
 // ready to close.
 func (m *model) apply(o store.Outcome, gen int) {
 	readyBefore := m.ready()
-	report, err := m.st.ApplyOutcomes(m.ctx, []store.Outcome{o})
+	batch := []store.Outcome{o}
+	if len(o.Spawn) >= 2 && o.State == warren.TaskCompleted && m.coin() {
+		// A spawn in parts, as a worker sends one too large for a message:
+		// each delivery a run of its own, its parts in any order.
+		batch = inParts(o, fmt.Sprintf("run-%d", len(m.trace)), len(o.Spawn))
+		m.rng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+		m.note("  (in %d spawn parts)", len(batch))
+	}
+	report, err := m.st.ApplyOutcomes(m.ctx, batch)
 	require.NoError(m.t, err, "apply")
 	t := m.task(o.TaskID)
 	applies := m.open() && !t.state.Terminal() && (gen == 0 || gen == t.gen) &&
 		(o.TaskID != warren.ReduceTaskID || m.reduceState == warren.ReduceRunning)
 	require.Equal(m.t, applies, report.Applied == 1, "whether the outcome is applied (report %+v)", report)
+	spawned, refused := 0, 0
 	if applies {
 		t.state = o.State
 		// The run's attempts as the outcome reports them.
 		t.attempts = o.Attempts
 		t.result = string(o.Result)
+		if o.State == warren.TaskCompleted && len(o.Spawn) > 0 {
+			if o.MaxJobTasks > 0 && int64(len(m.tasks)+len(o.Spawn)) > o.MaxJobTasks {
+				t.state, t.result, refused = warren.TaskFailed, "", 1
+			} else {
+				spawned = len(o.Spawn)
+				for range o.Spawn {
+					m.tasks = append(m.tasks, modelTask{state: warren.TaskPending, gen: 1})
+				}
+			}
+		}
 		if o.TaskID == warren.ReduceTaskID {
 			m.reduceState = warren.ReduceCompleted
 			if o.State == warren.TaskFailed {
@@ -489,6 +530,8 @@ func (m *model) apply(o store.Outcome, gen int) {
 			}
 		}
 	}
+	require.Equal(m.t, [2]int{spawned, refused}, [2]int{report.Spawned, report.SpawnRefused},
+		"the tasks the outcome spawned, and whether its spawn was refused (report %+v)", report)
 	require.Equal(m.t, applies && !readyBefore && m.ready(), slices.Contains(report.ReadyToClose, m.job.ID),
 		"the outcome's report lists the job ready to close exactly when the outcome made it so (report %+v)", report)
 }
@@ -876,6 +919,8 @@ func (m *model) check() {
 	}
 	require.Equal(m.t, [2]int64{completed, failed}, [2]int64{job.CompletedTasks, job.FailedTasks},
 		"the job's completed and failed counters are what its task rows say")
+	require.Equal(m.t, int64(len(m.tasks)), job.ExpectedTasks, "the job's expected tasks are its task rows, spawned ones included")
+	require.Equal(m.t, int64(len(m.tasks)-m.submitted), job.SpawnedTasks, "the job's spawned tasks are those beyond its submitted ones")
 	require.Equal(m.t, m.state, job.State, "the job's state")
 	require.Equal(m.t, m.reduceState, job.ReduceState, "the job's reduce state")
 	if m.reduce {

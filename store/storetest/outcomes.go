@@ -569,5 +569,8 @@ func withoutEmpty(r store.ApplyReport) store.ApplyReport {
 	if len(r.ReadyToClose) == 0 {
 		r.ReadyToClose = nil
 	}
+	if len(r.SpawnedJobs) == 0 {
+		r.SpawnedJobs = nil
+	}
 	return r
 }

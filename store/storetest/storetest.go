@@ -68,6 +68,8 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Webhooks", testWebhooks},
 		{"Reduce", testReduce},
 		{"Then", testThen},
+		{"Spawn", testSpawn},
+		{"SpawnParts", testSpawnParts},
 		{"Model", testModel},
 	}
 	for _, g := range groups {

@@ -60,7 +60,7 @@ func runReducer(ctx context.Context, fn worker.ReducerFunc, job worker.ReduceJob
 	if ctx.Err() != nil {
 		return requeued(ctx, t)
 	}
-	return decide(outcome.Run{Value: value, Err: err, Timeout: t.Timeout, Elapsed: elapsed, MaxResult: lim.maxResult}, t, lim.tiers)
+	return decide(outcome.Run{Value: value, Err: err, Timeout: t.Timeout, Elapsed: elapsed, MaxResult: lim.maxResult}, t, nil, lim.tiers)
 }
 
 // callReducer runs fn as the worker does: with the task's deadline, and

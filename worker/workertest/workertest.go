@@ -132,6 +132,10 @@ type Result struct {
 	// Output is the task's result as the worker publishes it, as JSON
 	// (Completed only).
 	Output json.RawMessage
+	// Spawned are the payloads of the tasks the run spawned
+	// (worker.Task.Spawn), as JSON, in order: what the result carries
+	// (Completed only; the worker drops the spawn of any other run).
+	Spawned []json.RawMessage
 	// Err is why the task did not complete: the handler's error, or its
 	// panic as the worker reports it; the worker's timeout error for a
 	// run that ended past its deadline ("worker: task timeout of 5s
@@ -216,25 +220,33 @@ func RunWorker(ctx context.Context, w *worker.Worker, task worker.Task, opts *Op
 }
 
 func run(ctx context.Context, h worker.HandlerFunc, t worker.Task, lim limits) Result {
+	// The Result's Task is the task as given, its defaults filled in,
+	// without what records the handler's spawn.
+	run, spawns := attachSpawns(t)
 	start := time.Now()
-	value, err := call(ctx, h, t, start)
+	value, err := call(ctx, h, run, start)
 	elapsed := time.Since(start)
 	if ctx.Err() != nil {
 		return requeued(ctx, t)
 	}
-	return decide(outcome.Run{Value: value, Err: err, Timeout: t.Timeout, Elapsed: elapsed, MaxResult: lim.maxResult}, t, lim.tiers)
+	return decide(outcome.Run{Value: value, Err: err, Timeout: t.Timeout, Elapsed: elapsed, MaxResult: lim.maxResult}, t, spawns, lim.tiers)
 }
 
 func runBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Task, lim limits) []Result {
+	spawns := make([]*outcome.Spawns, len(tasks))
+	runs := make([]worker.Task, len(tasks))
+	for i := range tasks {
+		runs[i], spawns[i] = attachSpawns(tasks[i])
+	}
 	start := time.Now()
-	outs := callBatch(ctx, h, tasks, start)
+	outs := callBatch(ctx, h, runs, start)
 	elapsed := time.Since(start)
 	res := make([]Result, len(tasks))
 	for i, t := range tasks {
 		if ctx.Err() != nil {
 			res[i] = requeued(ctx, t)
 		} else {
-			res[i] = decide(outcome.Run{Value: outs[i].Value, Err: outs[i].Err, Timeout: t.Timeout, Elapsed: elapsed, MaxResult: lim.maxResult}, t, lim.tiers)
+			res[i] = decide(outcome.Run{Value: outs[i].Value, Err: outs[i].Err, Timeout: t.Timeout, Elapsed: elapsed, MaxResult: lim.maxResult}, t, spawns[i], lim.tiers)
 		}
 	}
 	return res
@@ -278,13 +290,15 @@ func callBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Ta
 	return outs
 }
 
-// decide maps the worker's decision on a run of t onto a Result.
-func decide(run outcome.Run, t worker.Task, tiers []time.Duration) Result {
+// decide maps the worker's decision on a run of t, which spawned spawns,
+// onto a Result.
+func decide(run outcome.Run, t worker.Task, spawns *outcome.Spawns, tiers []time.Duration) Result {
 	d := outcome.Of(run, worker.IsPermanent, t.Attempt, t.MaxRetries, tiers)
+	d = outcome.WithSpawn(d, spawns, spawnLimit)
 	r := Result{Err: d.Err, Reason: d.Reason, Task: t}
 	switch d.Action {
 	case outcome.Complete:
-		r.Action, r.Output = Completed, d.Result
+		r.Action, r.Output, r.Spawned = Completed, d.Result, d.Spawn
 	case outcome.Retry:
 		r.Action, r.Delay = Retried, d.Delay
 	case outcome.Fail:
@@ -301,6 +315,17 @@ func decide(run outcome.Run, t worker.Task, tiers []time.Duration) Result {
 
 func requeued(ctx context.Context, t worker.Task) Result {
 	return Result{Action: Requeued, Err: context.Cause(ctx), Task: t}
+}
+
+// spawnLimit is the most bytes of JSON a run's spawn and result may
+// take: what one result message of the default size carries.
+const spawnLimit = protocol.DefaultMaxMessageBytes - protocol.EnvelopeBytes
+
+// attachSpawns returns t with its Spawn recording into the Spawns it
+// returns, as the worker's tasks do.
+func attachSpawns(t worker.Task) (worker.Task, *outcome.Spawns) {
+	s := outcome.NewSpawns(outcome.MaxSpawnBytes, nil)
+	return outcome.AttachSpawns.(func(worker.Task, *outcome.Spawns) worker.Task)(t, s), s
 }
 
 // withDefaults fills the zero fields of the i-th task of a run.

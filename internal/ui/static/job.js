@@ -57,9 +57,9 @@ export function jobPage(root, { params, navigate }) {
     title.replaceChildren(h('h1', null, j.type, ' ', badge(j.state), ...reducing), copyable(j.id));
     const done = j.completed_tasks + j.failed_tasks;
     const end = j.finished_at ? Date.parse(j.finished_at) : Date.now();
-    const card = (label, value, cls) => h('div', { class: `card ${cls || ''}` }, h('div', { class: 'label' }, label), h('div', { class: 'value' }, value));
+    const card = (label, value, cls, title) => h('div', { class: `card ${cls || ''}`, title: title || null }, h('div', { class: 'label' }, label), h('div', { class: 'value' }, value));
     summary.replaceChildren(
-      card('Expected', num(j.expected_tasks)),
+      card('Expected', num(j.expected_tasks), '', j.spawned_tasks ? `${num(j.spawned_tasks)} spawned by its tasks` : ''),
       card('Completed', num(j.completed_tasks), 'ok-text'),
       card('Failed', num(j.failed_tasks), j.failed_tasks ? 'bad-text' : ''),
       card(isOpen(j.state) ? 'Pending' : 'Unfinished', num(j.pending_tasks)),

@@ -112,6 +112,8 @@ type Tx interface {
 	StaleTx
 	CreateTx
 	FollowUpTx
+	SpawnTx
+	SpawnPartTx
 }
 
 // Options tunes an Engine.

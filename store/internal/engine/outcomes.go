@@ -30,9 +30,9 @@ type OutcomeTx interface {
 	// where the driver can. It returns how many task rows it wrote, and
 	// the job rows as the deltas left them, in job id order.
 	WriteOutcomes(ctx context.Context, writes []TaskWrite, deltas []CounterDelta) (int, []warren.Job, error)
-	// BumpCounters adds each delta to its job's completed and failed
-	// counters (a delta may be negative: a redrive takes failed tasks
-	// back), sets its reduce_state to the delta's ReduceState when that is
+	// BumpCounters adds each delta to its job's completed, failed and
+	// expected counters (a delta may be negative: a redrive takes failed
+	// tasks back), sets its reduce_state to the delta's ReduceState when that is
 	// not "", and increments the job's version, one job row at a time in
 	// job id order (PostgreSQL's lock order for job rows), whatever the
 	// order of deltas. It returns the updated job rows in that order. A
@@ -92,10 +92,14 @@ type TaskWrite struct {
 }
 
 // CounterDelta is how many tasks to add to one job's completed and failed
-// counters, and the reduce state an outcome of its reduce task leaves.
+// counters (and to its expected tasks: a spawn), and the reduce state an
+// outcome of its reduce task leaves.
 type CounterDelta struct {
 	JobID             string
 	Completed, Failed int64
+	// Expected is how many tasks to add to the job's expected_tasks: the
+	// tasks its applied outcomes spawned.
+	Expected int64
 	// ReduceState, when not "", is the job's new reduce_state: the
 	// outcome of its reduce task (warren.ReduceCompleted or
 	// warren.ReduceFailed), which moves no counter.
@@ -127,8 +131,31 @@ func (e *Engine) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (s
 		if err != nil {
 			return fmt.Errorf("lock tasks: %w", err)
 		}
-		j := judgeOutcomes(outcomes, tasks, jobs, e.now())
+		// Only a batch with spawn parts reads staged ones.
+		var (
+			skip  []int
+			parts *partPlan
+		)
+		if hasSpawnParts(outcomes) {
+			if outcomes, skip, parts, err = assembleParts(ctx, tx, outcomes, tasks, jobs); err != nil {
+				return err
+			}
+		}
+		// Only a batch that spawns reads (and locks) its spawning jobs'
+		// last task ids: one without costs what it did before spawns.
+		var last map[string]int64
+		if ids := spawningJobs(outcomes, jobs); len(ids) > 0 {
+			if last, err = tx.LockSpawningJobs(ctx, ids); err != nil {
+				return fmt.Errorf("lock spawning jobs: %w", err)
+			}
+		}
+		j := judgeOutcomes(outcomes, skip, tasks, jobs, last, e.now())
 		report = j.report
+		if parts != nil {
+			if err := settleParts(ctx, tx, parts, j.writes); err != nil {
+				return err
+			}
+		}
 		if len(j.writes) == 0 {
 			return nil
 		}
@@ -142,6 +169,11 @@ func (e *Engine) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (s
 		// not count it.
 		if n != len(j.writes) {
 			return fmt.Errorf("record tasks: %d of %d locked task rows changed", n, len(j.writes))
+		}
+		if len(j.children) > 0 {
+			if err := tx.InsertSpawned(ctx, j.children); err != nil {
+				return fmt.Errorf("spawn tasks: %w", err)
+			}
 		}
 		report.ReadyToClose = readyAfter(bumped, j.deltas)
 		return nil
@@ -174,6 +206,9 @@ type judgement struct {
 	writes []TaskWrite
 	// deltas are the counters to move, in job id order, none zero.
 	deltas []CounterDelta
+	// children are the task rows the applied outcomes spawn, in batch
+	// order, each job's ids consecutive from its last task id.
+	children []SpawnedTask
 }
 
 // judgeOutcomes decides each outcome in batch order from its task row and
@@ -188,7 +223,18 @@ type judgement struct {
 // state to its own state. Of several outcomes of one task in a batch,
 // the first that is applied is the only one: the task is terminal after
 // it.
-func judgeOutcomes(outcomes []store.Outcome, tasks []OutcomeTask, jobs map[string]OutcomeJob, now time.Time) judgement {
+//
+// An applied completed outcome with a spawn (store.Outcome.Spawn) adds
+// its tasks with the ids after its job's last one (last, read under the
+// job's lock; it moves on with each spawn, so spawns of one job in a
+// batch get consecutive ranges in batch order) and raises the job's
+// expected tasks by as many; one whose spawn refuseSpawn refuses is
+// recorded failed with refuseSpawn's reason instead, and adds nothing.
+//
+// An outcome that skip (nil for none) marks as a spawn part that was
+// staged, or already was (assembleParts), is counted as such and judged
+// no further.
+func judgeOutcomes(outcomes []store.Outcome, skip []int, tasks []OutcomeTask, jobs map[string]OutcomeJob, last map[string]int64, now time.Time) judgement {
 	// The rows are copied: an applied outcome marks its row terminal for
 	// the outcomes after it, not the caller's.
 	rows := make(map[store.TaskRef]*OutcomeTask, len(tasks))
@@ -199,7 +245,18 @@ func judgeOutcomes(outcomes []store.Outcome, tasks []OutcomeTask, jobs map[strin
 		j      judgement
 		counts = make(map[string]*CounterDelta)
 	)
+	if last == nil {
+		last = make(map[string]int64)
+	}
 	for i, o := range outcomes {
+		if skip != nil && skip[i] != partJudged {
+			if skip[i] == partStaged {
+				j.report.SpawnPartsStaged++
+			} else {
+				j.report.Duplicates++
+			}
+			continue
+		}
 		job, jobFound := jobs[o.JobID]
 		task := rows[store.TaskRef{JobID: o.JobID, TaskID: o.TaskID}]
 		reduce := o.TaskID == warren.ReduceTaskID
@@ -212,10 +269,22 @@ func judgeOutcomes(outcomes []store.Outcome, tasks []OutcomeTask, jobs map[strin
 			reduce && job.ReduceState != warren.ReduceRunning:
 			j.report.Duplicates++
 		default:
-			j.writes = append(j.writes, outcomeWrite(o, *task, now))
-			task.State = o.State
+			w := outcomeWrite(o, *task, now)
+			var spawned int64
+			if spawns(o) {
+				if why := refuseSpawn(o, last[o.JobID]); why != "" {
+					w.State, w.Result, w.Error = warren.TaskFailed, nil, why
+					j.report.SpawnRefused++
+				} else {
+					j.children = spawnedTasks(j.children, o, last[o.JobID])
+					spawned = int64(len(o.Spawn))
+					last[o.JobID] += spawned
+				}
+			}
+			j.writes = append(j.writes, w)
+			task.State = w.State
 			j.report.Applied++
-			if o.State == warren.TaskFailed {
+			if w.State == warren.TaskFailed {
 				j.report.AppliedFailed++
 			}
 			d := counts[o.JobID]
@@ -223,10 +292,11 @@ func judgeOutcomes(outcomes []store.Outcome, tasks []OutcomeTask, jobs map[strin
 				d = &CounterDelta{JobID: o.JobID}
 				counts[o.JobID] = d
 			}
+			d.Expected += spawned
 			switch {
 			case reduce:
-				d.ReduceState = string(o.State)
-			case o.State == warren.TaskCompleted:
+				d.ReduceState = string(w.State)
+			case w.State == warren.TaskCompleted:
 				d.Completed++
 			default:
 				d.Failed++
@@ -235,8 +305,13 @@ func judgeOutcomes(outcomes []store.Outcome, tasks []OutcomeTask, jobs map[strin
 	}
 	for _, d := range counts {
 		j.deltas = append(j.deltas, *d)
+		if d.Expected > 0 {
+			j.report.Spawned += int(d.Expected)
+			j.report.SpawnedJobs = append(j.report.SpawnedJobs, d.JobID)
+		}
 	}
 	slices.SortFunc(j.deltas, func(a, b CounterDelta) int { return cmp.Compare(a.JobID, b.JobID) })
+	slices.Sort(j.report.SpawnedJobs)
 	return j
 }
 
@@ -326,6 +401,7 @@ func becameReady(j warren.Job, d CounterDelta) bool {
 	before := j
 	before.CompletedTasks -= d.Completed
 	before.FailedTasks -= d.Failed
+	before.ExpectedTasks -= d.Expected
 	if d.ReduceState != "" {
 		before.ReduceState = warren.ReduceRunning
 	}

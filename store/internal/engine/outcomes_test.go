@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -64,7 +65,7 @@ func TestJudgeOutcomes(t *testing.T) {
 		outcome("a", 1, warren.TaskCompleted, 0),    // 5: terminal by 4: Duplicate
 		outcome("a", 2, warren.TaskCompleted, 1),    // 6: terminal: Duplicate
 		outcome("deleted", 1, warren.TaskFailed, 1), // 7: a task row without its job: Unknown
-	}, tasks, jobs, now)
+	}, nil, tasks, jobs, nil, now)
 
 	require.Equal(t, store.ApplyReport{Applied: 2, AppliedFailed: 1, Duplicates: 3, Closed: 1, Unknown: []int{1, 7}}, j.report)
 	require.Equal(t, []CounterDelta{{JobID: "a", Completed: 1}, {JobID: "b", Failed: 1}}, j.deltas, "in job id order")
@@ -110,7 +111,7 @@ func TestJudgeReduceOutcomes(t *testing.T) {
 		outcome("idle", warren.TaskCompleted, 1), // 1: the job is not reducing: Duplicate
 		outcome("r", warren.TaskFailed, 2),       // 2: Applied
 		outcome("r", warren.TaskCompleted, 2),    // 3: terminal by 2: Duplicate
-	}, tasks, jobs, now)
+	}, nil, tasks, jobs, nil, now)
 	require.Equal(t, store.ApplyReport{Applied: 1, AppliedFailed: 1, Duplicates: 3}, j.report)
 	require.Equal(t, []CounterDelta{{JobID: "r", ReduceState: warren.ReduceFailed}}, j.deltas, "no counter moves")
 }
@@ -142,4 +143,45 @@ func TestSanitizeOutcomes(t *testing.T) {
 	got = sanitizeOutcomes(dirty)
 	require.Equal(t, []store.Outcome{{Error: "boom", Worker: "w1"}, {Error: "a\uFFFDb", Worker: "w\uFFFD", Result: []byte(`"\u0000"`)}}, got)
 	require.Equal(t, "a\x00b", dirty[1].Error, "the caller's outcomes are left as they are")
+}
+
+func TestSpawnsAfterTheLastTaskOrAreRefused(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	tasks := []OutcomeTask{
+		{TaskRef: store.TaskRef{JobID: "a", TaskID: 1}, State: warren.TaskQueued, Generation: 1},
+		{TaskRef: store.TaskRef{JobID: "a", TaskID: 2}, State: warren.TaskQueued, Generation: 1},
+		{TaskRef: store.TaskRef{JobID: "a", TaskID: 3}, State: warren.TaskQueued, Generation: 1},
+		{TaskRef: store.TaskRef{JobID: "b", TaskID: 1}, State: warren.TaskQueued, Generation: 1},
+	}
+	jobs := map[string]OutcomeJob{"a": {State: warren.JobRunning}, "b": {State: warren.JobCompleted}}
+	spawn := func(o store.Outcome, n int) store.Outcome {
+		for i := range n {
+			o.Spawn = append(o.Spawn, []byte(strconv.Itoa(i)))
+		}
+		return o
+	}
+	outcomes := []store.Outcome{
+		spawn(store.Outcome{JobID: "a", TaskID: 2, State: warren.TaskCompleted}, 2),
+		spawn(store.Outcome{JobID: "a", TaskID: 1, State: warren.TaskFailed, Error: "boom"}, 5),
+		spawn(store.Outcome{JobID: "a", TaskID: 3, State: warren.TaskCompleted, MaxJobTasks: 6}, 2),
+		spawn(store.Outcome{JobID: "b", TaskID: 1, State: warren.TaskCompleted}, 1),
+	}
+	require.Equal(t, []string{"a"}, spawningJobs(outcomes, jobs), "a closed job's row is not locked")
+	j := judgeOutcomes(outcomes, nil, tasks, jobs, map[string]int64{"a": 3}, now)
+	var ids []int64
+	for _, c := range j.children {
+		ids = append(ids, c.TaskID)
+	}
+	require.Equal(t, []int64{4, 5}, ids, "after the last task; a failed outcome's spawn is ignored")
+	require.Equal(t, warren.TaskFailed, j.writes[2].State, "5 + 2 tasks are over the limit of 6")
+	require.Contains(t, j.writes[2].Error, "2 more tasks would take the job to 7 tasks, over the limit of 6 tasks per job")
+	require.Equal(t, []CounterDelta{{JobID: "a", Completed: 1, Failed: 2, Expected: 2}}, j.deltas)
+	require.Equal(t, store.ApplyReport{Applied: 3, AppliedFailed: 2, Closed: 1, Spawned: 2, SpawnedJobs: []string{"a"}, SpawnRefused: 1}, j.report)
+
+	// A job whose last task spawns is not ready; its children's outcomes make it so.
+	job := warren.Job{ID: "a", State: warren.JobRunning, ExpectedTasks: 5, CompletedTasks: 3}
+	require.False(t, becameReady(job, CounterDelta{JobID: "a", Completed: 1, Expected: 2}))
+	job.CompletedTasks = 5
+	require.True(t, becameReady(job, CounterDelta{JobID: "a", Completed: 2}))
 }

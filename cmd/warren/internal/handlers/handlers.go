@@ -1,6 +1,6 @@
 // Package handlers holds the built-in task handlers that `warren worker`
-// serves and `warren demo` runs: echo, wordcount, sleep and flaky, and
-// the built-in reducer top_words.
+// serves and `warren demo` runs: echo, wordcount, sleep, flaky and tree,
+// and the built-in reducer top_words.
 package handlers
 
 import (
@@ -24,6 +24,7 @@ var Builtins = map[string]worker.HandlerFunc{
 	"wordcount": Wordcount,
 	"sleep":     Sleep,
 	"flaky":     Flaky,
+	"tree":      Tree,
 }
 
 // Reducers are the built-in reducers (reduce tasks), by task type.
@@ -90,6 +91,35 @@ func TopWords(_ context.Context, job worker.ReduceJob, outcomes iter.Seq2[worker
 // Echo returns its payload unchanged.
 func Echo(_ context.Context, t worker.Task) (any, error) {
 	return t.Payload, nil
+}
+
+// TreeNode is the payload of a tree task: a node at Depth of a tree of
+// Levels levels below its root, each node above the last level spawning
+// Fanout children.
+type TreeNode struct {
+	Depth  int `json:"depth"`
+	Fanout int `json:"fanout"`
+	Levels int `json:"levels"`
+}
+
+// Tree spawns the children of the node its payload names (TreeNode) and
+// returns its depth: a job of one root task {"fanout": F, "levels": L}
+// grows to the whole tree, 1 + F + F^2 + ... + F^L tasks.
+func Tree(_ context.Context, t worker.Task) (any, error) {
+	var n TreeNode
+	if err := json.Unmarshal(t.Payload, &n); err != nil || n.Depth < 0 || n.Fanout < 0 || n.Levels < 0 {
+		return nil, worker.Permanent(errors.New(`tree: payload must be {"depth": D, "fanout": F, "levels": L}, each >= 0`))
+	}
+	if n.Depth < n.Levels && n.Fanout > 0 {
+		children := make([]any, n.Fanout)
+		for i := range children {
+			children[i] = TreeNode{Depth: n.Depth + 1, Fanout: n.Fanout, Levels: n.Levels}
+		}
+		if err := t.Spawn(children...); err != nil {
+			return nil, worker.Permanent(err)
+		}
+	}
+	return n.Depth, nil
 }
 
 // Wordcount counts the words of {"text": "..."}: a word is a maximal run of

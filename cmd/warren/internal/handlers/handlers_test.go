@@ -85,3 +85,16 @@ func TestTopWordsMergesCompletedCountsAndCountsFailures(t *testing.T) {
 	res = workertest.RunReducer(context.Background(), TopWords, worker.ReduceJob{JobID: "j"}, bad, nil)
 	require.Equal(t, workertest.Failed, res.Action, "a result that is not counts is permanent")
 }
+
+func TestTreeSpawnsItsChildrenAboveTheLastLevel(t *testing.T) {
+	t.Parallel()
+	res := workertest.Run(context.Background(), Tree, task(`{"fanout": 2, "levels": 2}`, 1), nil)
+	require.Equal(t, workertest.Completed, res.Action)
+	require.JSONEq(t, `0`, string(res.Output))
+	require.Len(t, res.Spawned, 2)
+	require.JSONEq(t, `{"depth": 1, "fanout": 2, "levels": 2}`, string(res.Spawned[0]))
+	leaf := workertest.Run(context.Background(), Tree, task(`{"depth": 2, "fanout": 2, "levels": 2}`, 1), nil)
+	require.Empty(t, leaf.Spawned, "the last level spawns nothing")
+	bad := workertest.Run(context.Background(), Tree, task(`{"depth": -1}`, 1), nil)
+	require.Equal(t, workertest.Failed, bad.Action)
+}
