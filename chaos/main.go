@@ -225,9 +225,15 @@ func report(title string, results []*outcome, n int, baseline string) bool {
 	fmt.Fprintln(tw, "scenario\tfaults\tduration\ttasks lost\tduplicates absorbed\tresult identical\tverdict")
 	for _, o := range results {
 		identical := "no"
-		if o.result != "" && o.result == baseline && o.result == expected {
+		switch {
+		case o.want != "" && o.result == o.want:
+			identical = "yes" // a job of its own kind (a tree): its own result
+		case o.want == "" && o.result != "" && o.result == baseline && o.result == expected:
 			identical = "yes"
-		} else if o.ok() {
+		case o.want != "" && o.ok():
+			o.problems = append(o.problems, fmt.Sprintf("result %s differs from %s", o.result, o.want))
+			failed = true
+		case o.ok():
 			o.problems = append(o.problems, fmt.Sprintf("result %s differs from %s", o.result, baseline))
 			failed = true
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,39 @@ type scenario struct {
 	// batchSize, when above 0, is the job's batch_size; 0 submits none,
 	// leaving the batch size to warren.
 	batchSize int
+	// job is the kind of job the scenario runs: "" is N flaky tasks
+	// summed; jobTree one task that spawns a tree (treeLevels levels of
+	// treeFanout children), its depths summed; jobCapped the flaky tasks
+	// with max_concurrency cappedAt, whose recorded runs must never
+	// overlap more than that.
+	job string
+}
+
+// Job kinds (scenario.job).
+const (
+	jobTree   = "tree"
+	jobCapped = "capped"
+)
+
+// The tree of the spawning scenarios: 1 + 6 + 36 + 216 + 1,296 + 7,776 =
+// 9,331 tasks, each spawning its children, about the main suite's 10,000.
+const treeLevels, treeFanout = 5, 6
+
+// cappedAt is the capped scenarios' max_concurrency: under the 3
+// workers' slots, so that the cap, not the workers, bounds the job.
+const cappedAt = 16
+
+// treeSize is the number of tasks of a tree of levels levels below its
+// root, each node above the last spawning fanout children, and the sum
+// of their depths (what the tree job reduces to with "sum").
+func treeSize(levels, fanout int) (tasks int, depthSum int64) {
+	width := 1
+	for d := 0; d <= levels; d++ {
+		tasks += width
+		depthSum += int64(d * width)
+		width *= fanout
+	}
+	return tasks, depthSum
 }
 
 // target is the RabbitMQ the scenarios run on, and how to put the
@@ -77,7 +111,10 @@ type outcome struct {
 	duplicates float64
 	dupNote    string
 	result     string
-	problems   []string
+	// want is the result the job must reduce to, when it is not the
+	// flaky tasks' sum (a tree's depths).
+	want     string
+	problems []string
 }
 
 func (o *outcome) ok() bool { return len(o.problems) == 0 }
@@ -140,7 +177,7 @@ func (r *runner) startServer() (*server, error) {
 
 func (r *runner) startWorker() (*proc, error) {
 	r.seq++
-	p, err := startProc(r.bin, r.dir, fmt.Sprintf("worker-%d", r.seq), r.env, "worker", "--types", "flaky")
+	p, err := startProc(r.bin, r.dir, fmt.Sprintf("worker-%d", r.seq), r.env, "worker", "--types", "flaky,tree")
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +270,12 @@ func (r *runner) submit() error {
 	}
 	w := bufio.NewWriter(f)
 	head := `{"type":"flaky","reduce":"sum","max_retries":3`
+	if r.sc.job == jobTree {
+		head = `{"type":"tree","reduce":"sum","max_retries":3`
+	}
+	if r.sc.job == jobCapped {
+		head += fmt.Sprintf(`,"max_concurrency":%d`, cappedAt)
+	}
 	if r.tg.taskTimeout > 0 {
 		head += fmt.Sprintf(`,"task_timeout":%d`, r.tg.taskTimeout)
 	}
@@ -240,6 +283,11 @@ func (r *runner) submit() error {
 		head += fmt.Sprintf(`,"batch_size":%d`, r.sc.batchSize)
 	}
 	fmt.Fprintln(w, head+"}")
+	if r.sc.job == jobTree {
+		// The root alone: its tasks spawn the rest.
+		fmt.Fprintf(w, "{\"depth\":0,\"fanout\":%d,\"levels\":%d}\n", treeFanout, treeLevels)
+		return r.submitFile(w, f, path)
+	}
 	failEvery := 500
 	if r.tg.failEvery > 0 {
 		failEvery = r.tg.failEvery
@@ -251,6 +299,12 @@ func (r *runner) submit() error {
 			fmt.Fprintf(w, "{\"value\":%d,\"sleep_ms\":%d}\n", i, i%3)
 		}
 	}
+	return r.submitFile(w, f, path)
+}
+
+// submitFile flushes and closes the job file at path and submits it with
+// `warren submit`, keeping the new job's id.
+func (r *runner) submitFile(w *bufio.Writer, f *os.File, path string) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
@@ -308,6 +362,10 @@ func runScenario(bin string, tg *target, sc scenario, n int, timeout time.Durati
 	o := &outcome{name: sc.name, lost: -1}
 	id := randHex(4)
 	r := &runner{sc: sc, tg: tg, bin: bin, n: n, prefix: "chaos-" + id + "-" + sc.name + "."}
+	if sc.job == jobTree {
+		tasks, sum := treeSize(treeLevels, treeFanout)
+		r.n, o.want = tasks, strconv.FormatInt(sum, 10)
+	}
 	var err error
 	r.dir, err = os.MkdirTemp("", "warren-chaos-"+sc.name+"-")
 	if err != nil {
@@ -430,6 +488,7 @@ func (r *runner) check(o *outcome, s jobStatus) {
 	// Every task: exactly one record, terminal, completed.
 	seen := make(map[int64]int, r.n)
 	states := map[string]int{}
+	var runs [][2]time.Time // each task's recorded run
 	cursor := ""
 	for pages := 0; ; pages++ {
 		url := r.api() + "/v1/jobs/" + r.jobID + "/tasks?limit=1000"
@@ -438,8 +497,10 @@ func (r *runner) check(o *outcome, s jobStatus) {
 		}
 		var page struct {
 			Tasks []struct {
-				TaskID int64  `json:"task_id"`
-				State  string `json:"state"`
+				TaskID     int64      `json:"task_id"`
+				State      string     `json:"state"`
+				StartedAt  *time.Time `json:"started_at"`
+				FinishedAt *time.Time `json:"finished_at"`
 			} `json:"tasks"`
 			NextCursor *string `json:"next_cursor"`
 		}
@@ -450,6 +511,9 @@ func (r *runner) check(o *outcome, s jobStatus) {
 		for _, t := range page.Tasks {
 			seen[t.TaskID]++
 			states[t.State]++
+			if t.StartedAt != nil && t.FinishedAt != nil {
+				runs = append(runs, [2]time.Time{*t.StartedAt, *t.FinishedAt})
+			}
 		}
 		if page.NextCursor == nil || *page.NextCursor == "" || pages > r.n {
 			break
@@ -475,6 +539,13 @@ func (r *runner) check(o *outcome, s jobStatus) {
 		// Task ids might not be 1..N: fall back to the count.
 		if len(seen) == r.n {
 			missing = 0
+		}
+	}
+	if r.sc.job == jobCapped {
+		if most := mostAtOnce(runs); most > cappedAt {
+			o.fail("%d of the job's recorded runs overlapped, over its max_concurrency %d", most, cappedAt)
+		} else {
+			logf("at most %d of the capped job's recorded runs overlapped (max_concurrency %d)", most, cappedAt)
 		}
 	}
 	notDone := r.n - states["completed"]
@@ -513,6 +584,31 @@ func (r *runner) check(o *outcome, s jobStatus) {
 		}
 		o.duplicates += d
 	}
+}
+
+// mostAtOnce is the most runs that were running at one moment: a run
+// that ends at the moment another starts does not overlap it.
+func mostAtOnce(runs [][2]time.Time) int {
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	edges := make([]edge, 0, 2*len(runs))
+	for _, r := range runs {
+		edges = append(edges, edge{r[0], 1}, edge{r[1], -1})
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta // ends first
+	})
+	n, most := 0, 0
+	for _, e := range edges {
+		n += e.delta
+		most = max(most, n)
+	}
+	return most
 }
 
 // reconcileRE matches the reconciler's log line of a pass that requeued

@@ -29,6 +29,15 @@ func scenarios() []scenario {
 		{name: "memory-alarm", store: "sqlite", fault: memoryAlarm},
 		{name: "postgres-restart", store: "postgres", fault: postgresRestart},
 		{name: "two-servers-kill9", store: "postgres", servers: 2, fault: twoServersKill9},
+		// Tasks that add tasks: every node of a tree spawns its children
+		// with its result; expected_tasks grows to the tree's size, and
+		// no child is lost or doubled whatever dies.
+		{name: "tree-worker-kill9-x3", store: "sqlite", job: jobTree, fault: workerKill9x3},
+		{name: "tree-server-kill9", store: "postgres", job: jobTree, fault: serverKill9},
+		// A capped job: its recorded runs never overlap more than its
+		// max_concurrency, across workers killed and connections closed.
+		{name: "capped-worker-kill9-x3", store: "sqlite", job: jobCapped, fault: workerKill9x3},
+		{name: "capped-close-connections", store: "postgres", job: jobCapped, fault: closeAllConnections},
 	}
 }
 
