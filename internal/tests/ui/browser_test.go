@@ -644,3 +644,69 @@ func TestDashboardShowsAReducingJob(t *testing.T) {
 	require.False(t, eval[bool](t, b, present("#reducing")))
 	require.Empty(t, b.jsErrors(), "the page logged errors")
 }
+
+// The job page shows a job's concurrency cap, the tasks its tasks
+// spawned, and its chain: the link to its follow-up once it started, and
+// the link back from the follow-up.
+func TestDashboardShowsACappedSpawningChain(t *testing.T) {
+	t.Parallel()
+	b := startBrowser(t)
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "warren.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	events := api.NewEvents(api.EventsConfig{PollInterval: 50 * time.Millisecond})
+	h, err := api.New(api.Config{Store: st, Events: events, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	t.Cleanup(events.Close)
+	ctx := context.Background()
+	job, _, err := st.CreateJob(ctx, store.NewJob{Type: "crawl", Policy: warren.Policy{Reduce: "collect", MaxConcurrency: 3},
+		Then: &store.NewJob{Type: "fetch", Policy: warren.Policy{Reduce: "collect"}}}, func(yield func(json.RawMessage, error) bool) {
+		yield(json.RawMessage(`"/"`), nil)
+	})
+	require.NoError(t, err)
+	publish := func() {
+		_, err := st.RelayBatch(ctx, 10, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+			refs := make([]store.TaskRef, len(tasks))
+			for i, task := range tasks {
+				refs[i] = task.Ref()
+			}
+			return refs, nil
+		})
+		require.NoError(t, err)
+	}
+	publish()
+	now := time.Now()
+	_, err = st.ApplyOutcomes(ctx, []store.Outcome{{JobID: job.ID, TaskID: 1, State: warren.TaskCompleted, Result: json.RawMessage(`"/"`),
+		StartedAt: &now, FinishedAt: &now, Spawn: []json.RawMessage{json.RawMessage(`"/a"`), json.RawMessage(`"/b"`)}}})
+	require.NoError(t, err)
+
+	b.open(t, srv.URL+"/ui/jobs/"+job.ID, "#job-title")
+	b.until(t, "the cap", `document.querySelector('#details').textContent.includes('at most 3 tasks at once')`)
+	b.until(t, "the spawned tasks", `document.querySelector('#spawned')?.textContent === 'Expected32 spawned'`)
+	b.until(t, "the follow-up to come", `document.querySelector('#details').textContent.includes('fetch, once this job completes')`)
+	b.screenshot(t, "capped-spawning-job")
+
+	publish()
+	_, err = st.ApplyOutcomes(ctx, []store.Outcome{
+		{JobID: job.ID, TaskID: 2, State: warren.TaskCompleted, Result: json.RawMessage(`"/a"`), StartedAt: &now, FinishedAt: &now},
+		{JobID: job.ID, TaskID: 3, State: warren.TaskCompleted, Result: json.RawMessage(`"/b"`), StartedAt: &now, FinishedAt: &now}})
+	require.NoError(t, err)
+	done, err := st.GetJob(ctx, job.ID)
+	require.NoError(t, err)
+	closed, err := st.FinishJob(ctx, job.ID, done.Version, warren.JobCompleted, []byte(`["/", "/a", "/b"]`), "")
+	require.NoError(t, err)
+	require.True(t, closed)
+	done, err = st.GetJob(ctx, job.ID)
+	require.NoError(t, err)
+	require.NotEmpty(t, done.NextJob)
+
+	b.open(t, srv.URL+"/ui/jobs/"+job.ID, "#job-title")
+	b.until(t, "the link to the next job", `[...document.querySelectorAll('#details a')].some((a) => a.textContent.includes('`+done.NextJob+`'))`)
+	b.do(t, "follow it", chromedp.Click(chromedp.CSS(`#details a[href$="`+done.NextJob+`"]`)))
+	b.until(t, "the next job's page, with the link back", `document.querySelector('#job-title')?.textContent.includes('fetch') &&
+		[...document.querySelectorAll('#details a')].some((a) => a.textContent.includes('`+job.ID+`'))`)
+	b.screenshot(t, "follow-up-job")
+	require.Empty(t, b.jsErrors(), "the page logged errors")
+}

@@ -59,7 +59,11 @@ export function jobPage(root, { params, navigate }) {
     const end = j.finished_at ? Date.parse(j.finished_at) : Date.now();
     const card = (label, value, cls, title) => h('div', { class: `card ${cls || ''}`, title: title || null }, h('div', { class: 'label' }, label), h('div', { class: 'value' }, value));
     summary.replaceChildren(
-      card('Expected', num(j.expected_tasks), '', j.spawned_tasks ? `${num(j.spawned_tasks)} spawned by its tasks` : ''),
+      j.spawned_tasks
+        ? h('div', { class: 'card', id: 'spawned', title: `${num(j.spawned_tasks)} of them spawned by its tasks: expected_tasks grows as they spawn` },
+          h('div', { class: 'label' }, 'Expected'), h('div', { class: 'value' }, num(j.expected_tasks)),
+          h('div', { class: 'label' }, `${num(j.spawned_tasks)} spawned`))
+        : card('Expected', num(j.expected_tasks)),
       card('Completed', num(j.completed_tasks), 'ok-text'),
       card('Failed', num(j.failed_tasks), j.failed_tasks ? 'bad-text' : ''),
       card(isOpen(j.state) ? 'Pending' : 'Unfinished', num(j.pending_tasks)),
