@@ -164,9 +164,9 @@ class WorkerTest(WarrenTestCase):
 
     def test_an_unknown_type_waits_for_a_worker_that_serves_it(self):
         w = self.start_worker({"known": lambda p, t: p}, name="py-other")
-        job_id = self.server.submit({"type": "late", "reduce": "collect", "tasks": [1, 2, 3]})
+        job_id = self.server.submit({"type": "late-comer", "reduce": "collect", "tasks": [1, 2, 3]})
         w.wait_for(lambda evs: any(e.kind == "unserved" for e in evs), what="a task put back")
-        self.start_worker({"late": lambda p, t: p * 10}, name="py-late")
+        self.start_worker({"late-comer": lambda p, t: p * 10}, name="py-late")
         job = self.server.wait_closed(job_id)
         self.assertEqual("completed", job["state"])
         self.assertEqual([10, 20, 30], self.server.result(job_id))
