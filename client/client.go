@@ -285,6 +285,11 @@ type Submitted struct {
 	// state when the idempotency key was seen before.
 	State     JobState `json:"state"`
 	StatusURL string   `json:"status_url"`
+	// Warnings say what may hold the job up, such as no live worker
+	// serving its type on its queue (its tasks then wait for one, and fail
+	// unknown_type after its task_timeout); nil when none. The job is
+	// created all the same.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // TaskError is one failed task in a job's failure sample.
@@ -356,10 +361,16 @@ type Job struct {
 // Waiting is why an open job makes no progress, as the server knows it.
 type Waiting struct {
 	// Reason is "no_consumer": its work queue has no consumer (no worker
-	// runs, none consumes that queue, or they have another prefix).
+	// runs, none consumes that queue, or they have another prefix); or
+	// "no_worker_for_type": live workers consume the queue, and none
+	// advertises Type.
 	Reason string `json:"reason"`
-	// Queue is the work queue without a consumer.
+	// Queue is the work queue without a consumer, or without a live
+	// worker serving Type.
 	Queue string `json:"queue"`
+	// Type is the task type no live worker serves, for
+	// "no_worker_for_type"; "" otherwise.
+	Type string `json:"type,omitempty"`
 	// Since is when the server first found it so.
 	Since time.Time `json:"since"`
 }

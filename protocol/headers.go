@@ -36,3 +36,20 @@ const (
 	// empty.
 	HeaderTraceState = "tracestate"
 )
+
+// Headers of a task that a worker received but serves no handler for
+// (protocol version 2 of "What a worker does with a task", step 3): the
+// worker puts the task back through a retry tier instead of
+// dead-lettering it, so that a worker that serves its type can run it,
+// and dead-letters it with ReasonUnknownType only once it has gone
+// unserved for longer than its task timeout (HeaderTaskTimeout, else an
+// hour). Neither counts as a retry: x-retry is kept as it was.
+const (
+	// HeaderUnserved is how many times workers put the task back for want
+	// of a handler (an integer, 1 after the first).
+	HeaderUnserved = "x-unserved"
+	// HeaderFirstUnservedAt is when a worker first put the task back for
+	// want of a handler (RFC 3339, UTC), kept on every later copy: the
+	// clear end is measured from it.
+	HeaderFirstUnservedAt = "x-first-unserved-at"
+)

@@ -35,6 +35,14 @@ const (
 	// message per task (one event per task), so that a task that crashes
 	// its worker does not take its batch with it.
 	EventSplit EventKind = "split"
+	// EventUnserved: the worker has no handler (or, for a reduce task, no
+	// reducer) for the task's type; a copy that waits Event.Delay in a
+	// retry tier, for a worker that serves the type, was confirmed and the
+	// original acked. Event.Err says which type. It is no run and no
+	// retry: once the task has gone unserved for longer than its timeout,
+	// it is dead-lettered instead (EventDeadLettered, reason
+	// protocol.ReasonUnknownType).
+	EventUnserved EventKind = "unserved"
 	// EventCancelSeen: a cancel broadcast for Event.JobID arrived; the
 	// job's tasks delivered from now on are skipped. It carries no other
 	// task fields.
@@ -85,7 +93,8 @@ type Event struct {
 	// EventDeadLettered.
 	Reason string
 	// Delay is how long the task waits before its next run, for
-	// EventRetried: the delay of the retry tier it was published to.
+	// EventRetried and EventUnserved: the delay of the retry tier it was
+	// published to.
 	Delay time.Duration
 	// Duration is how long the task's handler ran, for EventCompleted,
 	// EventRetried and EventDeadLettered when a handler ran (a

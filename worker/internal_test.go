@@ -125,3 +125,19 @@ func TestFatalSetUpErrors(t *testing.T) {
 	}
 	require.False(t, fatal(errors.New("cannot connect to RabbitMQ")))
 }
+
+// A bounce waits the nth tier, none past the third, and no tier that
+// ends after the clear end when a shorter one does not; the first at
+// least.
+func TestUnservedDelay(t *testing.T) {
+	t.Parallel()
+	tiers := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
+	var got []time.Duration
+	for _, n := range []int{1, 2, 3, 9} {
+		got = append(got, unservedDelay(tiers, n, time.Hour))
+	}
+	require.Equal(t, []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 30 * time.Second}, got)
+	require.Equal(t, 5*time.Second, unservedDelay(tiers, 3, 29*time.Second))
+	require.Equal(t, time.Second, unservedDelay(tiers, 3, 4*time.Second))
+	require.Equal(t, time.Second, unservedDelay(tiers, 3, -time.Second))
+}

@@ -63,7 +63,7 @@ func (s *session) process(d *delivery) {
 	}
 	h, ok := s.w.handler(d.msg.Type)
 	if !ok {
-		s.deadLetterAll(d, protocol.ReasonUnknownType, outcome.UnknownType(d.msg.Type))
+		s.unserved(d, outcome.UnknownType(d.msg.Type))
 		return
 	}
 	runs, ok := s.run(s.handlerContext(d), h, d.tasks)

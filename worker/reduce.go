@@ -109,7 +109,7 @@ func (w *Worker) ReducerFor(taskType string) (fn ReducerFunc, ok bool) { return 
 func (s *session) reduce(d *delivery) {
 	fn, ok := s.w.reducer(d.msg.Type)
 	if !ok {
-		s.deadLetterAll(d, protocol.ReasonUnknownType, outcome.UnknownReducer(d.msg.Type))
+		s.unserved(d, outcome.UnknownReducer(d.msg.Type))
 		return
 	}
 	t := d.tasks[0]

@@ -283,17 +283,6 @@ func TestReducePermanentIsDeadLettered(t *testing.T) {
 	require.Zero(t, b.depth(t, b.names.ResultsQueue))
 }
 
-func TestReduceOfATypeWithoutAReducerIsUnknown(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	rw := b.start(t, worker.Config{Name: "w-reduce"}, map[string]worker.HandlerFunc{reduceType: square})
-	b.publishReduce(t, reduceType, "job-unknown", `null`, 3, 3)
-
-	ev := rw.expect(t, worker.EventDeadLettered)[0]
-	require.Equal(t, protocol.ReasonUnknownType, ev.Reason)
-	require.ErrorContains(t, ev.Err, `no reducer for task type "sum"`)
-}
-
 func TestTypedReducer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

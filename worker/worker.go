@@ -110,8 +110,12 @@ func New(cfg Config) (*Worker, error) {
 }
 
 // Handle registers h for tasks whose AMQP type property is taskType and
-// returns w, so calls chain. Tasks of a type with no handler are
-// dead-lettered with protocol.ReasonUnknownType. Handle panics if taskType
+// returns w, so calls chain. A task of a type with no handler is not
+// failed: it goes back through a retry tier for a worker that serves the
+// type (EventUnserved), with a wait that grows, and is dead-lettered with
+// protocol.ReasonUnknownType only once it has gone unserved for longer
+// than its task timeout; a task message with no type is dead-lettered at
+// once. Handle panics if taskType
 // is empty, h is nil, or taskType already has a handler. It is safe to
 // call while Run is running; the handler serves the tasks received after.
 func (w *Worker) Handle(taskType string, h HandlerFunc) *Worker {

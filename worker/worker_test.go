@@ -275,29 +275,6 @@ func TestRunUnmarshallableResultFailsTheTask(t *testing.T) {
 	require.Contains(t, d.Headers[protocol.HeaderError], "func()")
 }
 
-func TestRunDeadLettersAnUnknownType(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	var runs atomic.Int64
-	rw := b.start(t, worker.Config{Name: "w-types"}, map[string]worker.HandlerFunc{
-		taskType: func(context.Context, worker.Task) (any, error) { runs.Add(1); return nil, nil },
-	})
-	b.publishTask(t, "resize", "job-i", 1, `{}`, retries(3))
-
-	ev := rw.expect(t, worker.EventDeadLettered)[0]
-	require.Equal(t, protocol.ReasonUnknownType, ev.Reason)
-	require.Equal(t, "job-i", ev.JobID)
-	for _, q := range []string{b.names.TasksDLQ, b.names.DeadQueue} {
-		d := b.get(t, q)
-		requireDeadLetter(t, d, protocol.ReasonUnknownType, `"resize"`, "w-types")
-		require.Equal(t, int64(0), d.Headers[protocol.HeaderRetry])
-		require.Equal(t, "resize", d.Type)
-	}
-	require.NoError(t, rw.stop())
-	require.Zero(t, runs.Load())
-	require.Zero(t, b.depth(t, b.names.TasksQueue), "an unknown type must not be requeued")
-}
-
 func TestRunDeadLettersAMalformedBody(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

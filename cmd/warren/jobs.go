@@ -183,6 +183,10 @@ func runSubmit(ctx context.Context, args []string, env *environment) error {
 	if err != nil {
 		return err
 	}
+	for _, w := range sub.Warnings {
+		// The job is submitted: a warning is no failure (exit status 0).
+		fmt.Fprintf(env.stderr, "warren submit: warning: %s\n", w)
+	}
 	if !*asJSON {
 		fmt.Fprintln(env.stdout, sub.ID)
 		return nil

@@ -71,7 +71,8 @@ func percent(n, of int64) float64 {
 }
 
 // waitingNote is "; no consumer on queue Q for N s" while j waits for a
-// consumer (client.Job.Waiting), else "".
+// consumer, or "; no live worker serves type T on queue Q ..." while it
+// waits for a worker that serves its type (client.Job.Waiting), else "".
 func waitingNote(j client.Job, now time.Time) string {
 	if j.Waiting == nil || j.Terminal() {
 		return ""
@@ -81,6 +82,10 @@ func waitingNote(j client.Job, now time.Time) string {
 
 // waitingText says why a job waits, as status and watch show it.
 func waitingText(w client.Waiting, now time.Time) string {
+	if w.Reason == "no_worker_for_type" {
+		return fmt.Sprintf("no live worker serves type %s on queue %s for %d s (its tasks wait for one, and fail unknown_type after the task_timeout)",
+			w.Type, w.Queue, int(max(now.Sub(w.Since), 0).Seconds()))
+	}
 	if w.Reason != "no_consumer" {
 		return fmt.Sprintf("waiting (%s) on queue %s since %s", w.Reason, w.Queue, w.Since.Format(time.RFC3339))
 	}

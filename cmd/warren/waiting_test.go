@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenhq/warren/internal/api"
+	"github.com/warrenhq/warren/internal/heartbeats"
 	"github.com/warrenhq/warren/store/sqlite"
 )
 
@@ -59,4 +60,33 @@ func TestStatusAndWatchSayThatNoOneConsumesTheQueue(t *testing.T) {
 	require.Equal(t, exitJobFailed, code, errOut)
 	require.Regexp(t, `progress: pending 0/1 tasks done \(0 failed\), 0 tasks/s; no consumer on queue gpu for 4[2-9] s`, out)
 	require.NotContains(t, out, "waiting   ", "a closed job waits for nothing")
+}
+
+// submit warns on stderr, exit status 0, when no live worker serves the
+// job's type on its queue, and status says so.
+func TestSubmitWarnsAndStatusSaysNoWorkerServesTheType(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "w.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	h, err := api.New(api.Config{Store: st, Workers: func() []heartbeats.Worker {
+		return []heartbeats.Worker{{ID: "a", Name: "thumbs", Queues: []string{"default"}, Types: []string{"thumbnail"}, Alive: true}}
+	}})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	code, out, errOut := runCLI(t, nil, "submit", "--server", srv.URL, writeFile(t, `{"type": "resize", "tasks": [1]}`))
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, `warren submit: warning: no live worker serves type "resize" on queue "default"`)
+	id := strings.TrimSpace(out)
+	require.NotEmpty(t, id)
+
+	code, out, errOut = runCLI(t, nil, "status", "--server", srv.URL, id)
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `waiting   no live worker serves type resize on queue default for [0-9]+ s `, out)
+
+	code, _, errOut = runCLI(t, nil, "submit", "--server", srv.URL, writeFile(t, `{"type": "thumbnail", "tasks": [1]}`))
+	require.Equal(t, 0, code, errOut)
+	require.NotContains(t, errOut, "warning")
 }

@@ -282,6 +282,9 @@ type server struct {
 	metrics http.Handler
 	// unmatched answers requests no route matches (noRoute, instrumented).
 	unmatched http.Handler
+	// unservedAt is when a job's type was first seen unserved, for its
+	// waiting (unserved.go).
+	unservedAt unservedSince
 }
 
 // route is one endpoint: its ServeMux pattern (also its metrics label), the

@@ -139,6 +139,9 @@ type submitResponse struct {
 	ID        string          `json:"id"`
 	State     warren.JobState `json:"state"`
 	StatusURL string          `json:"status_url"`
+	// Warnings say what may hold the job up (no live worker serves its
+	// type on its queue); absent when none.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // submitJob handles POST /v1/jobs.
@@ -235,7 +238,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request) {
 	}
 	url := jobURL(job.ID)
 	w.Header().Set("Location", url)
-	writeJSON(w, http.StatusAccepted, submitResponse{ID: job.ID, State: job.State, StatusURL: url})
+	writeJSON(w, http.StatusAccepted, submitResponse{ID: job.ID, State: job.State, StatusURL: url, Warnings: s.submitWarnings(job)})
 }
 
 // createJob writes the job of spec and its spooled tasks in a

@@ -11,10 +11,14 @@ const WaitingNoConsumer = "no_consumer"
 // shows it in its "waiting" field (null when nothing is known to hold it
 // up).
 type Waiting struct {
-	// Reason is WaitingNoConsumer.
+	// Reason is WaitingNoConsumer or WaitingNoWorkerForType.
 	Reason string
-	// Queue is the work queue (protocol queue name) that has no consumer.
+	// Queue is the work queue (protocol queue name) that has no consumer,
+	// or no live worker serving Type.
 	Queue string
+	// Type is the task type no live worker serves, for
+	// WaitingNoWorkerForType; "" otherwise.
+	Type string
 	// Since is the first reading of the queue that found no consumer.
 	Since time.Time
 }
@@ -23,17 +27,21 @@ type Waiting struct {
 type waitingJSON struct {
 	Reason string    `json:"reason"`
 	Queue  string    `json:"queue"`
+	Type   string    `json:"type,omitempty"` // no_worker_for_type only
 	Since  time.Time `json:"since"`
 }
 
 // waiting is why job (open) waits, from Config.Waiting, or nil.
 func (s *server) waiting(job jobDetailJSON) *waitingJSON {
-	if s.cfg.Waiting == nil || job.FinishedAt != nil {
+	if job.FinishedAt != nil {
 		return nil
+	}
+	if s.cfg.Waiting == nil {
+		return s.unservedWaiting(job)
 	}
 	w := s.cfg.Waiting(job.ID, job.Queue)
 	if w == nil {
-		return nil
+		return s.unservedWaiting(job)
 	}
-	return &waitingJSON{Reason: w.Reason, Queue: w.Queue, Since: w.Since.UTC()}
+	return &waitingJSON{Reason: w.Reason, Queue: w.Queue, Type: w.Type, Since: w.Since.UTC()}
 }

@@ -147,6 +147,12 @@ type TaskDelivery struct {
 	// The copies that settle the tasks carry it, unless the worker puts
 	// its own span's there (SetTrace).
 	Trace trace.SpanContext
+	// Bounces is x-unserved: how many times workers put the tasks back
+	// for want of a handler (Unserved); 0 when absent.
+	Bounces int
+	// FirstUnservedAt is x-first-unserved-at: when a worker first put the
+	// tasks back for want of a handler; zero when absent or not a time.
+	FirstUnservedAt time.Time
 
 	d amqp.Delivery // the source of every copy
 }
@@ -197,6 +203,8 @@ func readTaskHeaders(d amqp.Delivery) TaskDelivery {
 	}
 	m.Timeout = time.Duration(headerInt(d.Headers, protocol.HeaderTaskTimeout)) * time.Millisecond
 	m.Queue = headerQueue(d.Headers)
+	m.Bounces = headerInt(d.Headers, protocol.HeaderUnserved)
+	m.FirstUnservedAt = headerTime(d.Headers, protocol.HeaderFirstUnservedAt)
 	return m
 }
 
@@ -221,6 +229,27 @@ func (m TaskDelivery) Retry(names protocol.Names, t protocol.Task, delay time.Du
 	msg := m.copyOf(t)
 	msg.Headers[protocol.HeaderRetry] = int64(m.Retries + 1)
 	msg.Expiration = ""
+	return Outbound{Exchange: names.RetryExchange, Key: protocol.RetryRoutingKey(m.Queue, protocol.RetryTierName(delay)), Msg: msg}
+}
+
+// Unserved returns the copy of task t of m that a worker without a
+// handler for its type puts back for another worker after delay: for the
+// retry exchange with the routing key of delay's tier, as Retry, but
+// with x-retry kept (no run happened), x-unserved incremented and
+// x-first-unserved-at set to now unless m has it already (the clear end
+// is measured from the first time), and without x-delivery-count (the
+// copy is a new message, so the queues' delivery limit never counts the
+// bounces).
+func (m TaskDelivery) Unserved(names protocol.Names, t protocol.Task, delay time.Duration, now time.Time) Outbound {
+	msg := m.copyOf(t)
+	msg.Expiration = ""
+	delete(msg.Headers, headerDeliveryCount)
+	msg.Headers[protocol.HeaderUnserved] = int64(m.Bounces + 1)
+	first := m.FirstUnservedAt
+	if first.IsZero() {
+		first = now
+	}
+	msg.Headers[protocol.HeaderFirstUnservedAt] = formatTime(first)
 	return Outbound{Exchange: names.RetryExchange, Key: protocol.RetryRoutingKey(m.Queue, protocol.RetryTierName(delay)), Msg: msg}
 }
 

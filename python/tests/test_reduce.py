@@ -83,8 +83,11 @@ class FakeOutcomes(threading.Thread):
         self.join(10)
 
 
-def publish_reduce(prefix, task_type, job_id, payload=None, expected=0, max_retries=3, generation=3):
+def publish_reduce(prefix, task_type, job_id, payload=None, expected=0, max_retries=3, generation=3, timeout_ms=None):
     """Publish job_id's reduce task as the relay does."""
+    headers = {"x-retry": 0, "x-max-retries": max_retries, "x-generation": generation, "x-reduce": 1}
+    if timeout_ms is not None:
+        headers["x-task-timeout"] = timeout_ms
     names = _wire.Names(prefix)
     body = json.dumps({"job_id": job_id, "task_id": 0, "reduce": True, "payload": payload, "expected_tasks": expected})
     conn = admin_connection()
@@ -93,7 +96,7 @@ def publish_reduce(prefix, task_type, job_id, payload=None, expected=0, max_retr
         ch.confirm_delivery()
         ch.basic_publish(names.jobs_exchange, "task", body.encode(), pika.BasicProperties(
             content_type="application/json", delivery_mode=2, message_id="%s:0" % job_id, correlation_id=job_id,
-            type=task_type, headers={"x-retry": 0, "x-max-retries": max_retries, "x-generation": generation, "x-reduce": 1}),
+            type=task_type, headers=headers),
             mandatory=True)
     finally:
         conn.close()
@@ -270,16 +273,17 @@ class ReduceTest(unittest.TestCase):
         self.assertEqual(("permanent", "cannot reduce", "py-reduce"), (h["x-failure-reason"], h["x-error"], h["x-worker"]))
         self.assertEqual([], get_all(self.prefix + "results.q"))
 
-    def test_a_type_without_a_reducer_is_unknown(self):
+    def test_a_type_without_a_reducer_waits_then_fails(self):
         w = WorkerRun(self, name="py-reduce")
         w.worker.add_handler("sum", lambda payload, task: 1)
         w.start()
         self.addCleanup(w.stop)
-        publish_reduce(self.prefix, "sum", "job-unknown")
+        publish_reduce(self.prefix, "sum", "job-unknown", timeout_ms=300)
         w.wait_for(lambda evs: any(e.kind == "dead_lettered" for e in evs), what="dead_lettered")
+        self.assertIn("no reducer for task type 'sum'", w.kinds("unserved")[0].error, "it went back first")
         ev = w.kinds("dead_lettered")[0]
         self.assertEqual("unknown_type", ev.reason)
-        self.assertIn("no reducer for task type 'sum'", ev.error)
+        self.assertIn('no live worker has a reducer for type "sum" on queue "default" (for 300ms)', ev.error)
 
     def test_plain_pika_reducer_example(self):
         """python/examples/pika_reducer.py, written from docs/protocol.md with pika alone."""

@@ -109,6 +109,32 @@ class MessagesTest(unittest.TestCase):
                                      expiration="60000", user_id="guest")
         return _wire.TaskDelivery(method, props, json.dumps(body).encode(), batch_queue, 1 << 20)
 
+    def test_unserved_copy_keeps_the_retries_and_the_first_time(self):
+        import datetime
+        names = _wire.Names("p.")
+        d = self.delivery({"job_id": "j", "tasks": [{"task_id": 1, "payload": "a"}, {"task_id": 2, "payload": "b"}]}, batch_queue="gpu")
+        self.assertEqual((0, None), (d.bounces, d.first_unserved_at))
+        now = datetime.datetime(2026, 1, 2, 3, 4, 5, 123456, datetime.timezone.utc)
+        u = d.unserved(names, (2, "b"), 1000, now)
+        h = u.properties.headers
+        self.assertEqual(("p.retry.x", "gpu.1s"), (u.exchange, u.routing_key))
+        self.assertEqual((1, 1, "2026-01-02T03:04:05.123456Z"), (h["x-retry"], h["x-unserved"], h["x-first-unserved-at"]))
+        self.assertNotIn("x-delivery-count", h)
+        self.assertIsNone(u.properties.expiration)
+        self.assertEqual({"job_id": "j", "task_id": 2, "payload": "b"}, json.loads(u.body))
+        # As the Go worker writes the time (nanoseconds), read back and kept.
+        again = self.delivery({"job_id": "j", "task_id": 2, "payload": "b"},
+                              headers={"x-unserved": 1, "x-first-unserved-at": "2026-01-02T03:04:05.123456789Z"})
+        self.assertEqual((1, now), (again.bounces, again.first_unserved_at))
+        u = again.unserved(names, (2, "b"), 5000, now + datetime.timedelta(minutes=1))
+        self.assertEqual((2, "2026-01-02T03:04:05.123456Z"), (u.properties.headers["x-unserved"], u.properties.headers["x-first-unserved-at"]))
+        self.assertIsNone(_wire.parse_time("yesterday"))
+
+    def test_unserved_delay_grows_to_the_third_tier_within_the_time_left(self):
+        tiers = [1000, 5000, 30000, 120000]
+        self.assertEqual([1000, 5000, 30000, 30000], [_wire.unserved_delay_ms(tiers, n, 3600_000) for n in (1, 2, 3, 9)])
+        self.assertEqual([5000, 1000, 1000], [_wire.unserved_delay_ms(tiers, 3, left) for left in (29000, 4000, 10)])
+
     def test_retry_split_and_dead_letter_of_a_batch_task(self):
         names = _wire.Names("p.")
         d = self.delivery({"job_id": "j", "tasks": [{"task_id": 1, "payload": "a"}, {"task_id": 2, "payload": "b"}]}, batch_queue="gpu")

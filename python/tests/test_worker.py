@@ -139,19 +139,40 @@ class WorkerTest(WarrenTestCase):
             self.assertEqual(1, props.headers["x-generation"])
             self.assertEqual((2, job_id, "application/json"), (props.delivery_mode, props.correlation_id, props.content_type))
 
-    def test_an_unknown_type_is_dead_lettered(self):
-        self.start_worker({"known": lambda p, t: p}, name="py-unknown")
-        job_id = self.server.submit({"type": "nobody-serves-this", "batch_size": 2, "tasks": [1, 2]})
+    def test_an_unknown_type_waits_then_is_dead_lettered_after_its_task_timeout(self):
+        w = self.start_worker({"known": lambda p, t: p}, name="py-unknown")
+        start = time.monotonic()
+        job_id = self.server.submit({"type": "nobody-serves-this", "batch_size": 2, "task_timeout": 1, "tasks": [1, 2]})
         job = self.server.wait_closed(job_id)
+        elapsed = time.monotonic() - start
         self.assertEqual("failed", job["state"])
+        self.assertGreaterEqual(elapsed, 1.0, "it waited out its task timeout, not failed at once")
+        self.assertLess(elapsed, 5.0)
+        # 50 ms, 100 ms, then 100 ms until the end: a few a second, no hot loop.
+        bounces = w.kinds("unserved")
+        self.assertLessEqual(len(bounces), 2 * 15, "bounces of 2 tasks in %.1fs" % elapsed)
+        self.assertGreaterEqual(len(bounces), 2)
         dls = self.dead_letters(job_id, 2)
         self.assertEqual({job_id + ":1", job_id + ":2"}, {p.message_id for _, p, _ in dls},
                          "each task of the batch is dead-lettered alone")
         for _, props, body in dls:
             self.assertEqual("unknown_type", props.headers["x-failure-reason"])
-            self.assertIn("nobody-serves-this", props.headers["x-error"])
+            self.assertIn('no live worker serves type "nobody-serves-this" on queue "default" (for 1s)', props.headers["x-error"])
+            self.assertEqual(0, props.headers["x-retry"], "bounces are no retries")
             self.assertNotIn("x-started-at", props.headers, "it never ran")
             self.assertIn("task_id", json.loads(body))
+
+    def test_an_unknown_type_waits_for_a_worker_that_serves_it(self):
+        w = self.start_worker({"known": lambda p, t: p}, name="py-other")
+        job_id = self.server.submit({"type": "late-comer", "reduce": "collect", "tasks": [1, 2, 3]})
+        w.wait_for(lambda evs: any(e.kind == "unserved" for e in evs), what="a task put back")
+        self.start_worker({"late-comer": lambda p, t: p * 10}, name="py-late")
+        job = self.server.wait_closed(job_id)
+        self.assertEqual("completed", job["state"])
+        self.assertEqual([10, 20, 30], self.server.result(job_id))
+        for t in self.server.tasks(job_id):
+            self.assertEqual(("completed", 1, "py-late"), (t["state"], t["attempts"], t["worker"]))
+        self.assertEqual([], [m for m in get_all(self.prefix + "tasks.dlq") if m[1].correlation_id == job_id])
 
     def test_malformed_and_too_large_messages_are_dead_lettered(self):
         w = self.start_worker({"echo": lambda p, t: p}, name="py-malformed", max_message_bytes=20000)

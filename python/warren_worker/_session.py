@@ -2,6 +2,7 @@
 
 import collections
 import functools
+import json
 import logging
 import random
 import secrets
@@ -242,9 +243,11 @@ class _Session:
         elif m.reduce:
             fn = w._reducer(m.type)
             if fn is None:
-                err = ("worker: no reducer for task type %r on this queue" % m.type) if m.type else \
-                    "worker: the reduce task message has no type property, and reducers are chosen by type"
-                self._dead_letter_all(d, _wire.REASON_UNKNOWN_TYPE, err)
+                if m.type:
+                    self._unserved(d, "worker: no reducer for task type %r on this queue" % m.type)
+                else:
+                    self._dead_letter_all(d, _wire.REASON_UNKNOWN_TYPE,
+                                          "worker: the reduce task message has no type property, and reducers are chosen by type")
             else:
                 self.pool.submit(self._run, d, fn, self._run_reduce)
         elif m.batch and m.redelivered:
@@ -258,11 +261,41 @@ class _Session:
         else:
             fn = w._handler(m.type)
             if fn is None:
-                err = ("worker: no handler for task type %r on this queue" % m.type) if m.type else \
-                    "worker: the task message has no type property, and handlers are chosen by type"
-                self._dead_letter_all(d, _wire.REASON_UNKNOWN_TYPE, err)
+                if m.type:
+                    self._unserved(d, "worker: no handler for task type %r on this queue" % m.type)
+                else:
+                    self._dead_letter_all(d, _wire.REASON_UNKNOWN_TYPE,
+                                          "worker: the task message has no type property, and handlers are chosen by type")
             else:
                 self.pool.submit(self._run, d, fn, self._run_tasks)
+
+    def _unserved(self, d, error):
+        """Put back the tasks of d, whose type this worker does not serve, for a worker that does.
+
+        Each goes through a retry tier (a wait that grows with the bounces,
+        no requeue on the spot: that would spin, and count against the
+        delivery limit), confirmed before d is acked. Once they have gone
+        unserved for longer than their task timeout (an hour without
+        x-task-timeout), they are dead-lettered unknown_type instead: the
+        clear end (docs/protocol.md, "What a worker does with a task").
+        """
+        w, m = self.w, d.msg
+        now = _now()
+        limit_ms = m.timeout_ms or _wire.DEFAULT_TASK_TIMEOUT_MS
+        first = m.first_unserved_at
+        if first is None or first > now:
+            first = now  # a clock ahead of ours must not postpone the end
+        waited_ms = (now - first).total_seconds() * 1000
+        if m.bounces > 0 and waited_ms >= limit_ms:
+            what = "has a reducer for type" if m.reduce else "serves type"
+            self._dead_letter_all(d, _wire.REASON_UNKNOWN_TYPE, "no live worker %s %s on queue %s (for %s)" % (
+                what, _go_quote(m.type), _go_quote(m.queue), _go_duration(limit_ms)))
+            return
+        delay_ms = _wire.unserved_delay_ms(w.retry_tiers_ms, m.bounces + 1, limit_ms - waited_ms)
+        _task_log(d.tasks[0], "warren worker: no handler for the task's type; it goes back for a worker that serves it "
+                  "error=%s bounces=%d delay_ms=%d", error, m.bounces + 1, delay_ms, level=logging.INFO, logger=w.log)
+        outs = [m.unserved(w.names, t, delay_ms, now) for t in m.tasks]
+        self._publish(d, outs, [self._event("unserved", t, error=error, delay=delay_ms / 1000.0) for t in d.tasks])
 
     def _dead_letter_all(self, d, reason, error, whole=False):
         w, m = self.w, d.msg
@@ -513,3 +546,8 @@ class _Session:
 
     def _event(self, kind, t, error=None, reason="", delay=0.0):
         return Event(kind, t.job_id, t.task_id, t.type, t.attempt, error, reason, delay)
+
+
+def _go_quote(s):
+    """s as Go's %q writes a plain string: in double quotes, JSON-escaped."""
+    return json.dumps(s, ensure_ascii=False)

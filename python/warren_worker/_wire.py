@@ -32,6 +32,12 @@ HEADER_DELIVERY_COUNT = "x-delivery-count"
 HEADER_TRACEPARENT = "traceparent"
 HEADER_TRACESTATE = "tracestate"
 HEADER_REDUCE = "x-reduce"
+# A task no handler here serves goes back through a retry tier with these
+# (docs/protocol.md, "What a worker does with a task", step 3).
+HEADER_UNSERVED = "x-unserved"
+HEADER_FIRST_UNSERVED_AT = "x-first-unserved-at"
+DEFAULT_TASK_TIMEOUT_MS = 3600_000  # warren.DefaultTaskTimeout: the clear end of a message without x-task-timeout
+MAX_UNSERVED_TIER = 3  # the nth bounce waits the nth tier, none past the third
 
 # Reduce tasks and the outcomes RPC (docs/protocol.md, "Reduce tasks").
 REDUCE_TASK_ID = 0
@@ -184,6 +190,39 @@ def tier_name(ms):
 def retry_tier(retry, n):
     """The index of the tier that retry number retry (1 for the first) waits in."""
     return min(max(retry, 1), n) - 1
+
+
+def unserved_delay_ms(tiers_ms, n, left_ms):
+    """The wait of a task's nth bounce for want of a handler, as the Go worker's.
+
+    The nth tier, none past MAX_UNSERVED_TIER, and the longest within
+    left_ms (the time before its clear end) when that one is longer; the
+    first tier at least.
+    """
+    i = retry_tier(n, min(len(tiers_ms), MAX_UNSERVED_TIER))
+    while i > 0 and tiers_ms[i] > left_ms:
+        i -= 1
+    return tiers_ms[i]
+
+
+_TIME = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
+
+
+def parse_time(s):
+    """An RFC 3339 time (as Go's RFC3339Nano writes it), in UTC; None when s is not one."""
+    m = _TIME.match(s or "")
+    if not m:
+        return None
+    y, mo, d, h, mi, sec, frac, zone = m.groups()
+    try:
+        tz = datetime.timezone.utc
+        if zone != "Z":
+            sign = -1 if zone[0] == "-" else 1
+            tz = datetime.timezone(sign * datetime.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6])))
+        t = datetime.datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec), int((frac or "0").ljust(6, "0")[:6]), tz)
+    except ValueError:
+        return None
+    return t.astimezone(datetime.timezone.utc)
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
@@ -433,6 +472,8 @@ class TaskDelivery:
         self.generation = header_int(headers, HEADER_GENERATION) or 0
         self.timeout_ms = header_int(headers, HEADER_TASK_TIMEOUT) or 0
         self.redelivered = bool(method.redelivered)
+        self.bounces = header_int(headers, HEADER_UNSERVED) or 0
+        self.first_unserved_at = parse_time(header_str(headers, HEADER_FIRST_UNSERVED_AT))
         self.job_id, self.tasks, self.batch = "", [], False
         self.reduce, self.expected_tasks = False, 0
         self.malformed = None
@@ -489,6 +530,22 @@ class TaskDelivery:
         props, body = self._copy(task)
         props.headers[HEADER_RETRY] = self.retries + 1
         props.expiration = None  # a per-message TTL would cut the tier's delay short
+        return Outbound(names.retry_exchange, retry_routing_key(self.queue, tier_name(delay_ms)), props, body)
+
+    def unserved(self, names, task, delay_ms, now):
+        """The copy of task that a worker without its handler puts back after delay_ms.
+
+        As retry, through the queue's tier, but with x-retry kept (it did
+        not run), x-unserved incremented, x-first-unserved-at set to now
+        unless it is set already, and without x-delivery-count (a new
+        message: the delivery limit never counts the bounces).
+        """
+        props, body = self._copy(task)
+        props.expiration = None
+        h = props.headers
+        h.pop(HEADER_DELIVERY_COUNT, None)
+        h[HEADER_UNSERVED] = self.bounces + 1
+        h[HEADER_FIRST_UNSERVED_AT] = format_time(self.first_unserved_at or now)
         return Outbound(names.retry_exchange, retry_routing_key(self.queue, tier_name(delay_ms)), props, body)
 
     def dead_letter(self, names, task, reason, error, worker, started_at, failed_at):

@@ -37,7 +37,9 @@ const OtherType = "other"
 //     type and outcome: completed, failed, retried, dead_lettered
 //     (permanent failures are dead-lettered too), skipped (cancelled
 //     job), requeued (shutdown), publish_failed (the outcome was not
-//     confirmed; the task runs again), split (a redelivered batch);
+//     confirmed; the task runs again), split (a redelivered batch),
+//     unserved (no handler for the type here: put back for a worker
+//     that serves it);
 //   - warren_worker_handler_duration_seconds{type}: how long handlers ran,
 //     per task (a batch handler's call once for each of its tasks);
 //   - warren_worker_tasks_in_flight: tasks taken into a concurrency slot
@@ -66,6 +68,7 @@ var outcomes = map[worker.EventKind]string{
 	worker.EventRequeued:      "requeued",
 	worker.EventPublishFailed: "publish_failed",
 	worker.EventSplit:         "split",
+	worker.EventUnserved:      "unserved",
 }
 
 // DurationBuckets are the buckets of
@@ -81,7 +84,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warren_worker_tasks_total",
-			Help: "Tasks this worker settled, by task type and outcome (completed, failed, retried, dead_lettered, skipped, requeued, publish_failed, split).",
+			Help: "Tasks this worker settled, by task type and outcome (completed, failed, retried, dead_lettered, skipped, requeued, publish_failed, split, unserved: put back for a worker that serves the type).",
 		}, []string{"type", "outcome"}),
 		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warren_worker_handler_duration_seconds",

@@ -192,3 +192,14 @@ func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 
 	}
 	return n
 }
+
+// A task put back for want of a handler counts as unserved, by type.
+func TestUnservedTasksAreCounted(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := workermetrics.New(reg)
+	require.NoError(t, err)
+	m.Observe(worker.Event{Kind: worker.EventUnserved, Type: "resize", Delay: time.Second})
+	m.Observe(worker.Event{Kind: worker.EventUnserved, Type: "resize", Delay: 5 * time.Second})
+	require.Equal(t, 2.0, taskCount(t, reg, "resize", "unserved"))
+}

@@ -62,10 +62,10 @@ func ExampleRunWorker() {
 	res := workertest.RunWorker(context.Background(), w, worker.Task{Type: "square", Payload: json.RawMessage(`7`)}, nil)
 	fmt.Println(res.Action, string(res.Output))
 	res = workertest.RunWorker(context.Background(), w, worker.Task{Type: "sqaure", Payload: json.RawMessage(`7`)}, nil)
-	fmt.Println(res.Action, res.Reason)
+	fmt.Println(res.Action)
 	// Output:
 	// completed 49
-	// failed unknown_type
+	// unserved
 }
 
 // A task with a Timeout runs under the worker's deadline: a handler still

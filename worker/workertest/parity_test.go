@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,6 +39,8 @@ func TestWorkertestAgreesWithTheWorker(t *testing.T) {
 	names, admin := amqptest.Topology(t, &broker.TopologyOptions{RetryTiers: tiers})
 	events := make(chan worker.Event, 100)
 	up := make(chan struct{})
+	var unserved sync.Map // the tasks that bounced once: RunWorker tells only of the first
+
 	w, err := worker.New(worker.Config{
 		AMQPURL: amqptest.URL(), Prefix: names.Prefix, RetryTiers: tiers, Name: "parity",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -48,6 +51,11 @@ func TestWorkertestAgreesWithTheWorker(t *testing.T) {
 			}
 			if ev.Kind == worker.EventStarted || ev.Kind == worker.EventDone {
 				return
+			}
+			if ev.Kind == worker.EventUnserved {
+				if _, again := unserved.LoadOrStore(ev.TaskID, true); again {
+					return
+				}
 			}
 			events <- ev
 		},
@@ -205,6 +213,8 @@ func eventKind(a workertest.Action) worker.EventKind {
 		return worker.EventDeadLettered
 	case workertest.Requeued:
 		return worker.EventRequeued
+	case workertest.Unserved:
+		return worker.EventUnserved
 	}
 	return ""
 }

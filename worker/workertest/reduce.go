@@ -38,14 +38,14 @@ func RunReducer(ctx context.Context, fn worker.ReducerFunc, job worker.ReduceJob
 
 // RunWorkerReducer runs the reducer w has registered for job.Type as
 // RunReducer does, with w's retry tiers and result limit unless opts has
-// its own. A type with no reducer is Failed with
-// protocol.ReasonUnknownType, as w would dead-letter its reduce task.
+// its own. A type with no reducer is Unserved, as w would put its reduce
+// task back for a worker that has one.
 func RunWorkerReducer(ctx context.Context, w *worker.Worker, job worker.ReduceJob, outcomes []worker.TaskOutcome, opts *Opts) Result {
 	lim := opts.limits(w.RetryTiers(), w.MaxResultBytes())
 	fn, ok := w.ReducerFor(job.Type)
 	if !ok {
 		j := reduceDefaults(job, outcomes)
-		return Result{Action: Failed, Reason: protocol.ReasonUnknownType, Err: outcome.UnknownReducer(j.Type), Task: reduceTask(j)}
+		return Result{Action: Unserved, Delay: lim.tiers[0], Err: outcome.UnknownReducer(j.Type), Task: reduceTask(j)}
 	}
 	return runReducer(ctx, fn, job, outcomes, lim)
 }

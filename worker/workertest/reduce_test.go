@@ -92,6 +92,6 @@ func TestRunWorkerReducerRunsTheRegisteredReducer(t *testing.T) {
 	require.ErrorContains(t, res.Err, "the result of task 1 does not decode into int")
 
 	res = workertest.RunWorkerReducer(context.Background(), w, worker.ReduceJob{Type: "nope"}, nil, nil)
-	require.Equal(t, workertest.Failed, res.Action)
-	require.Equal(t, protocol.ReasonUnknownType, res.Reason)
+	require.Equal(t, workertest.Unserved, res.Action)
+	require.ErrorContains(t, res.Err, `no reducer for task type "nope"`)
 }

@@ -93,8 +93,8 @@ const (
 	// Result.Reason protocol.ReasonPermanent (the handler returned an
 	// error marked with worker.Permanent, or a result that does not
 	// marshal to JSON), protocol.ReasonResultTooLarge (a result over
-	// Opts.MaxResultBytes) or protocol.ReasonUnknownType (RunWorker: the
-	// worker has no handler for the task's type).
+	// Opts.MaxResultBytes) or protocol.ReasonUnknownType (RunWorker: a
+	// task message with no type).
 	Failed
 	// DeadLettered: the run failed transiently on the task's last
 	// attempt (Attempt > MaxRetries); the task is dead-lettered with
@@ -105,6 +105,12 @@ const (
 	// shutdown, and then puts the task back on the queue whatever the
 	// handler returned: it runs again, with the same attempt.
 	Requeued
+	// Unserved: the worker has no handler (RunWorker) or reducer
+	// (RunWorkerReducer) for the task's type; it puts the task back, to
+	// wait Result.Delay (its first retry tier) in a retry tier for a
+	// worker that serves the type, without counting a retry (see
+	// worker.EventUnserved).
+	Unserved
 )
 
 // String names the action: "completed", "retried", "failed",
@@ -121,6 +127,8 @@ func (a Action) String() string {
 		return "dead-lettered"
 	case Requeued:
 		return "requeued"
+	case Unserved:
+		return "unserved"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
@@ -202,16 +210,19 @@ func RunBatch(ctx context.Context, h worker.BatchHandlerFunc, tasks []worker.Tas
 // for a single task message, with Run's defaults for task's zero fields
 // and w's retry tiers unless opts has its own: a HandlerFunc as Run does,
 // a BatchHandlerFunc with a batch of one as RunBatch does. A type with no
-// handler is Failed with protocol.ReasonUnknownType, as w would
-// dead-letter it. RunWorker does not start w and needs no broker; w
+// handler is Unserved, as w would put it back for a worker that serves
+// it (a task with no type at all is Failed with
+// protocol.ReasonUnknownType). RunWorker does not start w and needs no broker; w
 // need not be running. It panics if opts has invalid RetryTiers.
 func RunWorker(ctx context.Context, w *worker.Worker, task worker.Task, opts *Opts) Result {
 	lim := opts.limits(w.RetryTiers(), w.MaxResultBytes())
 	t := withDefaults(task, 0)
 	h, batch, ok := w.Handler(t.Type)
 	switch {
-	case !ok:
+	case !ok && t.Type == "":
 		return Result{Action: Failed, Reason: protocol.ReasonUnknownType, Err: outcome.UnknownType(t.Type), Task: t}
+	case !ok:
+		return Result{Action: Unserved, Delay: lim.tiers[0], Err: outcome.UnknownType(t.Type), Task: t}
 	case batch != nil:
 		return runBatch(ctx, batch, []worker.Task{t}, lim)[0]
 	default:

@@ -234,9 +234,12 @@ func TestWorkertestRunWorkerUnknownType(t *testing.T) {
 	require.NoError(t, err)
 	w.Handle("echo", echo)
 	res := workertest.RunWorker(context.Background(), w, worker.Task{Type: "ecoh"}, nil)
-	require.Equal(t, workertest.Failed, res.Action)
-	require.Equal(t, protocol.ReasonUnknownType, res.Reason)
+	require.Equal(t, workertest.Unserved, res.Action, "it waits for a worker that serves it")
+	require.Equal(t, time.Second, res.Delay, "in the first retry tier")
 	require.EqualError(t, res.Err, `worker: no handler for task type "ecoh" on this queue`)
+	res = workertest.RunWorker(context.Background(), w, worker.Task{}, nil)
+	require.Equal(t, workertest.Failed, res.Action, "no worker serves a task without a type")
+	require.Equal(t, protocol.ReasonUnknownType, res.Reason)
 }
 
 func TestWorkertestPanicsOnMisuse(t *testing.T) {
@@ -258,7 +261,7 @@ func TestWorkertestActionString(t *testing.T) {
 	t.Parallel()
 	names := map[workertest.Action]string{
 		workertest.Completed: "completed", workertest.Retried: "retried", workertest.Failed: "failed",
-		workertest.DeadLettered: "dead-lettered", workertest.Requeued: "requeued", 0: "Action(0)",
+		workertest.DeadLettered: "dead-lettered", workertest.Requeued: "requeued", workertest.Unserved: "unserved", 0: "Action(0)",
 	}
 	for a, name := range names {
 		require.Equal(t, name, a.String())

@@ -73,8 +73,13 @@ export function jobPage(root, { params, navigate }) {
       card('Ran for', j.started_at ? duration(end - Date.parse(j.started_at)) : '–'),
       card('Finished', j.finished_at ? timeEl(j.finished_at) : '–'));
     progress.replaceChildren(progressBar(j, true));
-    // An open job whose work queue has no consumer says so (waiting).
-    const waiting = isOpen(j.state) && j.waiting ? `No consumer on queue ${j.waiting.queue} for ${duration(Date.now() - Date.parse(j.waiting.since))}: is a worker running with this prefix and this queue?` : '';
+    // An open job whose work queue has no consumer, or no live worker
+    // serving its type, says so (waiting).
+    const waitedFor = j.waiting ? duration(Date.now() - Date.parse(j.waiting.since)) : '';
+    const waiting = !isOpen(j.state) || !j.waiting ? ''
+      : j.waiting.reason === 'no_worker_for_type'
+        ? `No live worker serves type ${j.waiting.type} on queue ${j.waiting.queue} (for ${waitedFor}): its tasks wait for one, and fail unknown_type after the task timeout.`
+        : `No consumer on queue ${j.waiting.queue} for ${waitedFor}: is a worker running with this prefix and this queue?`;
     jobError.textContent = j.error || waiting;
     jobError.hidden = !j.error && !waiting;
     renderActions();
