@@ -140,6 +140,7 @@ type runner struct {
 	n        int
 	servers  []*server
 	workers  []*proc
+	others   []*proc // workers that serve other types than the job's
 	seq      int
 	jobID    string
 	faults   []string
@@ -463,6 +464,14 @@ func runScenario(bin string, tg *target, sc scenario, n int, timeout time.Durati
 	if n := r.reconciled(); n > 0 {
 		o.faults += fmt.Sprintf("; the reconciler republished %d tasks", n)
 	}
+	for _, w := range r.others {
+		b, _ := os.ReadFile(w.log)
+		n := strings.Count(string(b), "no handler for the task's type")
+		if n == 0 {
+			o.fail("%s sent no message back: the scenario proved nothing", w.name)
+		}
+		o.faults += fmt.Sprintf("; %s sent %d messages back", w.name, n)
+	}
 	r.check(o, s)
 	if !o.ok() {
 		r.diagnose()
@@ -654,7 +663,8 @@ func indent(s string) string {
 // cleanup stops every process, restores the services (r.tg.restore) and
 // removes the prefix's topology, the schema and the temp dir.
 func (r *runner) cleanup(o *outcome, schema string) {
-	for _, w := range r.workers {
+	workers := append(slices.Clone(r.workers), r.others...)
+	for _, w := range workers {
 		if code, ok := w.term(45 * time.Second); !w.exited() || (!ok) {
 			o.fail("%s did not stop on SIGTERM", w.name)
 		} else if code != 0 && code != -1 && w.cmd.ProcessState != nil && !killedBySignal(w) {
@@ -667,7 +677,7 @@ func (r *runner) cleanup(o *outcome, schema string) {
 		}
 	}
 	liveMu.Lock()
-	for _, w := range r.workers {
+	for _, w := range workers {
 		delete(live, w)
 	}
 	for _, s := range r.servers {

@@ -38,7 +38,26 @@ func scenarios() []scenario {
 		// max_concurrency, across workers killed and connections closed.
 		{name: "capped-worker-kill9-x3", store: "sqlite", job: jobCapped, fault: workerKill9x3},
 		{name: "capped-close-connections", store: "postgres", job: jobCapped, fault: closeAllConnections},
+		// A worker that serves another type on the same queue: it gets
+		// its share of the job's tasks and sends each back for a worker
+		// that serves it, without failing one.
+		{name: "other-type-worker", store: "sqlite", prepare: startOtherTypeWorker, fault: workerKill9x3},
 	}
+}
+
+// startOtherTypeWorker starts a fourth worker on the job's queue that
+// serves only echo, not the job's flaky tasks; it stays up to the end
+// (liveWorker picks the oldest: the kills take the flaky workers).
+func startOtherTypeWorker(r *runner) error {
+	r.seq++
+	p, err := startProc(r.bin, r.dir, fmt.Sprintf("echo-worker-%d", r.seq), r.env, "worker", "--types", "echo")
+	if err != nil {
+		return err
+	}
+	track(p)
+	r.others = append(r.others, p)
+	r.addFault("a worker serving only echo on the same queue")
+	return nil
 }
 
 func workerKill9x3(r *runner) error {
