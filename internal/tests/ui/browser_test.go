@@ -598,16 +598,7 @@ func TestDashboardShowsAReducingJob(t *testing.T) {
 		yield(json.RawMessage(`1`), nil)
 	})
 	require.NoError(t, err)
-	publish := func() {
-		_, err := st.RelayBatch(ctx, 10, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
-			refs := make([]store.TaskRef, len(tasks))
-			for i, task := range tasks {
-				refs[i] = task.Ref()
-			}
-			return refs, nil
-		})
-		require.NoError(t, err)
-	}
+	publish := func() { publishAll(t, st) }
 	publish()
 	now := time.Now()
 	_, err = st.ApplyOutcomes(ctx, []store.Outcome{{JobID: job.ID, TaskID: 1, State: warren.TaskCompleted,
@@ -666,16 +657,7 @@ func TestDashboardShowsACappedSpawningChain(t *testing.T) {
 		yield(json.RawMessage(`"/"`), nil)
 	})
 	require.NoError(t, err)
-	publish := func() {
-		_, err := st.RelayBatch(ctx, 10, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
-			refs := make([]store.TaskRef, len(tasks))
-			for i, task := range tasks {
-				refs[i] = task.Ref()
-			}
-			return refs, nil
-		})
-		require.NoError(t, err)
-	}
+	publish := func() { publishAll(t, st) }
 	publish()
 	now := time.Now()
 	_, err = st.ApplyOutcomes(ctx, []store.Outcome{{JobID: job.ID, TaskID: 1, State: warren.TaskCompleted, Result: json.RawMessage(`"/"`),
@@ -709,4 +691,18 @@ func TestDashboardShowsACappedSpawningChain(t *testing.T) {
 		[...document.querySelectorAll('#details a')].some((a) => a.textContent.includes('`+job.ID+`'))`)
 	b.screenshot(t, "follow-up-job")
 	require.Empty(t, b.jsErrors(), "the page logged errors")
+}
+
+// publishAll marks every pending task of st queued, as a relay whose
+// broker confirms everything would.
+func publishAll(t *testing.T, st store.Store) {
+	t.Helper()
+	_, err := st.RelayBatch(context.Background(), 10, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+		refs := make([]store.TaskRef, len(tasks))
+		for i, task := range tasks {
+			refs[i] = task.Ref()
+		}
+		return refs, nil
+	})
+	require.NoError(t, err)
 }
