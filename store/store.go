@@ -423,6 +423,11 @@ type NewJob struct {
 	// per-task limit at submission); 0 means no limit but the wire
 	// protocol's depth (protocol.MaxPayloadDepth).
 	MaxTaskBytes int64
+	// MaxTasks, on a Then, is the most tasks the follow-up may have (the
+	// server's per-job limit, server.Config.MaxJobTasks): a result of more
+	// elements creates the follow-up failed, as one over MaxTaskBytes
+	// does; 0 means no limit.
+	MaxTasks int64
 	// TraceParent and TraceState are the W3C trace context (traceparent,
 	// tracestate) of the span that submitted the job, kept with it so that
 	// the relay publishes its tasks in that trace, however much later and

@@ -331,7 +331,7 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	s := &server{cfg: cfg, tracer: spans.Tracer(cfg.TracerProvider), log: slog.New(requestIDHandler{cfg.Logger.Handler()}), auth: newAuthenticator(cfg.Tokens), mux: http.NewServeMux(),
-		rules: rules{reducers: cfg.Reducers, tiers: cfg.RetryTiers, maxTaskBytes: cfg.MaxTaskBytes, maxMetadataBytes: cfg.MaxMetadataBytes}}
+		rules: rules{reducers: cfg.Reducers, tiers: cfg.RetryTiers, maxTaskBytes: cfg.MaxTaskBytes, maxMetadataBytes: cfg.MaxMetadataBytes, maxJobTasks: cfg.MaxJobTasks}}
 	if !s.auth.enabled() {
 		s.guard = newOriginGuard(cfg.AllowedHosts)
 	}

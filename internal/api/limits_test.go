@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenhq/warren"
 	"github.com/warrenhq/warren/internal/api"
 	"github.com/warrenhq/warren/protocol"
 )
@@ -162,4 +163,19 @@ func TestSubmitRefusesAJobOverThePerJobLimit(t *testing.T) {
 		resp := b.do(t, http.MethodPost, "/v1/jobs", strings.NewReader(sub.body), "Content-Type", sub.contentType)
 		require.Equal(t, http.StatusAccepted, resp.status, "%s: %s", sub.name, resp.body)
 	}
+}
+
+// A follow-up job is held to the per-job limit too: the store makes it
+// from the previous job's result, so the limit travels with its spec.
+func TestAFollowUpCarriesThePerJobLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &options{onNew: func(_ *testing.T, cfg *api.Config) { cfg.MaxJobTasks = 3 }})
+	id := b.mustSubmit(t, `{"type":"echo","tasks":[1],"then":{"type":"echo","then":{"type":"echo"}}}`)
+	finish(t, b.store, id, 1, warren.JobCompleted, []byte(`[1, 2, 3, 4]`))
+	job, err := b.store.GetJob(t.Context(), id)
+	require.NoError(t, err)
+	next, err := b.store.GetJob(t.Context(), job.NextJob)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobFailed, next.State)
+	require.Contains(t, next.Error, "has more than 3 elements, the most tasks a job may have")
 }

@@ -271,6 +271,9 @@ type rules struct {
 	maxTaskBytes int64
 	// maxMetadataBytes is the largest metadata accepted.
 	maxMetadataBytes int64
+	// maxJobTasks is the most tasks a job may have (0: no limit), which a
+	// follow-up job made from a result is held to too.
+	maxJobTasks int64
 }
 
 // newJob validates the spec against r and returns it as a store.NewJob

@@ -101,7 +101,7 @@ func (sp jobSpec) followUp(r rules) (*store.NewJob, *apiError) {
 	if err != nil {
 		return nil, underPath(sp.Then.path, err)
 	}
-	job.MaxTaskBytes = r.maxTaskBytes
+	job.MaxTaskBytes, job.MaxTasks = r.maxTaskBytes, r.maxJobTasks
 	return &job, nil
 }
 

@@ -96,6 +96,8 @@ func testThen(t *testing.T, newStore func(t *testing.T) store.Store) {
 		s := newStore(t)
 		small := stage2()
 		small.MaxTaskBytes = 5
+		few := stage2()
+		few.MaxTasks = 2
 		for _, c := range []struct {
 			spec           *store.NewJob
 			result, reason string
@@ -105,6 +107,7 @@ func testThen(t *testing.T, newStore func(t *testing.T) store.Store) {
 			{stage2(), `null`, "the previous job's result is not a JSON array (it is null)"},
 			{stage2(), `[]`, "the previous job's result is an empty array: a job has at least one task"},
 			{small, `[1, "too long"]`, "the previous job's result has element 2 of 10 bytes, over the limit of 5 bytes per task"},
+			{few, `[1, 2, 3]`, "the previous job's result has more than 2 elements, the most tasks a job may have (WARREN_MAX_JOB_TASKS)"},
 			{stage2(), `[` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `]`, "nested 70 levels deep"},
 		} {
 			job := createJob(t, s, store.NewJob{Then: c.spec}, 1)

@@ -65,7 +65,7 @@ func startFollowUp(ctx context.Context, tx Tx, prev warren.Job, result []byte, a
 		return fmt.Errorf("create the follow-up of job %s: its row was not written", prev.ID)
 	}
 	id := next.Job.ID
-	if problem := followUpProblem(result, spec.MaxTaskBytes); problem != "" {
+	if problem := followUpProblem(result, spec.MaxTaskBytes, spec.MaxTasks); problem != "" {
 		j, ok, err := tx.CloseJob(ctx, JobClose{ID: id, State: warren.JobFailed, FinishedAt: at,
 			Error: storedText(problem), Version: AnyVersion})
 		if err != nil {
@@ -84,12 +84,13 @@ func startFollowUp(ctx context.Context, tx Tx, prev warren.Job, result []byte, a
 }
 
 // followUpProblem says why result cannot be the tasks of a follow-up
-// whose task payloads may be maxTaskBytes long (0: no limit), or "" when
-// it can: it must be a JSON array of at least one element (a job has at
-// least one task, as a submission must), each within maxTaskBytes and
+// whose task payloads may be maxTaskBytes long and which may have
+// maxTasks tasks (0: no limit, for either), or "" when it can: it must be
+// a JSON array of at least one element (a job has at least one task, as
+// a submission must) and at most maxTasks, each within maxTaskBytes and
 // protocol.MaxPayloadDepth. It reads the elements one at a time, never a
 // second copy of the whole result.
-func followUpProblem(result []byte, maxTaskBytes int64) string {
+func followUpProblem(result []byte, maxTaskBytes, maxTasks int64) string {
 	const prefix = "the previous job's result "
 	dec := json.NewDecoder(bytes.NewReader(result))
 	tok, err := dec.Token()
@@ -106,6 +107,9 @@ func followUpProblem(result []byte, maxTaskBytes int64) string {
 			return prefix + "is not a valid JSON array: " + err.Error()
 		}
 		n++
+		if maxTasks > 0 && int64(n) > maxTasks {
+			return fmt.Sprintf(prefix+"has more than %d elements, the most tasks a job may have (WARREN_MAX_JOB_TASKS)", maxTasks)
+		}
 		if maxTaskBytes > 0 && int64(len(raw)) > maxTaskBytes {
 			return fmt.Sprintf(prefix+"has element %d of %d bytes, over the limit of %d bytes per task", n, len(raw), maxTaskBytes)
 		}
@@ -174,8 +178,8 @@ func validateThen(spec store.NewJob) error {
 			return fmt.Errorf("invalid %s: a follow-up has no id, idempotency key or request hash of its own", path)
 		case t.TraceParent != "" || t.TraceState != "":
 			return fmt.Errorf("invalid %s: a follow-up continues its previous job's trace", path)
-		case t.MaxTaskBytes < 0:
-			return fmt.Errorf("invalid %s: max task bytes must be >= 0", path)
+		case t.MaxTaskBytes < 0 || t.MaxTasks < 0:
+			return fmt.Errorf("invalid %s: max task bytes and max tasks must be >= 0", path)
 		}
 		if err := validateJob(*t); err != nil {
 			return fmt.Errorf("invalid %s: %w", path, err)

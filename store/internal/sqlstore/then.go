@@ -23,6 +23,7 @@ type thenJSON struct {
 	WebhookURL    string          `json:"webhook_url,omitempty"`
 	WebhookSecret string          `json:"webhook_secret,omitempty"`
 	MaxTaskBytes  int64           `json:"max_task_bytes,omitempty"`
+	MaxTasks      int64           `json:"max_tasks,omitempty"`
 	Then          *thenJSON       `json:"then,omitempty"`
 }
 
@@ -45,7 +46,7 @@ func thenOf(spec *store.NewJob) *thenJSON {
 		return nil
 	}
 	t := &thenJSON{Type: spec.Type, Policy: spec.Policy, Metadata: spec.Metadata,
-		MaxTaskBytes: spec.MaxTaskBytes, Then: thenOf(spec.Then)}
+		MaxTaskBytes: spec.MaxTaskBytes, MaxTasks: spec.MaxTasks, Then: thenOf(spec.Then)}
 	if w := spec.Webhook; w != nil {
 		t.WebhookURL, t.WebhookSecret = w.URL, w.Secret
 	}
@@ -67,7 +68,7 @@ func (t *thenJSON) spec() *store.NewJob {
 	if t == nil {
 		return nil
 	}
-	s := &store.NewJob{Type: t.Type, Policy: t.Policy, Metadata: t.Metadata, MaxTaskBytes: t.MaxTaskBytes, Then: t.Then.spec()}
+	s := &store.NewJob{Type: t.Type, Policy: t.Policy, Metadata: t.Metadata, MaxTaskBytes: t.MaxTaskBytes, MaxTasks: t.MaxTasks, Then: t.Then.spec()}
 	if t.WebhookURL != "" {
 		s.Webhook = &store.Webhook{URL: t.WebhookURL, Secret: t.WebhookSecret}
 	}
