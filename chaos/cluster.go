@@ -237,9 +237,14 @@ func rabbitmqUser() (int, int, error) {
 // plugins file (the main node's plugins would bind the same ports).
 func writeNodeFiles(n *clusterNode, uid, gid int) error {
 	files := map[string]string{
-		"rabbitmq.conf":     fmt.Sprintf("listeners.tcp.1 = 127.0.0.1:%d\n", n.amqpPort),
+		"rabbitmq.conf":     fmt.Sprintf("listeners.tcp.1 = 127.0.0.1:%d\n", n.amqpPort) + extraConf(),
 		"enabled_plugins":   "[].\n",
 		"rabbitmq-env.conf": "",
+	}
+	// advanced.config carries what rabbitmq.conf cannot say on 3.10 (the
+	// dead-letter worker's settings, see nodeAdvancedConfig).
+	if adv := nodeAdvancedConfig(); adv != "" {
+		files["advanced.config"] = adv
 	}
 	for _, d := range []string{n.dir, filepath.Join(n.dir, "mnesia"), filepath.Join(n.dir, "log")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -690,4 +695,27 @@ func clusterMain() (code int) {
 	}
 	fmt.Println("\nchaos -cluster: all scenarios passed")
 	return 0
+}
+
+// extraConf is CHAOS_RABBIT_CONF, lines added to every node's
+// rabbitmq.conf (such as "log.file.level = debug" to see the dead-letter
+// worker's rejections), with a final newline.
+func extraConf() string {
+	s := os.Getenv("CHAOS_RABBIT_CONF")
+	if s == "" {
+		return ""
+	}
+	return strings.ReplaceAll(s, `\n`, "\n") + "\n"
+}
+
+// nodeAdvancedConfig is every node's advanced.config: CHAOS_RABBIT_ADVANCED
+// when set (an Erlang term, "" for none), otherwise deploy's setting of
+// the quorum queues' dead-letter worker (broker.DeadLetterWorkerConfig),
+// so that the cluster target runs RabbitMQ as docs/operations.md says
+// to run it.
+func nodeAdvancedConfig() string {
+	if s, ok := os.LookupEnv("CHAOS_RABBIT_ADVANCED"); ok {
+		return s
+	}
+	return broker.DeadLetterWorkerConfig
 }
