@@ -472,6 +472,11 @@ func runScenario(bin string, tg *target, sc scenario, n int, timeout time.Durati
 	if n := r.reconciled(); n > 0 {
 		o.faults += fmt.Sprintf("; the reconciler republished %d tasks", n)
 	}
+	if r.tg.cluster != nil {
+		if ws := r.tg.cluster.takeRestarts(); len(ws) > 0 {
+			o.faults += fmt.Sprintf("; the dead-letter watchdog restarted %d workers (%s)", len(ws), strings.Join(ws, ", "))
+		}
+	}
 	if sc.closeWithin > 0 && o.duration > sc.closeWithin {
 		o.fail("the job took %s to close, more than the %s it must close within", o.duration.Round(100*time.Millisecond), sc.closeWithin)
 	}
