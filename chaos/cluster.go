@@ -680,11 +680,11 @@ func clusterMain() (code int) {
 		},
 		depths:  c.depths,
 		cluster: c,
-		// RabbitMQ 3.10's at-least-once dead-letter worker of a queue
-		// whose leader moved in the same election as its target's can
-		// hold the retries it took until the dead node returns: the
-		// reconciler republishes those tasks after task_timeout and its
-		// grace (1 min) instead of the default hour (docs/operations.md).
+		// A short task_timeout lets the reconciler republish, within a
+		// scenario, tasks whose messages the broker holds (the watchdog,
+		// watchDeadLetterWorkers, releases the held retries of RabbitMQ
+		// 3.10's dead-letter worker sooner: docs/operations.md, "Held
+		// retries"). The -default-timeout scenario submits none.
 		taskTimeout: 15,
 		// Ten times the main suite's retries: more of them come due while
 		// a node's queues elect their leaders.
