@@ -398,6 +398,9 @@ func runScenario(bin string, tg *target, sc scenario, n int, timeout time.Durati
 		"WARREN_PREFIX=" + r.prefix,
 		"WARREN_RETRY_TIERS=100ms,200ms",
 	}, tg.env...)
+	// CHAOS_WARREN_ENV adds NAME=VALUE words to every warren process's
+	// environment, such as WARREN_LOG_LEVEL=debug to follow a task.
+	r.env = append(r.env, strings.Fields(os.Getenv("CHAOS_WARREN_ENV"))...)
 	setScenarioCleanup(func() {
 		_ = deleteTopology(tg.amqpURL, r.prefix, retryTiers)
 		if schema != "" {
