@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/warrenhq/warren/deploy"
 	"github.com/warrenhq/warren/internal/broker"
 )
 
@@ -91,6 +92,9 @@ type cluster struct {
 	mu      sync.Mutex
 	down    map[*clusterNode]bool
 	started map[*clusterNode]bool // started by this run (to stop at the end)
+	// restarted lists the dead-letter workers the watchdog restarted since
+	// the last takeRestarts, as "queue on node".
+	restarted []string
 }
 
 func newCluster() *cluster {
@@ -237,9 +241,14 @@ func rabbitmqUser() (int, int, error) {
 // plugins file (the main node's plugins would bind the same ports).
 func writeNodeFiles(n *clusterNode, uid, gid int) error {
 	files := map[string]string{
-		"rabbitmq.conf":     fmt.Sprintf("listeners.tcp.1 = 127.0.0.1:%d\n", n.amqpPort),
+		"rabbitmq.conf":     fmt.Sprintf("listeners.tcp.1 = 127.0.0.1:%d\n", n.amqpPort) + extraConf(),
 		"enabled_plugins":   "[].\n",
 		"rabbitmq-env.conf": "",
+	}
+	// advanced.config carries what rabbitmq.conf cannot say on 3.10 (the
+	// dead-letter worker's settings, see nodeAdvancedConfig).
+	if adv := nodeAdvancedConfig(); adv != "" {
+		files["advanced.config"] = adv
 	}
 	for _, d := range []string{n.dir, filepath.Join(n.dir, "mnesia"), filepath.Join(n.dir, "log")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -671,17 +680,20 @@ func clusterMain() (code int) {
 		},
 		depths:  c.depths,
 		cluster: c,
-		// RabbitMQ 3.10's at-least-once dead-letter worker of a queue
-		// whose leader moved in the same election as its target's can
-		// hold the retries it took until the dead node returns: the
-		// reconciler republishes those tasks after task_timeout and its
-		// grace (1 min) instead of the default hour (docs/operations.md).
+		// A short task_timeout lets the reconciler republish, within a
+		// scenario, tasks whose messages the broker holds (the watchdog,
+		// watchDeadLetterWorkers, releases the held retries of RabbitMQ
+		// 3.10's dead-letter worker sooner: docs/operations.md, "Held
+		// retries"). The -default-timeout scenario submits none.
 		taskTimeout: 15,
 		// Ten times the main suite's retries: more of them come due while
 		// a node's queues elect their leaders.
 		failEvery: 50,
 	}
+	stopWatchdog := make(chan struct{})
+	go c.watchDeadLetterWorkers(stopWatchdog)
 	results, baseline := runAll(bin, tg, clusterScenarios(), only, n, timeout, "cluster-baseline", ", 3 RabbitMQ nodes")
+	close(stopWatchdog)
 	ok := report("warren chaos suite, cluster target (3 RabbitMQ nodes, WARREN_QUORUM_REPLICAS=3)", results, n, baseline)
 	fmt.Printf("\ncluster target: %s from starting the nodes to the last scenario\n", time.Since(start).Round(time.Second))
 	if !ok {
@@ -690,4 +702,86 @@ func clusterMain() (code int) {
 	}
 	fmt.Println("\nchaos -cluster: all scenarios passed")
 	return 0
+}
+
+// extraConf is CHAOS_RABBIT_CONF, lines added to every node's
+// rabbitmq.conf (such as "log.file.level = debug" to see the dead-letter
+// worker's rejections), with a final newline.
+func extraConf() string {
+	s := os.Getenv("CHAOS_RABBIT_CONF")
+	if s == "" {
+		return ""
+	}
+	return strings.ReplaceAll(s, `\n`, "\n") + "\n"
+}
+
+// nodeAdvancedConfig is every node's advanced.config: CHAOS_RABBIT_ADVANCED
+// (an Erlang term), or "" for none.
+func nodeAdvancedConfig() string { return os.Getenv("CHAOS_RABBIT_ADVANCED") }
+
+// dlxWatchdogInterval is how often the cluster target runs the dead-letter
+// worker watchdog on each node that is up, as deploy/rabbitmq's script
+// does by default.
+const dlxWatchdogInterval = 30 * time.Second
+
+// watchDeadLetterWorkers runs deploy.DeadLetterWorkerRestart on every node
+// that is up, every dlxWatchdogInterval, until stop is closed, as a
+// deployment on RabbitMQ 3.10 runs deploy/rabbitmq/dlx-worker-restart.sh
+// (docs/operations.md, "RabbitMQ cluster"): it restarts a dead-letter
+// worker that holds retries for as long as a dead node stays down.
+// CHAOS_DLX_WATCHDOG=0 turns it off, to see the held retries.
+func (c *cluster) watchDeadLetterWorkers(stop <-chan struct{}) {
+	if os.Getenv("CHAOS_DLX_WATCHDOG") == "0" {
+		logf("cluster: dead-letter worker watchdog off (CHAOS_DLX_WATCHDOG=0)")
+		return
+	}
+	t := time.NewTicker(dlxWatchdogInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		for _, n := range c.nodes {
+			c.mu.Lock()
+			down := c.down[n]
+			c.mu.Unlock()
+			if down {
+				continue
+			}
+			out, err := n.ctl(20*time.Second, "eval", deploy.DeadLetterWorkerRestart)
+			if err != nil {
+				continue // the node may be going down; the next round sees
+			}
+			for _, q := range restartedQueues(out) {
+				logf("cluster: dead-letter watchdog restarted the dead-letter worker of %s on %s", q, n.name)
+				c.mu.Lock()
+				c.restarted = append(c.restarted, q+" on "+n.name)
+				c.mu.Unlock()
+			}
+		}
+	}
+}
+
+// restartedQueues parses the watchdog's answer, an Erlang list of binaries
+// such as [<<"a.q">>,<<"b.q">>], into the queue names.
+func restartedQueues(out string) []string {
+	var qs []string
+	for _, part := range strings.Split(out, "<<\"")[1:] {
+		if i := strings.Index(part, "\">>"); i >= 0 {
+			qs = append(qs, part[:i])
+		}
+	}
+	return qs
+}
+
+// takeRestarts returns the dead-letter workers the watchdog restarted since
+// the last call.
+func (c *cluster) takeRestarts() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.restarted
+	c.restarted = nil
+	return r
 }

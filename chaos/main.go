@@ -10,7 +10,11 @@
 //
 // Environment: CHAOS_N (tasks per job, default 10000), CHAOS_ONLY
 // (comma-separated scenario names), CHAOS_TIMEOUT (per job, default 4m),
-// CHAOS_KEEP (keep the logs), WARREN_AMQP_URL, TEST_DATABASE_URL.
+// CHAOS_KEEP (keep the logs), CHAOS_WARREN_ENV (NAME=VALUE words added to
+// every warren process's environment), WARREN_AMQP_URL, TEST_DATABASE_URL; for
+// -cluster also CHAOS_DLX_WATCHDOG=0 (no dead-letter worker watchdog),
+// CHAOS_RABBIT_CONF (lines added to the nodes' rabbitmq.conf, "\n" for a
+// new line) and CHAOS_RABBIT_ADVANCED (the nodes' advanced.config).
 //
 // With -cluster it runs the cluster scenarios instead (cluster.go): it
 // starts three RabbitMQ nodes of its own on this host (r1, r2 and

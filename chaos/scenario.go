@@ -34,6 +34,14 @@ type scenario struct {
 	// with max_concurrency cappedAt, whose recorded runs must never
 	// overlap more than that.
 	job string
+	// defaultTimeout submits the job without the target's taskTimeout:
+	// with warren's default task_timeout (an hour) the reconciler cannot
+	// recover a task within the scenario, so the job closes in time only
+	// if the broker delivers every message itself.
+	defaultTimeout bool
+	// closeWithin, when above 0, fails the scenario unless its job closed
+	// within that long of its submission.
+	closeWithin time.Duration
 }
 
 // Job kinds (scenario.job).
@@ -277,7 +285,7 @@ func (r *runner) submit() error {
 	if r.sc.job == jobCapped {
 		head += fmt.Sprintf(`,"max_concurrency":%d`, cappedAt)
 	}
-	if r.tg.taskTimeout > 0 {
+	if r.tg.taskTimeout > 0 && !r.sc.defaultTimeout {
 		head += fmt.Sprintf(`,"task_timeout":%d`, r.tg.taskTimeout)
 	}
 	if r.sc.batchSize > 0 {
@@ -390,6 +398,9 @@ func runScenario(bin string, tg *target, sc scenario, n int, timeout time.Durati
 		"WARREN_PREFIX=" + r.prefix,
 		"WARREN_RETRY_TIERS=100ms,200ms",
 	}, tg.env...)
+	// CHAOS_WARREN_ENV adds NAME=VALUE words to every warren process's
+	// environment, such as WARREN_LOG_LEVEL=debug to follow a task.
+	r.env = append(r.env, strings.Fields(os.Getenv("CHAOS_WARREN_ENV"))...)
 	setScenarioCleanup(func() {
 		_ = deleteTopology(tg.amqpURL, r.prefix, retryTiers)
 		if schema != "" {
@@ -463,6 +474,14 @@ func runScenario(bin string, tg *target, sc scenario, n int, timeout time.Durati
 	logf("job %s closed %s: %d completed, %d failed of %d in %s", r.jobID, s.State, s.CompletedTasks, s.FailedTasks, s.ExpectedTasks, o.duration.Round(100*time.Millisecond))
 	if n := r.reconciled(); n > 0 {
 		o.faults += fmt.Sprintf("; the reconciler republished %d tasks", n)
+	}
+	if r.tg.cluster != nil {
+		if ws := r.tg.cluster.takeRestarts(); len(ws) > 0 {
+			o.faults += fmt.Sprintf("; the dead-letter watchdog restarted %d workers (%s)", len(ws), strings.Join(ws, ", "))
+		}
+	}
+	if sc.closeWithin > 0 && o.duration > sc.closeWithin {
+		o.fail("the job took %s to close, more than the %s it must close within", o.duration.Round(100*time.Millisecond), sc.closeWithin)
 	}
 	for _, w := range r.others {
 		b, _ := os.ReadFile(w.log)
