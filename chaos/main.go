@@ -143,7 +143,7 @@ func mainCode() (code int) {
 func runAll(bin string, tg *target, all []scenario, only map[string]bool, n int, timeout time.Duration,
 	baselineName, what string) (results []*outcome, baseline string) {
 	for _, sc := range all {
-		if len(only) > 0 && !only[sc.name] {
+		if (len(only) > 0 || sc.optIn) && !only[sc.name] {
 			continue
 		}
 		logf("=== scenario %s (%s store, N=%d%s)", sc.name, sc.store, n, what)
