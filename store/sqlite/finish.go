@@ -62,7 +62,14 @@ func (s *Store) ScanOutcomes(ctx context.Context, jobID string, after int64, fn 
 // JobResult returns the reduced result FinishJob stored for job jobID, or
 // an error wrapping warren.ErrNotFound when there is none.
 func (s *Store) JobResult(ctx context.Context, jobID string) ([]byte, error) {
-	data, err := readResult(ctx, s.r, jobID)
+	// One read transaction: a result stored in parts is read as one
+	// result, even while a redrive and a new close replace it.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: result of job %s: %w", jobID, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	data, err := readResult(ctx, tx, jobID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("sqlite: result of job %s: %w", jobID, warren.ErrNotFound)
 	}
