@@ -17,7 +17,8 @@ help: ## list the targets
 
 demo: ## run a word-count job end to end (starts or installs RabbitMQ when it may; embedded SQLite store)
 	@$(if $(DEMO_SERVICES),bash $(SERVICES) ensure $(DEMO_SERVICES))
-	$(GO) run ./cmd/warren demo
+	@GO=$(GO) bash scripts/build.sh bin/warren
+	./bin/warren demo
 
 build: ## build the warren binary into ./bin
 	$(GO) build -o bin/ ./cmd/...

@@ -337,7 +337,23 @@ type Job struct {
 	Metadata       json.RawMessage
 	IdempotencyKey string
 	CreatedAt      time.Time
-	StartedAt      *time.Time
+	// StartedAt is when the job's first task started, as its workers
+	// reported it (the earliest start an outcome carried): nil until an
+	// outcome with a start is recorded, and for a job none of whose
+	// outcomes carried one (tasks the broker dead-lettered, tasks the
+	// reconciler failed as lost).
+	// The job's duration and rate count from it.
+	StartedAt *time.Time
+	// PublishedAt is when the relay had published every task of the job
+	// and the job became running: nil while a task waits to be
+	// published. For a large job it is the end of the publishing, not
+	// the start of the work: tasks run while it is still publishing.
+	PublishedAt *time.Time
+	// LastFinishedAt is when the job's latest recorded task outcome
+	// finished (the latest finish an outcome carried, or the time the
+	// store recorded it): nil before the first. The running job's rate
+	// counts up to it (Rate).
+	LastFinishedAt *time.Time
 	FinishedAt     *time.Time
 	// ResultLocation is where the reduced result can be fetched once the
 	// job completed; empty before that and for failed jobs.
@@ -378,7 +394,16 @@ type Job struct {
 	// PreviousJob is the id of the job whose close started this one (JSON
 	// previous_job), "" for the first job of a chain.
 	PreviousJob string
+	// PausedAt is when the job was paused (JSON paused_at), nil while it
+	// is not: no new task of a paused job starts until it is resumed
+	// (docs/operations.md, "Pausing a job or a queue"). A paused job
+	// stays open, in its state, and may still close when the tasks that
+	// were running finish its work.
+	PausedAt *time.Time
 }
+
+// Paused reports whether the job is paused (Job.PausedAt).
+func (j Job) Paused() bool { return j.PausedAt != nil }
 
 // MaxChainLength is the most jobs a chain of follow-ups holds, its first
 // job included: a submission whose then nests deeper is refused.
@@ -427,6 +452,33 @@ func (j Job) Finished() bool {
 	return j.CompletedTasks+j.FailedTasks >= j.ExpectedTasks
 }
 
+// FinishedTasks is the number of tasks that reached a terminal state:
+// completed and failed ones (the vocabulary of docs/operations.md:
+// "finished" is completed + failed, never completed alone).
+func (j Job) FinishedTasks() int64 {
+	return j.CompletedTasks + j.FailedTasks
+}
+
+// Rate is the job's throughput in finished tasks (FinishedTasks) per
+// second, measured from its first task's start (StartedAt): to its close
+// (FinishedAt) for a closed job, its whole run; to its latest finish
+// (LastFinishedAt) for an open one, so that a job of slow tasks shows
+// the pace its tasks finish at, not a rate that falls to zero between
+// two outcomes, and a stalled job keeps the rate it had (LastFinishedAt
+// says since when). ok is false while it cannot be measured: no start
+// reported, no task finished, or no time between them.
+func (j Job) Rate() (perSecond float64, ok bool) {
+	end := j.LastFinishedAt
+	if j.State.Terminal() && j.FinishedAt != nil {
+		end = j.FinishedAt
+	}
+	done := j.FinishedTasks()
+	if j.StartedAt == nil || end == nil || done <= 0 || !end.After(*j.StartedAt) {
+		return 0, false
+	}
+	return float64(done) / end.Sub(*j.StartedAt).Seconds(), true
+}
+
 // TaskRecord is one task's row in the store, without its payload. Task
 // ReduceTaskID is the job's reduce task.
 type TaskRecord struct {
@@ -443,6 +495,37 @@ type TaskRecord struct {
 	StartedAt  *time.Time
 	FinishedAt *time.Time
 	Result     json.RawMessage
+}
+
+// AttemptOutcome is how one run of a task ended (TaskAttempt.Outcome).
+type AttemptOutcome string
+
+// Attempt outcomes.
+const (
+	// AttemptCompleted is the run that completed its task.
+	AttemptCompleted AttemptOutcome = "completed"
+	// AttemptFailed is the run that failed its task for good (retries
+	// spent, a permanent error, a dead letter).
+	AttemptFailed AttemptOutcome = "failed"
+	// AttemptRetried is a run that failed and was retried.
+	AttemptRetried AttemptOutcome = "retried"
+)
+
+// TaskAttempt is one run of a task as the store keeps it
+// (store.Store.TaskAttempts): its number, the generation it ran at, who
+// ran it and when, how it ended, and why it failed.
+type TaskAttempt struct {
+	Attempt    int
+	Generation int
+	Outcome    AttemptOutcome
+	Worker     string
+	StartedAt  *time.Time
+	FinishedAt time.Time
+	// Error is the failure's text (its first store.MaxAttemptErrorBytes).
+	Error string
+	// Traceback is where the failure came from when the worker sent it
+	// (its last store.MaxTracebackBytes); "" otherwise.
+	Traceback string
 }
 
 // TaskOutcome is one map task's outcome as a reduce task reads it

@@ -552,14 +552,39 @@ func (c *cluster) workersOn(r *runner, node *clusterNode) (on, of int, err error
 			continue
 		}
 		of++
-		suffix := fmt.Sprintf(":%d (consumer)", w.cmd.Process.Pid)
-		for _, cn := range conns {
-			if strings.HasPrefix(cn.name, "warren worker ") && strings.HasSuffix(cn.name, suffix) && cn.node == node {
-				on++
-			}
+		if consumerOn(conns, w, node) {
+			on++
 		}
 	}
 	return on, of, nil
+}
+
+// consumerOn reports whether worker w's consumer connection is among
+// conns and on node (any node, when node is nil).
+func consumerOn(conns []connection, w *proc, node *clusterNode) bool {
+	suffix := fmt.Sprintf(":%d (consumer)", w.cmd.Process.Pid)
+	for _, cn := range conns {
+		if strings.HasPrefix(cn.name, "warren worker ") && strings.HasSuffix(cn.name, suffix) && (node == nil || cn.node == node) {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitConsumer waits up to a minute until worker w's consumer
+// connection is listed by the cluster.
+func (c *cluster) awaitConsumer(w *proc) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		conns, err := c.connections()
+		if err == nil && consumerOn(conns, w, nil) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s has no consumer connection a minute after its start (%v)", w.name, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // leader is the node that leads queue.

@@ -5,10 +5,14 @@
 // a killed server, broker-side connection closes, a RabbitMQ restart, a
 // memory alarm, a PostgreSQL restart, two servers with one killed), waits
 // for the job to close and checks that nothing was lost or counted twice
-// and that the result equals the fault-free one. It prints a table and
-// exits non-zero on any loss, difference or timeout.
+// and that the result equals the fault-free one. The small-jobs scenarios
+// instead run many small jobs at once, from 8 clients that each submit a
+// job of 10 flaky tasks over the HTTP API and watch it to its close, while
+// the fault runs, and check every job (smalljobs.go). It prints a table
+// and exits non-zero on any loss, difference or timeout.
 //
-// Environment: CHAOS_N (tasks per job, default 10000), CHAOS_ONLY
+// Environment: CHAOS_N (tasks per job, default 10000), CHAOS_SMALL_JOBS
+// (jobs of a small-jobs scenario, default 360), CHAOS_ONLY
 // (comma-separated scenario names), CHAOS_TIMEOUT (per job, default 4m),
 // CHAOS_KEEP (keep the logs), CHAOS_WARREN_ENV (NAME=VALUE words added to
 // every warren process's environment), WARREN_AMQP_URL, TEST_DATABASE_URL; for
@@ -106,6 +110,10 @@ func mainCode() (code int) {
 		logf("%v", err)
 		return 2
 	}
+	if smallJobCount, err = smallJobsSetting(); err != nil {
+		logf("%v", err)
+		return 2
+	}
 
 	if err := ensureBroker(); err != nil {
 		logf("RabbitMQ: %v", err)
@@ -146,7 +154,11 @@ func runAll(bin string, tg *target, all []scenario, only map[string]bool, n int,
 		if (len(only) > 0 || sc.optIn) && !only[sc.name] {
 			continue
 		}
-		logf("=== scenario %s (%s store, N=%d%s)", sc.name, sc.store, n, what)
+		if sc.job == jobSmall {
+			logf("=== scenario %s (%s store, %d jobs of %d tasks from %d clients%s)", sc.name, sc.store, smallJobCount, smallJobTasks, smallClients, what)
+		} else {
+			logf("=== scenario %s (%s store, N=%d%s)", sc.name, sc.store, n, what)
+		}
 		o := runScenario(bin, tg, sc, n, timeout)
 		if sc.name == baselineName && o.ok() {
 			baseline = o.result

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -32,7 +34,8 @@ type scenario struct {
 	// summed; jobTree one task that spawns a tree (treeLevels levels of
 	// treeFanout children), its depths summed; jobCapped the flaky tasks
 	// with max_concurrency cappedAt, whose recorded runs must never
-	// overlap more than that.
+	// overlap more than that; jobSmall many small jobs from concurrent
+	// clients (smalljobs.go).
 	job string
 	// defaultTimeout submits the job without the target's taskTimeout:
 	// with warren's default task_timeout (an hour) the reconciler cannot
@@ -160,6 +163,16 @@ type runner struct {
 	// triggered; closedEarly is set when the job had already closed.
 	firstTrigger string
 	closedEarly  bool
+	// hold is what watchHold reported, guarded by holdMu: it runs beside
+	// the scenario.
+	holdMu sync.Mutex
+	hold   string
+	// ended is closed when the scenario is over, for what runs beside it.
+	ended chan struct{}
+	// small is the clients of a small-jobs scenario, and front the
+	// address they reach the live server at; nil for the others.
+	small *smallRun
+	front *front
 }
 
 func (r *runner) addFault(format string, args ...any) {
@@ -184,12 +197,21 @@ func (r *runner) startServer() (*server, error) {
 	if err := waitReady(s.base, p, 90*time.Second); err != nil {
 		return nil, err
 	}
+	if r.front != nil {
+		r.front.setBackend(addr)
+	}
 	return s, nil
 }
 
 func (r *runner) startWorker() (*proc, error) {
 	r.seq++
-	p, err := startProc(r.bin, r.dir, fmt.Sprintf("worker-%d", r.seq), r.env, "worker", "--types", "flaky,tree")
+	name := fmt.Sprintf("worker-%d", r.seq)
+	args := []string{"worker", "--types", "flaky,tree"}
+	if r.small != nil {
+		// The prefix in its connections' names: closeOwnConnections.
+		args = append(args, "--name", r.prefix+name)
+	}
+	p, err := startProc(r.bin, r.dir, name, r.env, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -253,6 +275,9 @@ func terminal(state string) bool {
 
 // waitProgress waits until frac of the tasks completed (or the job closed).
 func (r *runner) waitProgress(frac float64, d time.Duration) error {
+	if r.small != nil {
+		return r.small.waitProgress(r, frac, d)
+	}
 	deadline := time.Now().Add(d)
 	for {
 		s, err := r.status()
@@ -338,6 +363,11 @@ func (r *runner) submitFile(w *bufio.Writer, f *os.File, path string) error {
 
 // duplicates reads warren_results_duplicate_total from a server.
 func duplicates(base string) (float64, error) {
+	return metricSum(base, "warren_results_duplicate_total")
+}
+
+// metricSum is the sum of a server's metric name over its labels.
+func metricSum(base, name string) (float64, error) {
 	resp, err := httpClient.Get(base + "/metrics")
 	if err != nil {
 		return 0, err
@@ -348,7 +378,7 @@ func duplicates(base string) (float64, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		l := sc.Text()
-		if !strings.HasPrefix(l, "warren_results_duplicate_total") {
+		if l != name && !strings.HasPrefix(l, name+" ") && !strings.HasPrefix(l, name+"{") {
 			continue
 		}
 		f := strings.Fields(l)
@@ -360,12 +390,24 @@ func duplicates(base string) (float64, error) {
 	return sum, sc.Err()
 }
 
-// kill9Server scrapes the server's duplicate counter, then kills it.
+// kill9Server scrapes the server's counters (scrapeBeforeKill), then
+// kills it.
 func (r *runner) kill9Server(s *server) {
+	r.scrapeBeforeKill(s)
+	s.kill9()
+}
+
+// scrapeBeforeKill adds the counters of s, about to be killed, to those
+// of the servers killed before.
+func (r *runner) scrapeBeforeKill(s *server) {
 	if d, err := duplicates(s.base); err == nil {
 		r.dupsSeen += d
 	}
-	s.kill9()
+	if r.small != nil {
+		if v, err := metricSum(s.base, replaysMetric); err == nil {
+			r.small.replaysSeen += v
+		}
+	}
 }
 
 // runScenario runs one scenario on tg from a fresh prefix and store to
@@ -411,7 +453,21 @@ func runScenario(bin string, tg *target, sc scenario, n int, timeout time.Durati
 		}
 		_ = os.RemoveAll(r.dir)
 	})
-	defer func() { setScenarioCleanup(nil); r.cleanup(o, schema) }()
+	r.ended = make(chan struct{})
+	defer func() { close(r.ended); setScenarioCleanup(nil); r.cleanup(o, schema) }()
+	if sc.job == jobSmall {
+		if r.front, err = newFront(); err != nil {
+			o.fail("front: %v", err)
+			return o
+		}
+		r.small = newSmallRun(smallJobCount, r.front, "chaos-"+id+"-job-", tg.taskTimeout)
+		defer func() {
+			r.front.close()
+			if r.small.close != nil { // armed, and not fired: end it
+				_, _ = r.small.close.fire()
+			}
+		}()
+	}
 
 	for i := 0; i < max(1, sc.servers); i++ {
 		if _, err := r.startServer(); err != nil {
@@ -432,7 +488,12 @@ func runScenario(bin string, tg *target, sc scenario, n int, timeout time.Durati
 		}
 	}
 	start := time.Now()
-	if err := r.submit(); err != nil {
+	var smallDone chan struct{}
+	deadlineCtx, cancel := context.WithDeadline(context.Background(), start.Add(timeout))
+	defer cancel()
+	if r.small != nil {
+		smallDone = r.small.run(deadlineCtx)
+	} else if err := r.submit(); err != nil {
 		o.fail("submit: %v", err)
 		return o
 	}
@@ -440,10 +501,16 @@ func runScenario(bin string, tg *target, sc scenario, n int, timeout time.Durati
 		if err := sc.fault(r); err != nil {
 			o.fail("fault: %v", err)
 		}
+		if r.small != nil && r.small.closed.Load() >= int64(r.small.total) {
+			logf("warning: every small job had closed when the faults were done")
+			r.closedEarly = true
+		}
 		if r.closedEarly {
 			o.fail("the job had closed before a fault was injected: the scenario proved nothing")
 		}
-		if s, err := r.status(); err == nil {
+		if r.small != nil {
+			logf("faults done: %d of %d small jobs closed", r.small.closed.Load(), r.small.total)
+		} else if s, err := r.status(); err == nil {
 			logf("faults done: job %s, %d/%d completed", s.State, s.CompletedTasks, r.n)
 		}
 	}
@@ -454,6 +521,10 @@ func runScenario(bin string, tg *target, sc scenario, n int, timeout time.Durati
 		if r.firstTrigger != "" {
 			o.faults = "from " + r.firstTrigger + ": " + o.faults
 		}
+	}
+	if r.small != nil {
+		r.finishSmall(deadlineCtx, o, smallDone)
+		return o
 	}
 
 	// Wait for the job to close.
@@ -477,6 +548,9 @@ func runScenario(bin string, tg *target, sc scenario, n int, timeout time.Durati
 	logf("job %s closed %s: %d completed, %d failed of %d in %s", r.jobID, s.State, s.CompletedTasks, s.FailedTasks, s.ExpectedTasks, o.duration.Round(100*time.Millisecond))
 	if n := r.reconciled(); n > 0 {
 		o.faults += fmt.Sprintf("; the reconciler republished %d tasks", n)
+	}
+	if h := r.holdNote(); h != "" {
+		o.faults += "; " + h
 	}
 	if r.tg.cluster != nil {
 		if ws := r.tg.cluster.takeRestarts(); len(ws) > 0 {

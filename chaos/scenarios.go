@@ -42,6 +42,14 @@ func scenarios() []scenario {
 		// its share of the job's tasks and sends each back for a worker
 		// that serves it, without failing one.
 		{name: "other-type-worker", store: "sqlite", prepare: startOtherTypeWorker, fault: workerKill9x3},
+		// Many small jobs at once instead of one big one: 8 clients each
+		// submit jobs of 10 flaky tasks with an idempotency key and watch
+		// each to its close (smalljobs.go); every job, task, result and
+		// key is checked.
+		{name: "small-jobs-worker-kill9-x3", store: "sqlite", job: jobSmall, fault: workerKill9x3},
+		{name: "small-jobs-server-kill9", store: "postgres", job: jobSmall, fault: smallServerKill9},
+		// Only the scenario's own connections: others share the broker.
+		{name: "small-jobs-close-connections", store: "sqlite", job: jobSmall, prepare: armCloseOwnConnections, fault: closeOwnConnections},
 	}
 }
 

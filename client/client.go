@@ -337,9 +337,19 @@ type Job struct {
 	ExpiresAt               *time.Time      `json:"expires_at"`
 	Metadata                json.RawMessage `json:"metadata"`
 	CreatedAt               *time.Time      `json:"created_at"`
-	StartedAt               *time.Time      `json:"started_at"`
-	FinishedAt              *time.Time      `json:"finished_at"`
-	ResultURL               *string         `json:"result_url"`
+	// StartedAt is when the job's first task started, as its worker
+	// reported it (nil before the first outcome with a start);
+	// PublishedAt when every task had been published; LastFinishedAt
+	// when its latest recorded outcome finished.
+	StartedAt      *time.Time `json:"started_at"`
+	PublishedAt    *time.Time `json:"published_at"`
+	LastFinishedAt *time.Time `json:"last_finished_at"`
+	FinishedAt     *time.Time `json:"finished_at"`
+	// Rate is finished tasks (completed and failed) per second, from
+	// the first task's start to the latest finish while the job runs,
+	// to its close once closed; nil while it cannot be measured.
+	Rate      *float64 `json:"rate"`
+	ResultURL *string  `json:"result_url"`
 	// Error says why the job failed or was cancelled; empty otherwise.
 	Error string `json:"error"`
 	// Webhook is the job's webhook, its URL only (the server never shows
@@ -356,14 +366,37 @@ type Job struct {
 	// Waiting says why an open job makes no progress, nil when nothing
 	// is known to hold it up (and in listings).
 	Waiting *Waiting `json:"waiting"`
+	// Paused says that the job itself is paused (Pause), since PausedAt
+	// (nil while it is not). A job of a paused queue is not paused
+	// itself: its Waiting says "queue_paused".
+	Paused   bool       `json:"paused"`
+	PausedAt *time.Time `json:"paused_at"`
+	// Warnings are set only by Pause and Resume, when the server could
+	// not tell the workers (the pause stands; the server tells them
+	// again within seconds).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// QueuePause is a work queue's pause, as PauseQueue and ResumeQueue
+// return it.
+type QueuePause struct {
+	// Queue is the work queue's name ("default" for the jobs that name
+	// none).
+	Queue string `json:"queue"`
+	// Paused says whether it is paused now, since PausedAt.
+	Paused   bool       `json:"paused"`
+	PausedAt *time.Time `json:"paused_at"`
+	// Warnings, as Job.Warnings.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Waiting is why an open job makes no progress, as the server knows it.
 type Waiting struct {
-	// Reason is "no_consumer": its work queue has no consumer (no worker
-	// runs, none consumes that queue, or they have another prefix); or
-	// "no_worker_for_type": live workers consume the queue, and none
-	// advertises Type.
+	// Reason is "paused": the job is paused (Pause); "queue_paused": its
+	// work queue is (PauseQueue); "no_consumer": its work queue has no
+	// consumer (no worker runs, none consumes that queue, or they have
+	// another prefix); or "no_worker_for_type": live workers consume the
+	// queue, and none advertises Type.
 	Reason string `json:"reason"`
 	// Queue is the work queue without a consumer, or without a live
 	// worker serving Type.
@@ -429,6 +462,42 @@ type Task struct {
 	Result     json.RawMessage `json:"result"`
 }
 
+// Attempt is one run of a task as the server kept it (TaskDetail).
+type Attempt struct {
+	Attempt    int                   `json:"attempt"`
+	Generation int                   `json:"generation"`
+	Outcome    warren.AttemptOutcome `json:"outcome"`
+	Worker     string                `json:"worker"`
+	StartedAt  *time.Time            `json:"started_at"`
+	FinishedAt time.Time             `json:"finished_at"`
+	// Error is why the run failed (its first 8 KiB).
+	Error string `json:"error"`
+	// Traceback is where the failure came from, when the worker sent it
+	// (its last 16 KiB); "" otherwise.
+	Traceback string `json:"traceback"`
+}
+
+// TaskDeadLetter is a failed task's dead letter in the dead-letter queue.
+type TaskDeadLetter struct {
+	MessageID string     `json:"message_id"`
+	Reason    string     `json:"reason"`
+	Error     string     `json:"error"`
+	Attempts  int        `json:"attempts"`
+	Time      *time.Time `json:"time"`
+}
+
+// TaskDetail is one task whole (Client.Task): its row, its payload, the
+// attempts the server kept (the last ones, oldest first) and its dead
+// letter, nil when it has none there.
+type TaskDetail struct {
+	JobID string `json:"job_id"`
+	Task
+	Generation     int             `json:"generation"`
+	Payload        json.RawMessage `json:"payload"`
+	AttemptHistory []Attempt       `json:"attempt_history"`
+	DeadLetter     *TaskDeadLetter `json:"dead_letter"`
+}
+
 // TaskList is one page of a job's tasks.
 type TaskList struct {
 	Tasks      []Task  `json:"tasks"`
@@ -438,10 +507,24 @@ type TaskList struct {
 // ListOpts filters and pages the list calls; zero values mean "any" and
 // the server's default page size.
 type ListOpts struct {
+	// State keeps only jobs (or tasks) in that state.
 	State string
 	// Type filters jobs by their type (List only).
-	Type   string
-	Limit  int
+	Type string
+	// Queue keeps only jobs of that work queue, exactly ("default" for
+	// the jobs that name none; List only).
+	Queue string
+	// Search keeps only the jobs it finds (List only, the API's q): by
+	// id prefix, or as a substring, ignoring case, of the type, the
+	// queue, a metadata value, the job's error or a task's error; 3 to
+	// 200 bytes.
+	Search string
+	// CreatedAfter and CreatedBefore, when not zero, keep only jobs
+	// created at or after, and before, them (List only).
+	CreatedAfter, CreatedBefore time.Time
+	// Limit is the page size (0: the server's default).
+	Limit int
+	// Cursor is the NextCursor of the page before, or "".
 	Cursor string
 }
 
@@ -455,6 +538,18 @@ func (o *ListOpts) query() string {
 	}
 	if o.Type != "" {
 		q.Set("type", o.Type)
+	}
+	if o.Queue != "" {
+		q.Set("queue", o.Queue)
+	}
+	if o.Search != "" {
+		q.Set("q", o.Search)
+	}
+	if !o.CreatedAfter.IsZero() {
+		q.Set("created_after", o.CreatedAfter.Format(time.RFC3339Nano))
+	}
+	if !o.CreatedBefore.IsZero() {
+		q.Set("created_before", o.CreatedBefore.Format(time.RFC3339Nano))
 	}
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))
@@ -543,6 +638,16 @@ func (c *Client) Tasks(ctx context.Context, id string, opts *ListOpts) (TaskList
 	return out, err
 }
 
+// Task returns task taskID of job id whole: its payload, result, every
+// attempt the server kept and its dead letter (warren.ReduceTaskID is
+// the job's reduce task). An unknown job or task is an *Error with status
+// 404.
+func (c *Client) Task(ctx context.Context, id string, taskID int64) (TaskDetail, error) {
+	var out TaskDetail
+	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id)+"/tasks/"+strconv.FormatInt(taskID, 10), "", "", nil, &out)
+	return out, err
+}
+
 // Deliveries returns the webhook deliveries of a job, oldest first: one
 // per close of a job with a webhook.
 func (c *Client) Deliveries(ctx context.Context, id string) ([]Delivery, error) {
@@ -564,6 +669,41 @@ func (c *Client) Result(ctx context.Context, id string) (json.RawMessage, error)
 func (c *Client) Cancel(ctx context.Context, id string) (Job, error) {
 	var out Job
 	err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", "", "", nil, &out)
+	return out, err
+}
+
+// Pause pauses an open job and returns it: once it returns, no new task
+// of the job starts until Resume (tasks already running finish), as
+// docs/operations.md ("Pausing a job or a queue") says. Pausing a paused
+// job changes nothing. A closed job is a 409 Error, an unknown one a 404
+// (IsNotFound).
+func (c *Client) Pause(ctx context.Context, id string) (Job, error) {
+	var out Job
+	err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/pause", "", "", nil, &out)
+	return out, err
+}
+
+// Resume resumes a paused job and returns it. Resuming a job that is not
+// paused changes nothing.
+func (c *Client) Resume(ctx context.Context, id string) (Job, error) {
+	var out Job
+	err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/resume", "", "", nil, &out)
+	return out, err
+}
+
+// PauseQueue pauses a work queue ("default" for the jobs that name
+// none): as Pause for every job of the queue, those submitted later
+// included, until ResumeQueue.
+func (c *Client) PauseQueue(ctx context.Context, queue string) (QueuePause, error) {
+	var out QueuePause
+	err := c.do(ctx, http.MethodPost, "/v1/queues/"+url.PathEscape(queue)+"/pause", "", "", nil, &out)
+	return out, err
+}
+
+// ResumeQueue resumes a paused work queue.
+func (c *Client) ResumeQueue(ctx context.Context, queue string) (QueuePause, error) {
+	var out QueuePause
+	err := c.do(ctx, http.MethodPost, "/v1/queues/"+url.PathEscape(queue)+"/resume", "", "", nil, &out)
 	return out, err
 }
 
@@ -603,16 +743,35 @@ type DeadLetter struct {
 	Attempts int `json:"attempts"`
 	// Time is when the task was dead-lettered; zero when unknown.
 	Time time.Time `json:"time,omitzero"`
+	// Pending is false once a redrive, a replay or a delete settled the
+	// dead letter; Settled then says how (job_deleted, job_cancelled,
+	// resent, completed, unknown_task), "" while pending.
+	Pending bool   `json:"pending"`
+	Settled string `json:"settled,omitempty"`
 }
 
 // DeadLetters lists the dead letters, oldest first, of job jobID (all
 // jobs when empty), at most limit of them (all when 0). Listing leaves
 // them in the queue.
 func (c *Client) DeadLetters(ctx context.Context, jobID string, limit int) ([]DeadLetter, error) {
+	return c.deadLetters(ctx, jobID, limit, false)
+}
+
+// PendingDeadLetters is DeadLetters of only the pending dead letters
+// (DeadLetter.Pending), limit counting those: what a redrive, a replay
+// or a delete has not settled.
+func (c *Client) PendingDeadLetters(ctx context.Context, jobID string, limit int) ([]DeadLetter, error) {
+	return c.deadLetters(ctx, jobID, limit, true)
+}
+
+func (c *Client) deadLetters(ctx context.Context, jobID string, limit int, pending bool) ([]DeadLetter, error) {
 	if limit < 0 {
 		return nil, fmt.Errorf("client: limit must be >= 0, got %d", limit)
 	}
 	q := url.Values{}
+	if pending {
+		q.Set("pending", "true")
+	}
 	if jobID != "" {
 		q.Set("job_id", jobID)
 	}
@@ -663,6 +822,25 @@ func (c *Client) PurgeDeadLetters(ctx context.Context, jobID string) (int, error
 		Purged int `json:"purged"`
 	}
 	err := c.do(ctx, http.MethodPost, "/v1/deadletters/purge", "application/json", "", body, &out)
+	return out.Purged, err
+}
+
+// PurgeSettledDeadLetters deletes the settled dead letters (not
+// DeadLetter.Pending) of job jobID, of every job when empty, and says
+// how many: those whose task a redrive or a replay sent back, or whose
+// job was deleted or cancelled. Pending ones stay.
+func (c *Client) PurgeSettledDeadLetters(ctx context.Context, jobID string) (int, error) {
+	b, err := json.Marshal(struct {
+		JobID   string `json:"job_id,omitempty"`
+		Settled bool   `json:"settled"`
+	}{jobID, true})
+	if err != nil {
+		return 0, err
+	}
+	var out struct {
+		Purged int `json:"purged"`
+	}
+	err = c.do(ctx, http.MethodPost, "/v1/deadletters/purge", "application/json", "", bytes.NewReader(b), &out)
 	return out.Purged, err
 }
 

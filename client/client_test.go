@@ -263,3 +263,35 @@ func TestRetentionAndDelete(t *testing.T) {
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, http.StatusUnprocessableEntity, apiErr.Status)
 }
+
+func TestListSearches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	one := []json.RawMessage{json.RawMessage(`1`)}
+	gpu, err := b.client.Submit(ctx, client.JobSpec{Type: "thumbnail", Queue: "gpu", Metadata: json.RawMessage(`{"order":"A-1017"}`), Tasks: one})
+	require.NoError(t, err)
+	_, err = b.client.Submit(ctx, client.JobSpec{Type: "echo", Tasks: one})
+	require.NoError(t, err)
+	job, err := b.client.Get(ctx, gpu.ID)
+	require.NoError(t, err)
+
+	for _, opts := range []client.ListOpts{
+		{Search: "a-1017"},
+		{Queue: "gpu"},
+		{Search: "thumb", Queue: "gpu", CreatedAfter: *job.CreatedAt, CreatedBefore: job.CreatedAt.Add(time.Second)},
+	} {
+		list, err := b.client.List(ctx, &opts)
+		require.NoError(t, err)
+		require.Len(t, list.Jobs, 1, "%+v", opts)
+		require.Equal(t, gpu.ID, list.Jobs[0].ID)
+	}
+	list, err := b.client.List(ctx, &client.ListOpts{Search: "thumb", CreatedBefore: *job.CreatedAt})
+	require.NoError(t, err)
+	require.Empty(t, list.Jobs, "created_before is exclusive")
+
+	_, err = b.client.List(ctx, &client.ListOpts{Search: "ab"})
+	var apiErr *client.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusBadRequest, apiErr.Status)
+}

@@ -149,7 +149,7 @@ func (c *Client) follow(ctx context.Context, id string, onProgress func(Job)) fo
 			return f
 		}
 		switch ev.event {
-		case "progress", "closed":
+		case "progress", "closed", "paused", "resumed":
 			var job Job
 			if err := json.Unmarshal(ev.data, &job); err != nil {
 				f.end = streamUnsupported

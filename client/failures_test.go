@@ -125,6 +125,8 @@ func TestDeadLetters(t *testing.T) {
 		msgs: []deadletters.Message{
 			{JobID: "j1", TaskID: 2, MessageID: "j1:2", RoutingKey: "task.failed", Reason: "permanent", Error: "bad input", Attempts: 1, Time: at},
 			{RoutingKey: "task.failed", Reason: "malformed", Error: "not a task", Attempts: 1},
+			{JobID: "j2", TaskID: 1, MessageID: "j2:1", RoutingKey: "task.failed", Reason: "permanent", Error: "x", Attempts: 1, Time: at,
+				Settled: deadletters.SettledResent},
 		},
 		report: deadletters.Report{Replayed: 2, Skipped: 1},
 		purged: 4,
@@ -135,12 +137,13 @@ func TestDeadLetters(t *testing.T) {
 	msgs, err := b.client.DeadLetters(ctx, "", 0)
 	require.NoError(t, err)
 	require.Equal(t, []client.DeadLetter{
-		{JobID: "j1", TaskID: 2, MessageID: "j1:2", RoutingKey: "task.failed", Reason: "permanent", Error: "bad input", Attempts: 1, Time: at},
-		{RoutingKey: "task.failed", Reason: "malformed", Error: "not a task", Attempts: 1},
+		{JobID: "j1", TaskID: 2, MessageID: "j1:2", RoutingKey: "task.failed", Reason: "permanent", Error: "bad input", Attempts: 1, Time: at, Pending: true},
+		{RoutingKey: "task.failed", Reason: "malformed", Error: "not a task", Attempts: 1, Pending: true},
+		{JobID: "j2", TaskID: 1, MessageID: "j2:1", RoutingKey: "task.failed", Reason: "permanent", Error: "x", Attempts: 1, Time: at, Settled: "resent"},
 	}, msgs)
 	out, err := json.Marshal(msgs[1])
 	require.NoError(t, err)
-	require.JSONEq(t, `{"job_id":"","task_id":0,"message_id":"","routing_key":"task.failed","reason":"malformed","error":"not a task","attempts":1}`,
+	require.JSONEq(t, `{"job_id":"","task_id":0,"message_id":"","routing_key":"task.failed","reason":"malformed","error":"not a task","attempts":1,"pending":true}`,
 		string(out), "no time: left out")
 
 	_, err = b.client.DeadLetters(ctx, "j 1/x", 3)
@@ -156,13 +159,20 @@ func TestDeadLetters(t *testing.T) {
 	require.Equal(t, 4, purged)
 	_, err = b.client.PurgeDeadLetters(ctx, "")
 	require.NoError(t, err)
-	require.Equal(t, []deadletters.Filter{{}, {JobID: "j 1/x", Limit: 3}, {JobID: "j1", Limit: 5}, {}, {JobID: "j1"}, {}}, fake.recorded())
+	_, err = b.client.PendingDeadLetters(ctx, "j1", 2)
+	require.NoError(t, err)
+	_, err = b.client.PurgeSettledDeadLetters(ctx, "")
+	require.NoError(t, err)
+	_, err = b.client.PurgeSettledDeadLetters(ctx, "j1")
+	require.NoError(t, err)
+	require.Equal(t, []deadletters.Filter{{}, {JobID: "j 1/x", Limit: 3}, {JobID: "j1", Limit: 5}, {}, {JobID: "j1"}, {},
+		{JobID: "j1", Limit: 2, Pending: true}, {Settled: true}, {JobID: "j1", Settled: true}}, fake.recorded())
 
 	_, err = b.client.DeadLetters(ctx, "", -1)
 	require.ErrorContains(t, err, "limit")
 	_, _, err = b.client.ReplayDeadLetters(ctx, "", -1)
 	require.ErrorContains(t, err, "limit")
-	require.Len(t, fake.recorded(), 6, "a bad limit is refused before any request")
+	require.Len(t, fake.recorded(), 9, "a bad limit is refused before any request")
 }
 
 func TestDeadLetterErrors(t *testing.T) {

@@ -561,6 +561,9 @@ func TestCompose(t *testing.T) {
 			require.Contains(t, s.DependsOn, "rabbitmq", where)
 		case "worker":
 			require.Contains(t, s.DependsOn, "rabbitmq", where)
+			for v := range s.Environment {
+				require.False(t, serverOnly()[v], "%s: a worker gets the server's %s", where, v)
+			}
 			_, ok := flagValue(s.Command, "metrics-listen")
 			metrics = metrics || ok || s.Environment["WARREN_METRICS_LISTEN"] != ""
 		}
@@ -574,6 +577,37 @@ func TestCompose(t *testing.T) {
 	require.GreaterOrEqual(t, counts["server"], 2, "two servers")
 	require.GreaterOrEqual(t, counts["worker"], 2, "two workers")
 	require.True(t, metrics, "one worker serves metrics")
+
+	// The instructions (in compose.yaml and docs/operations.md) keep what
+	// they generate in .env, every variable compose.yaml requires included,
+	// so that later docker compose commands find it.
+	ops, err := os.ReadFile(filepath.Join(root, "docs", "operations.md"))
+	require.NoError(t, err)
+	for where, text := range map[string]string{"compose.yaml": string(raw), "docs/operations.md": string(ops)} {
+		gen := regexp.MustCompile(`(?m)^[# ]*\[ -f \.env \] \|\| \(umask 077 && printf '([^']*)'.*\n.*> \.env\)$`).FindStringSubmatch(text)
+		require.NotNil(t, gen, "%s: the command that writes .env", where)
+		for _, m := range regexp.MustCompile(`\$\{([A-Z_]+):\?`).FindAllStringSubmatch(string(raw), -1) {
+			require.Contains(t, gen[1], m[1]+"=", "%s: .env lacks %s, which compose.yaml requires", where, m[1])
+		}
+		for _, m := range regexp.MustCompile(`\$\{([A-Z_]+):-`).FindAllStringSubmatch(string(raw), -1) {
+			if strings.Contains(m[1], "PASSWORD") {
+				require.Contains(t, gen[1], m[1]+"=", "%s: .env lacks a generated %s", where, m[1])
+			}
+		}
+	}
+}
+
+// serverOnly are the variables only a server reads: the store's URL (with
+// its password), the API tokens, the TLS key... A worker is not given them.
+func serverOnly() map[string]bool {
+	out := map[string]bool{}
+	for _, v := range server.EnvVars() {
+		out[v.Name] = true
+	}
+	for _, v := range worker.EnvVars() {
+		delete(out, v.Name)
+	}
+	return out
 }
 
 // checkRabbitConf reads rabbitmq.conf's keys and, where a RabbitMQ is
@@ -685,8 +719,25 @@ func TestSystemdUnits(t *testing.T) {
 		require.Equal(t, "multi-user.target", u.one(t, "Install", "WantedBy"), where)
 	}
 
-	// The example environment file: every variable, set or commented out.
-	raw, err := os.ReadFile(filepath.Join(dir, "warren.env.example"))
+	// The example environment files: every variable, set or commented
+	// out; the one every unit reads holds nothing only a server reads,
+	// which is the server's own file's.
+	all, server := envExample(t, filepath.Join(dir, "warren.env.example")), envExample(t, filepath.Join(dir, "server.env.example"))
+	require.GreaterOrEqual(t, len(all), 5)
+	for _, v := range all {
+		require.False(t, serverOnly()[v], "warren.env.example, which workers read, sets the server's %s", v)
+	}
+	require.Contains(t, server, "WARREN_API_TOKENS")
+	require.Contains(t, server, "WARREN_DATABASE_URL")
+	checkVars(t, "deploy/systemd/warren.env.example", all)
+	checkVars(t, "deploy/systemd/server.env.example", server)
+}
+
+// envExample returns the variables of an example environment file, set
+// or commented out, and requires every other line to be a comment.
+func envExample(t *testing.T, path string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var vars []string
 	for i, line := range strings.Split(string(raw), "\n") {
@@ -695,10 +746,42 @@ func TestSystemdUnits(t *testing.T) {
 			vars = append(vars, m[1])
 			continue
 		}
-		require.True(t, line == "" || strings.HasPrefix(line, "#"), "warren.env.example:%d: not VARIABLE=value or a comment: %q", i+1, line)
+		require.True(t, line == "" || strings.HasPrefix(line, "#"), "%s:%d: not VARIABLE=value or a comment: %q", path, i+1, line)
 	}
-	require.GreaterOrEqual(t, len(vars), 5)
-	checkVars(t, "deploy/systemd/warren.env.example", vars)
+	return vars
+}
+
+// TestSystemdWorkerUnitsReadNoServerSecret: the worker units, Go's and
+// Python's, read the settings every process shares and their instance's,
+// never the server's file; the Python unit runs the README's way (the
+// system's python3, PYTHONPATH at the checkout's python/) a script that is
+// in the repository.
+func TestSystemdWorkerUnitsReadNoServerSecret(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(root, "deploy", "systemd")
+	server := readUnit(t, filepath.Join(dir, "warren-server.service"))
+	require.Contains(t, server["Service"]["EnvironmentFile"], "-/etc/warren/server.env")
+	for _, name := range []string{"warren-worker@.service", "warren-python-worker@.service"} {
+		u := readUnit(t, filepath.Join(dir, name))
+		require.Equal(t, []string{"/etc/warren/warren.env", "-/etc/warren/worker-%i.env"}, u["Service"]["EnvironmentFile"], name)
+		for _, e := range u["Service"]["Environment"] {
+			name, _, _ := strings.Cut(e, "=")
+			require.False(t, serverOnly()[name], "%s sets the server's %s", name, name)
+		}
+	}
+
+	py := readUnit(t, filepath.Join(dir, "warren-python-worker@.service"))
+	exec := strings.Fields(py.one(t, "Service", "ExecStart"))
+	require.Equal(t, "/usr/bin/python3", exec[0])
+	script, ok := strings.CutPrefix(exec[1], "/opt/warren/")
+	require.True(t, ok, "the script of the checkout in /opt/warren: %s", exec[1])
+	require.FileExists(t, filepath.Join(root, script))
+	require.Contains(t, py["Service"]["Environment"], "PYTHONPATH=/opt/warren/python")
+	require.DirExists(t, filepath.Join(root, "python", "warren_worker"))
+	require.Equal(t, "yes", py.one(t, "Service", "DynamicUser"))
+	require.Equal(t, "strict", py.one(t, "Service", "ProtectSystem"))
+	require.Equal(t, "SIGTERM", py.one(t, "Service", "KillSignal"))
+	require.Equal(t, "multi-user.target", py.one(t, "Install", "WantedBy"))
 }
 
 // systemd-analyze verify, where it is installed (it needs no running
@@ -713,14 +796,18 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	}
 	bin := warrenBinary(t)
 	dir := t.TempDir()
-	for _, name := range []string{"warren-server.service", "warren-worker@.service"} {
+	repo, err := filepath.Abs(root)
+	require.NoError(t, err)
+	for _, name := range []string{"warren-server.service", "warren-worker@.service", "warren-python-worker@.service"} {
 		raw, err := os.ReadFile(filepath.Join(root, "deploy", "systemd", name))
 		require.NoError(t, err)
 		out := strings.ReplaceAll(string(raw), "/usr/local/bin/warren", bin)
+		out = strings.ReplaceAll(out, "/opt/warren", repo)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(out), 0o644))
 	}
 	require.NoError(t, os.Symlink("warren-worker@.service", filepath.Join(dir, "warren-worker@1.service")))
-	for _, name := range []string{"warren-server.service", "warren-worker@1.service"} {
+	require.NoError(t, os.Symlink("warren-python-worker@.service", filepath.Join(dir, "warren-python-worker@1.service")))
+	for _, name := range []string{"warren-server.service", "warren-worker@1.service", "warren-python-worker@1.service"} {
 		cmd := exec.Command(analyze, "verify", "--man=no", "./"+name)
 		cmd.Dir = dir
 		out, err := cmd.CombinedOutput()

@@ -52,4 +52,9 @@ const (
 	// want of a handler (RFC 3339, UTC), kept on every later copy: the
 	// clear end is measured from it.
 	HeaderFirstUnservedAt = "x-first-unserved-at"
+	// HeaderHeld is how many times workers put the task back because its
+	// job or its work queue was paused (ControlPause), absent until then:
+	// the nth hold waits the nth retry tier, none past the second. It is
+	// no run, and counts toward no limit.
+	HeaderHeld = "x-held"
 )

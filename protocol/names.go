@@ -14,6 +14,12 @@ const (
 	// (malformed, or for a job the store does not know) to the results
 	// dead-letter queue.
 	RoutingKeyResultInvalid = "result.invalid"
+	// RoutingKeyAttempt routes attempt messages (a retried run's failure:
+	// a Result of StatusRetried) from the results exchange to the results
+	// queue. Only a server that records attempts binds it
+	// (broker.BindAttempts), so that until one does, the broker drops
+	// them unrouted and no older server ever reads one.
+	RoutingKeyAttempt = "attempt"
 )
 
 // Names are the exchange and queue names of one warren installation: the

@@ -38,7 +38,15 @@ const (
 	// HeaderStartedAt is the RFC 3339 time the failed run of a
 	// dead-lettered task started, when it ran.
 	HeaderStartedAt = "x-started-at"
+	// HeaderTraceback is where the failure of a dead-lettered task came
+	// from, when its worker knows (a Python traceback, a Go panic's
+	// stack): its last MaxTracebackBytes. An older server ignores it.
+	HeaderTraceback = "x-traceback"
 )
+
+// MaxTracebackBytes is the most of a traceback a worker sends (its last
+// bytes, where the failure is): in Result.Traceback and HeaderTraceback.
+const MaxTracebackBytes = 16 << 10
 
 // Dead-letter reasons carried in HeaderReason.
 const (
@@ -94,6 +102,10 @@ const (
 	StatusCompleted = "completed"
 	// StatusFailed marks a task that failed permanently.
 	StatusFailed = "failed"
+	// StatusRetried marks an attempt message (RoutingKeyAttempt): a run
+	// that failed and is retried, with its Error, Traceback and Attempt.
+	// It records the attempt and never changes the task.
+	StatusRetried = "retried"
 )
 
 // ErrMalformed is wrapped by every decode error: the message can never be
@@ -127,10 +139,15 @@ type Result struct {
 	JobID  string          `json:"job_id,omitempty"`
 	TaskID int64           `json:"task_id"`
 	Result json.RawMessage `json:"result"`
-	// Status is StatusCompleted (the default when empty) or StatusFailed.
+	// Status is StatusCompleted (the default when empty) or StatusFailed;
+	// StatusRetried only in an attempt message (RoutingKeyAttempt).
 	Status string `json:"status,omitempty"`
-	// Error is the failure's text when Status is StatusFailed.
+	// Error is the failure's text when Status is StatusFailed or
+	// StatusRetried.
 	Error string `json:"error,omitempty"`
+	// Traceback is where the failure came from, when the worker knows:
+	// its last MaxTracebackBytes. An older server ignores it.
+	Traceback string `json:"traceback,omitempty"`
 	// Worker identifies the worker process that ran the task.
 	Worker string `json:"worker,omitempty"`
 	// Attempt is the run that produced this result, starting at 1.
@@ -472,7 +489,7 @@ func checkResult(r Result) (Result, error) {
 	switch r.Status {
 	case "":
 		r.Status = StatusCompleted
-	case StatusCompleted, StatusFailed:
+	case StatusCompleted, StatusFailed, StatusRetried:
 	default:
 		return Result{}, fmt.Errorf("%w: unknown status %q", ErrMalformed, r.Status)
 	}

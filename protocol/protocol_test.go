@@ -122,6 +122,28 @@ func TestControlRoundTrip(t *testing.T) {
 	require.ErrorIs(t, err, protocol.ErrMalformed)
 }
 
+// A pause names a job or a queue, never both, and its body leaves out
+// the one it does not name.
+func TestControlPauseNamesAJobOrAQueue(t *testing.T) {
+	t.Parallel()
+	body, err := protocol.EncodeControl(protocol.Control{Type: protocol.ControlPause, Queue: "q1"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"type":"pause","queue":"q1"}`, string(body))
+	c, err := protocol.DecodeControl(body)
+	require.NoError(t, err)
+	require.Equal(t, protocol.Control{Type: "pause", Queue: "q1"}, c)
+	body, err = protocol.EncodeControl(protocol.Control{Type: protocol.ControlResume, JobID: "j1"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"type":"resume","job_id":"j1"}`, string(body))
+	for _, bad := range []string{`{"type":"pause","job_id":"j1","queue":"q1"}`, `{"type":"pause"}`, `{"type":"pause","queue":""}`} {
+		_, err = protocol.DecodeControl([]byte(bad))
+		require.ErrorIs(t, err, protocol.ErrMalformed, bad)
+	}
+	_, err = protocol.EncodeControl(protocol.Control{Type: protocol.ControlPause, JobID: "j1", Queue: "q1"})
+	require.ErrorIs(t, err, protocol.ErrMalformed)
+	require.Greater(t, protocol.PauseLease, 2*protocol.PauseRefresh, "one or two lost refreshes end no pause")
+}
+
 // An attempt outside what a task can have run (the store keeps attempts
 // in 32 bits) is malformed, never truncated or passed on to the store.
 func TestDecodeResultRangeChecksAttempt(t *testing.T) {

@@ -59,6 +59,9 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	if err = broker.DeclareTopology(bs.conConn, s.names, s.topology()); err != nil {
 		return nil, err
 	}
+	if err = broker.BindAttempts(bs.conConn, s.names); err != nil {
+		return nil, err
+	}
 	if bs.pub, err = broker.NewPublisher(bs.pubConn, &broker.PublisherOptions{Logger: s.log}); err != nil {
 		return nil, err
 	}
@@ -101,7 +104,7 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 	if bs.agg, err = aggregator.New(aggregator.Config{Store: s.store, Conn: bs.conConn, Names: s.names,
 		BatchSize: s.cfg.AggregatorBatchSize, Linger: s.cfg.AggregatorLinger, ScanInterval: s.cfg.CloseScanInterval,
 		Reducers: s.reducers, MaxResultBytes: s.cfg.MaxResultBytes, MaxMessageBytes: s.cfg.MaxMessageBytes,
-		MaxJobTasks: s.cfg.MaxJobTasks, MaxTaskBytes: s.cfg.MaxTaskBytes,
+		MaxJobTasks: s.cfg.MaxJobTasks, MaxTaskBytes: s.cfg.MaxTaskBytes, KeepAttempts: s.cfg.KeepAttempts,
 		MaxInflightBytes: s.cfg.MaxInflightBytes, Logger: s.log, Hooks: s.aggHooks, TracerProvider: s.cfg.TracerProvider}); err != nil {
 		return nil, err
 	}
@@ -113,7 +116,7 @@ func (s *Server) connect(ctx context.Context) (_ *brokerSet, err error) {
 		onBeat = func(b protocol.Heartbeat) { h(b.ID, b.State) }
 	}
 	if bs.hb, err = heartbeats.NewConsumer(heartbeats.Config{Conn: bs.conConn, Exchange: s.names.HeartbeatExchange,
-		Registry: s.workers, Logger: s.log, OnApplied: onBeat}); err != nil {
+		Registry: s.workers, Logger: s.log, OnApplied: onBeat, OnNew: func(protocol.Heartbeat) { s.nudgePauses() }}); err != nil {
 		return nil, err
 	}
 	if bs.outs, err = outcomes.New(outcomes.Config{Conn: bs.conConn, Queue: s.names.OutcomesQueue, Store: s.store,

@@ -168,6 +168,10 @@ type Config struct {
 	// task whose spawn would take its job over it fails, with an error
 	// that says so, and spawns nothing. 0 means DefaultMaxJobTasks.
 	MaxJobTasks int64
+	// KeepAttempts is how many attempts of each task the store keeps for
+	// GET /v1/jobs/{id}/tasks/{task_id} (the last ones: older rows are
+	// deleted as new ones come). 0 means store.DefaultKeepAttempts.
+	KeepAttempts int
 	// BodyTimeout is the longest a request body may go without a byte
 	// arriving: a stalled upload is then cut with 408. A submission's
 	// tasks are read whole before the store is called, so a stalled
@@ -215,6 +219,13 @@ type Config struct {
 	// RelayPollInterval is how long an idle relay waits before looking at
 	// the outbox again when nothing woke it; 0 means the relay's default.
 	RelayPollInterval time.Duration
+	// EventsPollInterval is how often each job an event stream follows
+	// is read from the store, to see changes this server did not make
+	// (0 means 250 ms). The jobs this server closes or cancels are pushed
+	// to their streams at once, and on PostgreSQL so are those any server
+	// closes (LISTEN and NOTIFY): the poll is for progress, and for a
+	// notice missed while the listening connection was lost.
+	EventsPollInterval time.Duration
 	// AggregatorBatchSize is how many result messages are recorded per
 	// store transaction; 0 means DefaultAggregatorBatchSize.
 	AggregatorBatchSize int
@@ -346,6 +357,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxJobTasks == 0 {
 		c.MaxJobTasks = DefaultMaxJobTasks
 	}
+	if c.KeepAttempts == 0 {
+		c.KeepAttempts = store.DefaultKeepAttempts
+	}
 	if c.BodyTimeout == 0 {
 		c.BodyTimeout = DefaultBodyTimeout
 	}
@@ -431,6 +445,8 @@ func (c Config) validate() error {
 		return fieldError("MaxMetadataBytes", "Config.MaxMetadataBytes must be >= 1, got %d", c.MaxMetadataBytes)
 	case c.MaxJobTasks < 1:
 		return fieldError("MaxJobTasks", "Config.MaxJobTasks must be >= 1, got %d", c.MaxJobTasks)
+	case c.KeepAttempts < 1:
+		return fieldError("KeepAttempts", "Config.KeepAttempts must be >= 1, got %d", c.KeepAttempts)
 	case c.BodyTimeout < 0:
 		return fieldError("BodyTimeout", "Config.BodyTimeout must be > 0, got %s", c.BodyTimeout)
 	case c.IdleTimeout < 0:
@@ -465,6 +481,8 @@ func (c Config) validate() error {
 		return fieldError("RelayWindow", "Config.RelayWindow must be >= -1 (-1: no window), got %d", c.RelayWindow)
 	case c.RelayPollInterval < 0:
 		return fieldError("RelayPollInterval", "Config.RelayPollInterval must be >= 0, got %s", c.RelayPollInterval)
+	case c.EventsPollInterval < 0:
+		return fieldError("EventsPollInterval", "Config.EventsPollInterval must be >= 0, got %s", c.EventsPollInterval)
 	case c.CloseScanInterval < 0:
 		return fieldError("CloseScanInterval", "Config.CloseScanInterval must be >= 0, got %s", c.CloseScanInterval)
 	case c.ReconcileInterval < 0:

@@ -59,12 +59,14 @@ var ErrStarted = errors.New("server: already started")
 // Server is one warren server. Make one with New, then Run it (or Start
 // and Stop it).
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	nodes    *broker.Nodes
-	names    protocol.Names
-	tiers    []time.Duration
-	reducers *reduce.Registry
+	cfg Config
+	// pauseNudge asks refreshPauses for a round now (nudgePauses).
+	pauseNudge chan struct{}
+	log        *slog.Logger
+	nodes      *broker.Nodes
+	names      protocol.Names
+	tiers      []time.Duration
+	reducers   *reduce.Registry
 
 	startOnce sync.Once
 	stopOnce  sync.Once
@@ -132,7 +134,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fieldError("AMQPURL", "Config.AMQPURL: %v", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, nodes: nodes, names: protocol.NamesFor(cfg.Prefix), tiers: cfg.RetryTiers, reducers: reducers}
+	s := &Server{cfg: cfg, log: cfg.Logger, nodes: nodes, names: protocol.NamesFor(cfg.Prefix), tiers: cfg.RetryTiers, reducers: reducers,
+		pauseNudge: make(chan struct{}, 1)}
 	s.sizer = autobatch.New(autobatch.Config{OnKnown: s.WakeRelay})
 	s.workers, s.deadGrowth, s.jobDurations = heartbeats.NewRegistry(nil), queuestats.NewGrowth(), newJobDurations()
 	s.consumers = queuestats.NewConsumers()
@@ -190,7 +193,7 @@ func (s *Server) start(ctx context.Context) (err error) {
 		}
 		s.ownStore = true
 	}
-	s.events = api.NewEvents(api.EventsConfig{})
+	s.events = api.NewEvents(api.EventsConfig{PollInterval: s.cfg.EventsPollInterval})
 	apiMetrics, err := s.registerMetrics()
 	if err != nil {
 		return err
@@ -229,6 +232,7 @@ func (s *Server) start(ctx context.Context) (err error) {
 		Ready:               s.brokerReady,
 		OnSubmit:            func(string) { s.WakeRelay() },
 		OnRedrive:           func(string) { s.WakeRelay() },
+		Pause:               s.broadcastPause,
 		OnCancel: func(job warren.Job) {
 			s.jobCancelled(job.ID)
 			s.jobDurations.observe(job, warren.JobCancelled, *job.FinishedAt)
@@ -406,6 +410,12 @@ func (s *Server) run(ctx context.Context) {
 	component("dead-letter sampler", s.sampleDeadLetters)
 	component("queue reaper", s.reaper.Run)
 	component("webhooks", s.deliverer.Run)
+	component("pause refresher", s.refreshPauses)
+	if l, ok := s.store.(store.CloseListener); ok {
+		// Closes by the other servers of the store reach this one's
+		// event streams at once.
+		component("close listener", func(ctx context.Context) error { return l.ListenClosed(ctx, s.events.Notify) })
+	}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

@@ -19,6 +19,7 @@ import (
 	"github.com/warrenhq/warren/internal/broker/amqptest"
 	"github.com/warrenhq/warren/reduce"
 	"github.com/warrenhq/warren/server"
+	"github.com/warrenhq/warren/store/sqlite"
 	"github.com/warrenhq/warren/worker"
 )
 
@@ -313,4 +314,28 @@ func TestServerWithoutTokensAnswersOnlyToItsOwnNames(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, call(http.MethodPost, "localhost:"+port, "https://attacker.example"))
 	require.Equal(t, http.StatusAccepted, call(http.MethodPost, "localhost:"+port, "http://localhost:"+port), "the dashboard's own origin")
 	require.Equal(t, http.StatusAccepted, call(http.MethodPost, "localhost:"+port, ""), "a client that is not a browser")
+}
+
+// TestSecondServerOnOneSQLiteFileRefusesToStart: SQLite is the store of
+// one server; a second server on the same file does not start, and says
+// why, while the first keeps serving.
+func TestSecondServerOnOneSQLiteFileRefusesToStart(t *testing.T) {
+	t.Parallel()
+	cfg := setup(t)
+	first, err := server.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, first.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, first.Stop()) })
+
+	second, err := server.New(cfg)
+	require.NoError(t, err)
+	err = second.Start(context.Background())
+	require.ErrorIs(t, err, sqlite.ErrInUse)
+	require.Contains(t, err.Error(), "is in use by another warren server")
+	require.Contains(t, err.Error(), "use PostgreSQL for several")
+
+	resp, err := http.Get(first.URL() + "/readyz")
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the first server still serves")
 }

@@ -10,8 +10,13 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"iter"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/warrenhq/warren"
 )
@@ -58,7 +63,9 @@ type Store interface {
 	// GetJob returns one job, or an error wrapping warren.ErrNotFound.
 	GetJob(ctx context.Context, id string) (warren.Job, error)
 	// ListJobs returns jobs newest first, and the cursor of the next page
-	// ("" when there is none).
+	// ("" when there is none), filtered as opts says (ListJobsOpts). An
+	// invalid opts.Search is an error (ValidateSearch), and so is an
+	// invalid cursor.
 	ListJobs(ctx context.Context, opts ListJobsOpts) ([]warren.Job, string, error)
 	// ListTasks returns a job's tasks in task id order (its reduce task,
 	// warren.ReduceTaskID, first), and the cursor of the next page (""
@@ -92,6 +99,38 @@ type Store interface {
 	// closed: ClaimedDelivery.Body)
 	// when the job has a webhook. A closed job: warren.ErrConflict.
 	CancelJob(ctx context.Context, id string) (warren.Job, error)
+
+	// PauseJob pauses an open job: once it returns, no relay round
+	// publishes a task of the job (a round in flight is waited for), and
+	// ReconcileStale takes none of its queued tasks for lost, until
+	// ResumeJob. The job stays in its state; tasks already published are
+	// the workers' to hold (docs/operations.md, "Pausing a job or a
+	// queue"). It returns the job with PausedAt set; a paused job keeps
+	// its first PausedAt. A closed job: warren.ErrConflict. Pausing
+	// changes no counter and not the job's Version.
+	PauseJob(ctx context.Context, id string) (warren.Job, error)
+	// ResumeJob resumes a paused open job: its pending tasks are offered
+	// to the relay again, and each of its queued tasks' timeouts
+	// (ReconcileStale) counts from the resume, not only from its publish.
+	// A job that is not paused is returned unchanged. A closed job:
+	// warren.ErrConflict.
+	ResumeJob(ctx context.Context, id string) (warren.Job, error)
+	// PauseQueue pauses a work queue by its effective name
+	// (warren.Policy.EffectiveQueue; "" is protocol.DefaultQueue), with
+	// or without jobs: PauseJob for every open job of the queue and
+	// every job submitted to it until ResumeQueue. A paused queue keeps
+	// its first PausedAt. An invalid queue name is an error.
+	PauseQueue(ctx context.Context, queue string) (QueuePause, error)
+	// ResumeQueue resumes a paused work queue, as ResumeJob does for its
+	// jobs, and reports whether it was paused.
+	ResumeQueue(ctx context.Context, queue string) (bool, error)
+	// PausedQueues returns the paused work queues, by name.
+	PausedQueues(ctx context.Context) ([]QueuePause, error)
+	// PausedJobs returns up to limit ids of open paused jobs, those
+	// paused first first (limit <= 0 meaning DefaultPageSize, as for the
+	// list methods): the server tells the workers of them again and
+	// again (docs/protocol.md, "Control messages").
+	PausedJobs(ctx context.Context, limit int) ([]string, error)
 
 	// RelayBatch is RelayRound with a round of limit tasks and limit
 	// messages (limit <= 0 meaning DefaultPageSize, as for the list
@@ -138,6 +177,21 @@ type Store interface {
 	// batch with an outcome whose State is neither completed nor failed
 	// is an error, and nothing of it is written.
 	ApplyOutcomes(ctx context.Context, outcomes []Outcome) (ApplyReport, error)
+	// ApplyOutcomesClosing is ApplyOutcomes that also closes, in the same
+	// transaction, jobs the batch made ready to close, so that a small
+	// job's last outcome and its close cost one commit: each job of
+	// ReadyToClose whose tasks are all finished (completed plus failed
+	// equal to expected), with at most InlineCloseTasks tasks, no reduce
+	// task and no reduce state, is passed to decide, as the batch left it,
+	// with a scan of its results inside the transaction (as ScanResults
+	// would give them once committed). When decide returns true, the job
+	// is closed as FinishJob closes it at that version (a completed job
+	// with a follow-up starts it, its webhook delivery is made) and
+	// listed in ApplyReport.ClosedJobs, not in ReadyToClose; when it
+	// returns false, the job is left for FinishJob, listed in
+	// ReadyToClose. An error from decide fails the whole batch: nothing
+	// of it is written. decide nil is ApplyOutcomes.
+	ApplyOutcomesClosing(ctx context.Context, outcomes []Outcome, decide CloseDecider) (ApplyReport, error)
 	// JobsToClose returns up to limit ids of open jobs that are ready to
 	// close, or to start their reduce task (ReadyToClose: every task
 	// finished, or fail-fast with failures over the tolerance; or the
@@ -203,6 +257,20 @@ type Store interface {
 	// reduce task); warren.ErrNotFound when the job or the task does not
 	// exist.
 	GetTask(ctx context.Context, jobID string, taskID int64) (warren.TaskRecord, error)
+	// TaskPayload returns one task's payload as it was stored (JSON null
+	// for an empty one); warren.ErrNotFound when the job or the task does
+	// not exist.
+	TaskPayload(ctx context.Context, jobID string, taskID int64) (json.RawMessage, error)
+	// TaskAttempts returns the attempts the store kept of one task
+	// (ApplyOutcomes: the run of each applied outcome, and each retried
+	// run a worker reported, Outcome.Retry), oldest first: at most the
+	// last KeepAttempts of them (Outcome.KeepAttempts), each error and
+	// traceback within MaxAttemptErrorBytes and MaxTracebackBytes. A map
+	// task completed on its first run has that run, from its task row
+	// (which is all the store writes for it: no attempt row). A task
+	// that never finished a run has none. warren.ErrNotFound when the job
+	// or the task does not exist.
+	TaskAttempts(ctx context.Context, jobID string, taskID int64) ([]warren.TaskAttempt, error)
 	// ScanOutcomes calls fn for each map task of job jobID whose id is
 	// above after (0 for all), in task id order, with its state, result
 	// and error, never the reduce task; streaming: the outcomes are never
@@ -375,6 +443,14 @@ type Staleness struct {
 	Grace time.Duration
 }
 
+// QueuePause is a paused work queue (Store.PauseQueue).
+type QueuePause struct {
+	// Queue is the queue's name (warren.Policy.EffectiveQueue).
+	Queue string
+	// PausedAt is when it was paused.
+	PausedAt time.Time
+}
+
 // ReconcileReport says what ReconcileStale did.
 type ReconcileReport struct {
 	// Requeued counts tasks sent back to the outbox.
@@ -442,10 +518,65 @@ type ListJobsOpts struct {
 	// Type keeps only jobs of that type (warren.Job.Type, exactly) when
 	// not empty.
 	Type string
+	// Queue keeps only jobs of that work queue
+	// (warren.Policy.EffectiveQueue, exactly: protocol.DefaultQueue names
+	// the jobs that give none) when not empty.
+	Queue string
+	// Search, when not empty, keeps only the jobs it finds, the same on
+	// every store:
+	//
+	//   - the job's id, by prefix (case-sensitive, as ids are);
+	//   - the job's type and work queue (warren.Policy.EffectiveQueue),
+	//     and the scalar values of its metadata (strings, numbers,
+	//     booleans, at any depth; not the keys), the first
+	//     MaxSearchTextBytes of them;
+	//   - the job's error (warren.Job.Error) and the stored error of each
+	//     of its tasks (warren.TaskRecord.Error: a task's last error),
+	//
+	// the last three as substrings, ignoring the case of letters. It
+	// combines with the other filters; the matches come newest first and
+	// page with the cursor as every listing does. It must hold
+	// MinSearchRunes to MaxSearchBytes of UTF-8 without control
+	// characters (ValidateSearch).
+	Search string
+	// CreatedAfter, when not zero, keeps only jobs created at or after
+	// it; CreatedBefore, when not zero, only jobs created before it: the
+	// range is half-open, so adjacent ranges never share a job.
+	CreatedAfter, CreatedBefore time.Time
 	// Limit is the page size; <= 0 means DefaultPageSize.
 	Limit int
 	// Cursor is a next cursor from a previous page, or "".
 	Cursor string
+}
+
+// MinSearchRunes is the fewest characters ListJobsOpts.Search may have:
+// the stores index substrings by trigrams, which a shorter text cannot
+// use.
+const MinSearchRunes = 3
+
+// MaxSearchBytes is the most bytes ListJobsOpts.Search may have.
+const MaxSearchBytes = 200
+
+// MaxSearchTextBytes is how much of a job's type, queue and metadata
+// values the stores index for ListJobsOpts.Search: the values past it
+// are not found.
+const MaxSearchTextBytes = 4096
+
+// ValidateSearch reports what is wrong with a ListJobsOpts.Search text:
+// nil for "" or a valid one; an error naming the rule otherwise. A store
+// refuses an invalid text with that error (ListJobs).
+func ValidateSearch(q string) error {
+	switch {
+	case q == "":
+		return nil
+	case !utf8.ValidString(q) || strings.ContainsFunc(q, unicode.IsControl):
+		return errors.New("search text must be UTF-8 without control characters")
+	case len(q) > MaxSearchBytes:
+		return fmt.Errorf("search text must be at most %d bytes; got %d", MaxSearchBytes, len(q))
+	case utf8.RuneCountInString(q) < MinSearchRunes:
+		return fmt.Errorf("search text must have at least %d characters; got %q", MinSearchRunes, q)
+	}
+	return nil
 }
 
 // ListTasksOpts filters and pages ListTasks.
@@ -531,6 +662,21 @@ type Outcome struct {
 	// means unknown: the store keeps the task's recorded attempts, but
 	// records at least 1, since the task ran to produce this outcome.
 	Attempts int
+	// Traceback is where the failure came from, when the worker sent it
+	// (a Python traceback, a Go panic's stack): kept with the outcome's
+	// attempt (TaskAttempts), its last MaxTracebackBytes.
+	Traceback string
+	// Retry marks the outcome of a run that failed and is retried (State
+	// failed, with its Error and Attempts): it records that attempt
+	// (TaskAttempts) and nothing else, the task staying open and no
+	// counter moving. It is recorded when its task exists at its
+	// Generation (or 0), whatever the task's state, once (a repeat is a
+	// no-op); otherwise it is ignored (ApplyReport.AttemptsIgnored), never
+	// Unknown.
+	Retry bool
+	// KeepAttempts, when > 0, is how many attempts of the task the store
+	// keeps (the last ones); 0 means DefaultKeepAttempts.
+	KeepAttempts int
 	// Worker names the worker that ran the task, when known. "" means
 	// unknown (a dead letter, say): the store keeps the task's recorded
 	// worker, as it keeps its attempts.
@@ -571,6 +717,66 @@ type Outcome struct {
 	SpawnPart, SpawnParts int
 }
 
+// DefaultKeepAttempts is how many attempts of each task the store keeps
+// (the last ones) when an outcome does not say (Outcome.KeepAttempts):
+// enough for a task retried at every tier of a default policy, few enough
+// that a task failing for ever costs a bounded number of rows.
+const DefaultKeepAttempts = 20
+
+// MaxAttemptErrorBytes is the most of an attempt's error the store keeps
+// (its first bytes, cut at a character's boundary): the task's own error
+// (warren.TaskRecord.Error) is kept whole, as before.
+const MaxAttemptErrorBytes = 8 << 10
+
+// MaxTracebackBytes is the most of an attempt's traceback the store keeps
+// (its last bytes, where the failure is, cut at a character's boundary);
+// protocol.MaxTracebackBytes is what a worker sends, the same.
+const MaxTracebackBytes = 16 << 10
+
+// CloseListener is implemented by a store that several servers share and
+// that can tell each of them at once of the jobs any of them closed or
+// cancelled (PostgreSQL: LISTEN and NOTIFY). ListenClosed calls fn with
+// the id of each such job as its transaction commits, until ctx is done,
+// and then returns nil; it listens again by itself after a lost
+// connection, a close in between going unreported (the event streams'
+// next poll sees it). fn must not block.
+type CloseListener interface {
+	ListenClosed(ctx context.Context, fn func(jobID string)) error
+}
+
+// InlineCloseTasks is the most tasks a job closed by ApplyOutcomesClosing
+// may have: its reducer runs inside the transaction that records
+// outcomes, and a bigger job's reduce would hold that transaction (and,
+// on SQLite, every writer) for as long as it reads its results.
+const InlineCloseTasks = 1000
+
+// ResultScan calls fn for each map task of one job in task id order, with
+// its terminal state and result, as Store.ScanResults does; an error from
+// fn stops it and is returned.
+type ResultScan func(fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error
+
+// CloseDecider decides, for ApplyOutcomesClosing, how job closes (its
+// reducer run over scan), or that it is not to be closed there (false).
+// An error is the store's (scan failing): the batch fails with it.
+type CloseDecider func(ctx context.Context, job warren.Job, scan ResultScan) (Closing, bool, error)
+
+// Closing is how a job closes: State completed or failed, the reduced
+// Result (nil for none) and the Error of a failed job, as FinishJob takes
+// them.
+type Closing struct {
+	State  warren.JobState
+	Result []byte
+	Error  string
+}
+
+// ClosedJob is a job ApplyOutcomesClosing closed: Job as the batch left
+// it before its close (its counters final), and how it closed.
+type ClosedJob struct {
+	Job   warren.Job
+	State warren.JobState
+	Error string
+}
+
 // ApplyReport says what ApplyOutcomes did with each outcome of a batch.
 type ApplyReport struct {
 	// Applied counts outcomes that moved their task to a terminal state.
@@ -583,6 +789,10 @@ type ApplyReport struct {
 	Duplicates int
 	// Closed counts outcomes for jobs that are already closed.
 	Closed int
+	// Attempts counts the retried runs the batch recorded (Outcome.Retry),
+	// and AttemptsIgnored those it did not: of an unknown task, or of
+	// another generation than their task's.
+	Attempts, AttemptsIgnored int
 	// Spawned counts the tasks the batch's applied outcomes added to
 	// their jobs (Outcome.Spawn).
 	Spawned int
@@ -603,4 +813,12 @@ type ApplyReport struct {
 	// job is listed once, by the batch that made it ready, however many
 	// batches touch it afterwards.
 	ReadyToClose []string
+	// ClosedJobs lists the jobs ApplyOutcomesClosing closed in the batch's
+	// transaction, in the order of ReadyToClose (ApplyOutcomes: none).
+	ClosedJobs []ClosedJob
+	// Unfinished maps each job whose counters the batch moved to the
+	// tasks it still has that are not finished (expected less completed
+	// and failed), as the batch left it: ApplyOutcomesClosing reports it,
+	// ApplyOutcomes leaves it nil.
+	Unfinished map[string]int64
 }

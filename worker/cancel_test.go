@@ -99,7 +99,7 @@ func TestRunIgnoresMalformedControlMessages(t *testing.T) {
 	rw.listening(t)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	for i, body := range []string{`not json`, `{"type": "cancel"}`, `[1]`, `{"type": "pause", "job_id": "job-z"}`} {
+	for i, body := range []string{`not json`, `{"type": "cancel"}`, `[1]`, `{"type": "snooze", "job_id": "job-z"}`, `{"type": "pause", "job_id": "job-z", "queue": "q"}`, `{"type": "cancel", "queue": "q"}`} {
 		require.NoError(t, b.pub.PublishAndWait(ctx, b.names.ControlExchange, "", amqp.Publishing{
 			MessageId: "bad-" + string(rune('0'+i)), Body: []byte(body),
 		}))

@@ -81,9 +81,15 @@ func (w *Worker) control(d amqp.Delivery) {
 	}
 	switch c.Type {
 	case protocol.ControlCancel:
+		if c.JobID == "" {
+			w.log.Warn("worker: ignoring a cancel without a job_id", "message_id", d.MessageId)
+			return
+		}
 		w.cancelled.add(c.JobID)
 		w.log.Info("worker: job cancelled; its queued tasks will be skipped", "job_id", c.JobID)
 		w.emit(Event{Kind: EventCancelSeen, JobID: c.JobID})
+	case protocol.ControlPause, protocol.ControlResume:
+		w.controlPause(c)
 	default:
 		w.log.Warn("worker: ignoring a control message of unknown type", "type", c.Type, "job_id", c.JobID)
 	}

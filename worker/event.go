@@ -43,6 +43,20 @@ const (
 	// it is dead-lettered instead (EventDeadLettered, reason
 	// protocol.ReasonUnknownType).
 	EventUnserved EventKind = "unserved"
+	// EventHeld: the task's job or work queue (Event.Queue) is paused (a
+	// control broadcast): a copy that waits Event.Delay in a retry tier
+	// was confirmed and the original acked, without running the handler.
+	// It is no run and no retry, and spends no attempt.
+	EventHeld EventKind = "held"
+	// EventPauseSeen: a pause broadcast for job Event.JobID, or work
+	// queue Event.Queue, arrived (the first or a refresh); their tasks
+	// delivered from now on are held (EventHeld). It carries no other
+	// task fields.
+	EventPauseSeen EventKind = "pause_seen"
+	// EventResumeSeen: a resume broadcast for job Event.JobID, or work
+	// queue Event.Queue, arrived; their tasks run again. It carries no
+	// other task fields.
+	EventResumeSeen EventKind = "resume_seen"
 	// EventCancelSeen: a cancel broadcast for Event.JobID arrived; the
 	// job's tasks delivered from now on are skipped. It carries no other
 	// task fields.
@@ -87,13 +101,16 @@ type Event struct {
 	JobID  string
 	TaskID int64
 	Type   string
+	// Queue is the work queue of EventHeld's task, and of
+	// EventPauseSeen and EventResumeSeen when they are about a queue.
+	Queue string
 	// Attempt is the run the event is about, starting at 1.
 	Attempt int
 	// Reason is the dead-letter reason (a protocol.Reason constant) for
 	// EventDeadLettered.
 	Reason string
 	// Delay is how long the task waits before its next run, for
-	// EventRetried and EventUnserved: the delay of the retry tier it was
+	// EventRetried, EventUnserved and EventHeld: the delay of the retry tier it was
 	// published to.
 	Delay time.Duration
 	// Duration is how long the task's handler ran, for EventCompleted,

@@ -50,6 +50,9 @@ func (s *session) process(d *delivery) {
 		d.span.AddEvent("skipped: the job is cancelled")
 		s.skip(d)
 		return
+	case s.w.paused.holds(d.tasks[0].JobID, d.msg.Queue):
+		s.hold(d)
+		return
 	case d.msg.Reduce:
 		s.reduce(d)
 		return
@@ -182,6 +185,18 @@ func (s *session) settleRuns(d *delivery, runs []taskRun) {
 		case outcome.Retry:
 			s.taskLog(t).Debug("worker: task failed; retrying", "error", dec.Err, "max_retries", t.MaxRetries, "delay", dec.Delay)
 			out = d.msg.Retry(s.w.names, t.message(), dec.Delay)
+			// The server keeps the failed run as an attempt of the task;
+			// confirmed with the retry, before the ack.
+			att, err := d.msg.RetriedAttempt(s.w.names, protocol.Result{
+				JobID: t.JobID, TaskID: t.TaskID, Worker: s.w.cfg.Name, Attempt: t.Attempt,
+				StartedAt: &r.started, FinishedAt: &r.finished, Error: dec.Err.Error(), Traceback: tracebackOf(dec.Err),
+			})
+			if err == nil {
+				outs = append(outs, att)
+			} else {
+				// Only a bug can get here; the retry itself goes on.
+				s.taskLog(t).Error("worker: cannot encode a retried attempt; it goes unrecorded", "error", err)
+			}
 			ev.Kind, ev.Err, ev.Delay = EventRetried, dec.Err, dec.Delay
 		default:
 			// A permanent failure is dead-lettered like an exhausted one:
@@ -228,6 +243,7 @@ func (s *session) deadLetter(d *delivery, t Task, reason string, cause error, st
 	s.taskLog(t).Warn("worker: task dead-lettered", "reason", reason, "error", cause)
 	out := d.msg.DeadLetter(s.w.names, t.message(), wire.Failure{
 		Reason: reason, Error: cause.Error(), Worker: s.w.cfg.Name, StartedAt: started, FailedAt: time.Now(),
+		Traceback: tracebackOf(cause),
 	})
 	ev := s.event(t)
 	ev.Kind, ev.Reason, ev.Err = EventDeadLettered, reason, cause
@@ -265,6 +281,9 @@ func (s *session) acked(d *delivery, ran bool, aerr error, evs []Event) {
 		s.taskLog(d.tasks[0]).Warn("worker: ack after a confirmed publish", "error", aerr)
 		return
 	}
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("worker: delivery acked; its outcomes are confirmed", d.logAttrs()...)
+	}
 	for _, ev := range evs {
 		s.w.emit(ev)
 	}
@@ -295,10 +314,12 @@ func (s *session) publishFailed(d *delivery, evs []Event, err error) {
 }
 
 // publishAll publishes outs within the publisher's confirm window and
-// waits for all their confirms; it returns the first error.
+// waits for all their confirms; it returns the first error. An optional
+// message (wire.Outbound.Optional) the broker returns unrouted is no
+// error: no server records attempts yet.
 func (s *session) publishAll(ctx context.Context, outs []wire.Outbound) error {
 	if len(outs) == 1 {
-		return s.pub.PublishAndWait(ctx, outs[0].Exchange, outs[0].Key, outs[0].Msg)
+		return unroutedOK(outs[0], s.pub.PublishAndWait(ctx, outs[0].Exchange, outs[0].Key, outs[0].Msg))
 	}
 	confs := make([]*broker.Confirmation, 0, len(outs))
 	var firstErr error
@@ -310,12 +331,21 @@ func (s *session) publishAll(ctx context.Context, outs []wire.Outbound) error {
 		}
 		confs = append(confs, c)
 	}
-	for _, c := range confs {
-		if err := c.Wait(ctx); err != nil && firstErr == nil {
+	for i, c := range confs {
+		if err := unroutedOK(outs[i], c.Wait(ctx)); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
 	return firstErr
+}
+
+// unroutedOK is err, the publish of o's, unless o is optional and err
+// says only that the broker routed it nowhere.
+func unroutedOK(o wire.Outbound, err error) error {
+	if o.Optional && errors.Is(err, broker.ErrUnroutable) {
+		return nil
+	}
+	return err
 }
 
 // publishBackoff is the pause after the nth publish failure in a row.

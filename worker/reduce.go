@@ -143,7 +143,7 @@ func (s *session) callReducer(base context.Context, fn ReducerFunc, job ReduceJo
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
-			err = outcome.HandlerPanicked(p)
+			err = panicked(outcome.HandlerPanicked(p), p)
 			s.log.Error("worker: reducer panicked", "job_id", job.JobID, "type", job.Type, "panic", fmt.Sprint(p), "stack", shortStack())
 		}
 	}()

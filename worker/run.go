@@ -56,7 +56,7 @@ func (s *session) call(base context.Context, h HandlerFunc, t Task, start time.T
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
-			err = outcome.HandlerPanicked(p)
+			err = panicked(outcome.HandlerPanicked(p), p)
 			s.taskLog(t).Error("worker: handler panicked", "panic", fmt.Sprint(p), "stack", shortStack())
 		}
 	}()
@@ -79,7 +79,7 @@ func (s *session) callBatch(base context.Context, h BatchHandlerFunc, tasks []Ta
 	defer func() {
 		if p := recover(); p != nil {
 			s.taskLog(tasks[0]).Error("worker: batch handler panicked", "tasks", len(tasks), "panic", fmt.Sprint(p), "stack", shortStack())
-			outcomes = fail(outcome.BatchHandlerPanicked(p))
+			outcomes = fail(panicked(outcome.BatchHandlerPanicked(p), p))
 		}
 	}()
 	outcomes = h(ctx, tasks)

@@ -183,7 +183,19 @@ func (s *session) receive(d amqp.Delivery) *delivery {
 				MaxRetries: msg.MaxRetries, Timeout: msg.Timeout, Payload: t.Payload, spawn: &spawns[i]}
 		}
 	}
-	return &delivery{raw: d, acks: s.acks, msg: msg, tasks: tasks, lost: &s.lost}
+	td := &delivery{raw: d, acks: s.acks, msg: msg, tasks: tasks, lost: &s.lost}
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("worker: delivery", td.logAttrs("redelivered", d.Redelivered, "exchange", d.Exchange, "key", d.RoutingKey, "retries", msg.Retries)...)
+	}
+	return td
+}
+
+// logAttrs are the attributes that name d in a log line (its job, its
+// first and last task, its delivery tag and message id), then more.
+func (d *delivery) logAttrs(more ...any) []any {
+	first, last := d.tasks[0], d.tasks[len(d.tasks)-1]
+	return append([]any{"job_id", first.JobID, "task_id", first.TaskID, "last_task", last.TaskID,
+		"tag", d.raw.DeliveryTag, "message_id", d.raw.MessageId}, more...)
 }
 
 // ack acks d unless it was already settled or its session lost the

@@ -63,6 +63,10 @@ type Worker struct {
 	// cancelled holds the jobs cancelled by control broadcasts; it
 	// outlives one Run, so a reconnecting worker still skips them.
 	cancelled *cancelSet
+	// paused holds the jobs and queues paused by control broadcasts,
+	// each for protocol.PauseLease after the last one; it outlives one
+	// Run, as cancelled does.
+	paused *pauseSet
 
 	running atomic.Bool
 	// inFlight counts the tasks between EventStarted and EventDone.
@@ -104,6 +108,7 @@ func New(cfg Config) (*Worker, error) {
 		log:       cfg.Logger.With("worker", cfg.Name),
 		handlers:  make(map[string]handlerSet),
 		cancelled: newCancelSet(maxCancelledJobs, cancelledJobTTL, time.Now),
+		paused:    newPauseSet(protocol.PauseLease, time.Now),
 
 		outcomesTimeout: protocol.OutcomesTimeout,
 	}, nil

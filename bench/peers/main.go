@@ -4,12 +4,15 @@
 //
 //	peers river [--tuned] [--tasks N] [--workers W] [--concurrency C] [--json]
 //	peers asynq [--tuned] [--tasks N] [--workers W] [--concurrency C] [--json]
+//	peers river-small [--tuned] [--clients C] [--jobs J] [--job-tasks T] [--workers W] [--concurrency N] [--json]
 //
 // N tasks with payload {"i":n} are submitted as fast as the library allows,
 // W worker clients (each with concurrency C) run a handler that returns the
 // payload unchanged, and the run ends when all N tasks are completed. It is a
 // separate Go module so that the warren module does not depend on either
-// library. See README.md.
+// library. river-small is the many-small-jobs benchmark of `warren bench
+// --small-jobs` on River: jobs of T tasks fanned in by a callback job. See
+// README.md.
 package main
 
 import (
@@ -85,11 +88,17 @@ type errUsage struct{ err error }
 
 func (e errUsage) Error() string { return e.err.Error() }
 
-const usage = `usage: peers river|asynq [flags]
+const usage = `usage: peers river|asynq|river-small [flags]
 
-Runs N no-op tasks ({"i":n} in, the same out) through River (PostgreSQL) or
-asynq (Redis) and reports the time to submit them and the time until all are
-completed. "peers river -h" and "peers asynq -h" list the flags.
+river, asynq: runs N no-op tasks ({"i":n} in, the same out) through River
+(PostgreSQL) or asynq (Redis) and reports the time to submit them and the
+time until all are completed.
+
+river-small: many small jobs on River: C clients each submit a job of T
+no-op tasks with a fan-in callback and wait for the callback to complete;
+reports jobs/s, tasks/s and submit-to-callback latency percentiles.
+
+"peers SUBCOMMAND -h" lists a subcommand's flags.
 `
 
 func main() {
@@ -116,18 +125,20 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return errUsage{errors.New("missing subcommand: river or asynq")}
+		return errUsage{errors.New("missing subcommand: river, asynq or river-small")}
 	}
 	switch args[0] {
 	case "river":
 		return runRiver(ctx, args[1:], stdout, stderr)
+	case "river-small":
+		return runRiverSmall(ctx, args[1:], stdout, stderr)
 	case "asynq":
 		return runAsynq(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
-		return errUsage{fmt.Errorf("unknown subcommand %q: want river or asynq", args[0])}
+		return errUsage{fmt.Errorf("unknown subcommand %q: want river, asynq or river-small", args[0])}
 	}
 }
 

@@ -136,34 +136,20 @@ func riverBench(parent context.Context, f riverFlags, p progress, stderr io.Writ
 	}
 	tag := randomTag()
 	schema := "peers_river_" + tag
-	schemaIdent := pgx.Identifier{schema}.Sanitize()
 	jobTable := pgx.Identifier{schema, "river_job"}.Sanitize()
 	poolConfig.ConnConfig.RuntimeParams["search_path"] = schema
 	poolConfig.ConnConfig.RuntimeParams["application_name"] = "peers river " + tag
 
-	// 1. A fresh schema, dropped at the end whatever happens (on a fresh
-	// connection, so that a cancelled run context cannot prevent it).
-	admin, err := pgx.Connect(ctx, f.database)
+	// 1. A fresh schema, dropped at the end whatever happens.
+	drop, err := riverCreateSchema(ctx, f.database, schema)
 	if err != nil {
-		return rep, 0, 0, fail(fmt.Errorf("connecting to PostgreSQL: %w", err))
-	}
-	_, err = admin.Exec(ctx, "CREATE SCHEMA "+schemaIdent)
-	_ = admin.Close(context.Background())
-	if err != nil {
-		return rep, 0, 0, fail(fmt.Errorf("creating schema %s: %w", schema, err))
+		return rep, 0, 0, fail(err)
 	}
 	p.printf("schema %s created", schema)
 	defer func() {
-		dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer dcancel()
-		conn, derr := pgx.Connect(dctx, f.database)
-		if derr == nil {
-			_, derr = conn.Exec(dctx, "DROP SCHEMA IF EXISTS "+schemaIdent+" CASCADE")
-			_ = conn.Close(dctx)
-		}
-		if derr != nil {
+		if derr := drop(); derr != nil {
 			if err == nil {
-				err = fmt.Errorf("dropping schema %s: %w", schema, derr)
+				err = derr
 			}
 			return
 		}

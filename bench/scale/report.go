@@ -24,8 +24,8 @@ type report struct {
 	// SubmitS is the wall-clock time of `warren submit FILE`, process
 	// start to exit.
 	SubmitS float64 `json:"submit_s"`
-	// AllPublishedS is the job's started_at minus its created_at, both
-	// the server's: a job turns running, and gets its started_at, once
+	// AllPublishedS is the job's published_at minus its created_at, both
+	// the server's: a job turns running, and gets its published_at, once
 	// the relay has published its last task.
 	AllPublishedS float64 `json:"all_published_s"`
 	// FirstResultS is from the submit's start to the first poll that saw
@@ -80,7 +80,7 @@ func printTable(w io.Writer, r report) {
 	row := func(k, format string, a ...any) { fmt.Fprintf(w, "  %-34s %s\n", k, fmt.Sprintf(format, a...)) }
 	row("job", "%s %s: %d completed, %d failed", r.JobID, r.State, r.CompletedTasks, r.FailedTasks)
 	row("submit (warren submit, wall)", "%.3f s", r.SubmitS)
-	row("all tasks published (started_at)", "%.3f s after created_at", r.AllPublishedS)
+	row("all tasks published (published_at)", "%.3f s after created_at", r.AllPublishedS)
 	row("first result seen", "%.3f s after submit start", r.FirstResultS)
 	row("created_at -> finished_at", "%.3f s", r.TotalS)
 	row("submit start -> closed seen", "%.3f s (wall)", r.WallS)

@@ -224,8 +224,8 @@ func (r *runner) measure(ctx context.Context) (report, error) {
 	total := job.FinishedAt.Sub(*job.CreatedAt)
 	rep.TotalS = round(total.Seconds(), 3)
 	rep.TasksPerS = round(float64(r.cfg.tasks)/total.Seconds(), 1)
-	if job.StartedAt != nil {
-		rep.AllPublishedS = round(job.StartedAt.Sub(*job.CreatedAt).Seconds(), 3)
+	if job.PublishedAt != nil {
+		rep.AllPublishedS = round(job.PublishedAt.Sub(*job.CreatedAt).Seconds(), 3)
 	}
 
 	r.logf("job %s completed; stopping the processes", job.ID)

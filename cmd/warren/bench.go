@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -32,6 +33,10 @@ type benchFlags struct {
 	cappedBeside int
 	tree         string
 	killWorkers  int
+	smallJobs    bool
+	clients      int
+	jobs         int
+	jobTasks     int
 }
 
 func runBench(ctx context.Context, args []string, env *environment) error {
@@ -61,9 +66,15 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 	fs.StringVar(&f.tree, "tree", "", "instead: a job of one task that spawns a tree of `LEVELSxFANOUT` (6x6: 55,987 tasks), next to a flat job "+
 		"of as many, run by --workers worker processes (`warren worker --types tree`)")
 	fs.IntVar(&f.killWorkers, "kill-workers", 0, "with --tree: also run the tree while killing this many worker processes with SIGKILL, at even steps, each replaced")
+	fs.BoolVar(&f.smallJobs, "small-jobs", false, "instead: many small jobs: --clients clients each submit a job of --job-tasks no-op tasks over HTTP and wait for its close on the event stream, --jobs in all, "+
+		"then one client alone, then one job of --tasks tasks for the ratio, in --rounds interleaved rounds, on --workers workers (default 2)")
+	fs.IntVar(&f.clients, "clients", 8, "with --small-jobs: concurrent clients")
+	fs.IntVar(&f.jobs, "jobs", 400, "with --small-jobs: jobs in all")
+	fs.IntVar(&f.jobTasks, "job-tasks", 10, "with --small-jobs: tasks per job")
 	// One run's choices: command line only (WARREN_DATABASE_URL must not
 	// point a demo or a benchmark at a real store).
-	fs.localFlags("database", "tasks", "workers", "batch-size", "task-duration", "concurrency", "prefetch", "relay-batch", "aggregator-batch", "rounds", "json", "cpuprofile", "memprofile", "capped-beside", "tree", "kill-workers")
+	fs.localFlags("database", "tasks", "workers", "batch-size", "task-duration", "concurrency", "prefetch", "relay-batch", "aggregator-batch", "rounds", "json", "cpuprofile", "memprofile", "capped-beside", "tree", "kill-workers",
+		"small-jobs", "clients", "jobs", "job-tasks")
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
@@ -90,6 +101,9 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 	case f.cappedBeside < 0 || f.cappedBeside > warren.MaxConcurrencyLimit:
 		return usageErrorf("--capped-beside must be between 1 and %d, got %d", warren.MaxConcurrencyLimit, f.cappedBeside)
 	}
+	if f.smallJobs {
+		return runSmallBench(ctx, f, fs, env)
+	}
 	if f.tree != "" {
 		return runTreeBench(ctx, f, env)
 	}
@@ -106,15 +120,21 @@ func runBench(ctx context.Context, args []string, env *environment) error {
 	if err != nil {
 		return err
 	}
-	if f.json {
-		out, err := json.Marshal(rep)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(env.stdout, string(out))
+	return printReport(env, f.json, rep)
+}
+
+// printReport prints a benchmark's report: one JSON object with asJSON,
+// else as the report prints itself.
+func printReport(env *environment, asJSON bool, rep interface{ Print(io.Writer) }) error {
+	if !asJSON {
+		rep.Print(env.stdout)
 		return nil
 	}
-	rep.Print(env.stdout)
+	out, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(env.stdout, string(out))
 	return nil
 }
 
@@ -129,16 +149,31 @@ func runCappedBench(ctx context.Context, f benchFlags, fs *flagSet, env *environ
 	if err != nil {
 		return err
 	}
-	if f.json {
-		out, err := json.Marshal(rep)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(env.stdout, string(out))
-		return nil
+	return printReport(env, f.json, rep)
+}
+
+// runSmallBench runs `warren bench --small-jobs` (bench.RunSmall).
+func runSmallBench(ctx context.Context, f benchFlags, fs *flagSet, env *environment) error {
+	switch {
+	case f.clients < 1 || f.jobs < 1 || f.jobTasks < 1:
+		return usageErrorf("--clients, --jobs and --job-tasks must be >= 1")
+	case f.jobTasks > server.DefaultMaxJobTasks:
+		return usageErrorf("--job-tasks must be at most %d, got %d", server.DefaultMaxJobTasks, f.jobTasks)
 	}
-	rep.Print(env.stdout)
-	return nil
+	workers := f.workers
+	if _, set := fs.source["workers"]; !set {
+		workers = 2
+	}
+	rep, err := bench.RunSmall(ctx, bench.SmallConfig{
+		AMQPURL: f.amqpURL, DatabaseURL: f.database, Clients: f.clients, Jobs: f.jobs, JobTasks: f.jobTasks, BigTasks: f.tasks,
+		Workers: workers, Concurrency: f.concurrency, Rounds: f.rounds, CPUProfile: f.cpuProfile,
+		Progress: func(format string, a ...any) { fmt.Fprintf(env.stderr, "warren bench: "+format+"\n", a...) },
+		Logger:   quietLogger(fs, env),
+	})
+	if err != nil {
+		return err
+	}
+	return printReport(env, f.json, rep)
 }
 
 // runTreeBench runs `warren bench --tree LxF`: bench.RunTree with worker

@@ -240,8 +240,9 @@ func TestHelpAndUsageErrors(t *testing.T) {
 		{[]string{"tasks", "ID", "--state", "done"}, `--state: "done" is not a task state`},
 		{[]string{"dlq"}, "missing subcommand"},
 		{[]string{"dlq", "drop"}, `unknown subcommand "drop"`},
-		{[]string{"dlq", "purge"}, "dlq purge needs --job ID or --all"},
-		{[]string{"dlq", "purge", "--all", "--job", "x"}, "dlq purge needs --job ID or --all"},
+		{[]string{"dlq", "purge"}, "dlq purge needs --job ID, --settled or --all"},
+		{[]string{"dlq", "purge", "--all", "--job", "x"}, "dlq purge needs --job ID, --settled or --all"},
+		{[]string{"dlq", "purge", "--all", "--settled"}, "(and --all alone)"},
 		{[]string{"completion", "fish"}, "want bash or zsh"},
 		{[]string{"help", "a", "b"}, "want one command"},
 		{[]string{"status", "ID", "--server", "ftp://user:pw@h/"}, "--server: ftp://user:xxxxx@h/ is not an http:// or https:// URL"},
@@ -296,8 +297,11 @@ func completeJob(t *testing.T, st store.Store, id string) {
 	job, err := st.GetJob(ctx, id)
 	require.NoError(t, err)
 	var outcomes []store.Outcome
+	// The tasks started 4 s ago: the job's rate is about its tasks per 4 s.
+	started := time.Now().Add(-4 * time.Second)
 	for i := int64(1); i <= job.ExpectedTasks; i++ {
-		outcomes = append(outcomes, store.Outcome{JobID: id, TaskID: i, State: warren.TaskCompleted, Result: json.RawMessage(fmt.Sprint(i)), Attempts: 1})
+		outcomes = append(outcomes, store.Outcome{JobID: id, TaskID: i, State: warren.TaskCompleted, Result: json.RawMessage(fmt.Sprint(i)), Attempts: 1,
+			StartedAt: &started})
 	}
 	_, err = st.ApplyOutcomes(ctx, outcomes)
 	require.NoError(t, err)
@@ -333,8 +337,9 @@ func TestJobCommands(t *testing.T) {
 
 	code, out, errOut = runCLI(t, vars, "list")
 	require.Equal(t, 0, code, errOut)
-	require.Regexp(t, `(?m)^ID\s+TYPE\s+STATE\s+DONE\s+FAILED\s+CREATED$`, out)
-	require.Regexp(t, `(?m)^`+first+`\s+echo\s+completed\s+2/2\s+0\s+`, out)
+	require.Regexp(t, `(?m)^ID\s+TYPE\s+STATE\s+FINISHED\s+FAILED\s+RATE\s+CREATED$`, out)
+	require.Regexp(t, `(?m)^`+first+`\s+echo\s+completed\s+2/2\s+0\s+0\.[45]\d/s\s+`, out, "2 tasks finished over the 4 s since the first started")
+	require.Regexp(t, `(?m)^`+third+`\s+echo\s+\w+\s+0/1\s+0\s+-\s+`, out, "no rate before a task finished")
 	require.Equal(t, 4, strings.Count(out, "\n"))
 
 	var list client.JobList
@@ -432,14 +437,14 @@ func TestOneLineSpecWithBlankLinesIsJSON(t *testing.T) {
 		"{\"type\":\"echo\",\"tasks\":[1,2]}\n \r\n\t\n",
 		"{\"type\":\"echo\",\"tasks\":[1,2]}\n",
 	} {
-		sub, err := submitSpec(context.Background(), c, bufio.NewReader(strings.NewReader(spec)), "", "", "")
+		sub, err := submitSpec(context.Background(), c, bufio.NewReader(strings.NewReader(spec)), overrides{})
 		require.NoError(t, err, "%q", spec)
 		job, err := st.GetJob(context.Background(), sub.ID)
 		require.NoError(t, err)
 		require.Equal(t, int64(2), job.ExpectedTasks, "%q", spec)
 	}
 	// NDJSON after a blank line is still NDJSON.
-	sub, err := submitSpec(context.Background(), c, bufio.NewReader(strings.NewReader("{\"type\":\"echo\"}\n\n1\n2\n3\n")), "", "", "")
+	sub, err := submitSpec(context.Background(), c, bufio.NewReader(strings.NewReader("{\"type\":\"echo\"}\n\n1\n2\n3\n")), overrides{})
 	require.NoError(t, err)
 	job, err := st.GetJob(context.Background(), sub.ID)
 	require.NoError(t, err)

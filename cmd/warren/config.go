@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/envconfig"
 	"github.com/warrenhq/warren/server"
 	"github.com/warrenhq/warren/store/open"
 	"github.com/warrenhq/warren/worker"
@@ -74,18 +75,34 @@ const quorumReplicasUsage = "replicas of each quorum queue when it is created (x
 // tiers parses --retry-tiers; nil means the defaults. server.Config and
 // worker.Config check the tiers' values.
 func (c *common) tiers() ([]time.Duration, error) {
-	if strings.TrimSpace(c.retryTiers) == "" {
-		return nil, nil
-	}
-	var out []time.Duration
-	for _, part := range strings.Split(c.retryTiers, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(part))
-		if err != nil {
-			return nil, usageErrorf("%s: %q is not a duration (like 500ms, 5s, 2m)", c.fs.from("retry-tiers"), strings.TrimSpace(part))
-		}
-		out = append(out, d)
+	out, err := envconfig.ParseDurations(c.retryTiers)
+	if err != nil {
+		return nil, usageErrorf("%s: %v", c.fs.from("retry-tiers"), err)
 	}
 	return out, nil
+}
+
+// settings returns the getenv of a package's ConfigFromLookup (worker,
+// server) for fs: each variable's value is its flag's, once fs is parsed
+// (the command line, the variable, the config file or the default, in that
+// order), so that the command and ConfigFromEnv share one mapping of
+// settings onto Config.
+func (fs *flagSet) settings(vars map[string]string) func(name string) string {
+	return func(name string) string {
+		if f := fs.Lookup(vars[name]); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+}
+
+// settingError returns the first error of a ConfigFromLookup as a usage
+// error that names where its value came from.
+func (fs *flagSet) settingError(err error) error {
+	if e, ok := errors.AsType[*envconfig.Error](err); ok {
+		return usageErrorf("%s: %v", fs.from(e.Flag), e.Err)
+	}
+	return &usageError{msg: err.Error()}
 }
 
 // configField is how server.ConfigError and worker.ConfigError name a

@@ -234,8 +234,9 @@ func TestServerWithoutTokensStaysOnLoopback(t *testing.T) {
 
 // The failure commands with the real binaries: a task that fails until a
 // moment passes is dead-lettered and its job fails; `warren dlq list`
-// shows it, `warren redrive` reruns it once the cause cleared, and
-// `warren dlq purge` clears the dead letter.
+// shows it pending, `warren redrive` reruns it once the cause cleared,
+// after which its dead letter is listed as settled (not pending), and
+// `warren dlq purge --settled` clears it.
 func TestFailureCommands(t *testing.T) {
 	t.Parallel()
 	names, _ := amqptest.Topology(t, &broker.TopologyOptions{RetryTiers: []time.Duration{50 * time.Millisecond}})
@@ -273,9 +274,11 @@ func TestFailureCommands(t *testing.T) {
 		Reason     string `json:"reason"`
 		Error      string `json:"error"`
 		Attempts   int    `json:"attempts"`
+		Pending    bool   `json:"pending"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &dead), out)
 	require.Len(t, dead, 1)
+	require.True(t, dead[0].Pending, "the task is failed: a replay or a redrive would run it")
 	require.Equal(t, int64(2), dead[0].TaskID)
 	require.Equal(t, "task.failed", dead[0].RoutingKey)
 	require.Equal(t, "retries_exhausted", dead[0].Reason)
@@ -291,7 +294,15 @@ func TestFailureCommands(t *testing.T) {
 	code, out, errOut = runBinary(t, env, "watch", id)
 	require.Equal(t, 0, code, "%s %s", out, errOut)
 
-	code, out, errOut = runBinary(t, env, "dlq", "purge", "--job", id)
+	// The redrive settled the dead letter: it is no longer pending.
+	code, out, errOut = runBinary(t, env, "dlq", "list", "--job", id)
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `(?m)^`+id+`\s+2\s+settled:resent\s+task\.failed\s+retries_exhausted\s+2\s`, out)
+	code, out, errOut = runBinary(t, env, "dlq", "list", "--pending", "--json")
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, "[]", strings.TrimSpace(out), "nothing is left to do")
+
+	code, out, errOut = runBinary(t, env, "dlq", "purge", "--settled", "--job", id)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "purged 1")
 	code, out, errOut = runBinary(t, env, "dlq", "purge", "--all", "--json")

@@ -32,9 +32,9 @@ func runRedrive(ctx context.Context, args []string, env *environment) error {
 
 // dlqSummaries are the summaries of the dlq subcommands.
 var dlqSummaries = map[string]string{
-	"list":   "Show each dead letter: job, task, routing key, reason, attempts, time, error.",
+	"list":   "Show each dead letter: job, task, state (pending, or settled and why), routing key, reason, attempts, time, error.",
 	"replay": "Republish dead letters (retries reset); each is removed only after its republish is confirmed.",
-	"purge":  "Delete dead letters: those of one job (--job ID), or all of them (--all).",
+	"purge":  "Delete dead letters: those of one job (--job ID), the settled ones (--settled, with or without --job), or all of them (--all).",
 }
 
 func runDLQ(ctx context.Context, args []string, env *environment) error {
@@ -58,20 +58,22 @@ func runDLQ(ctx context.Context, args []string, env *environment) error {
 	job := fs.String("job", "", "only the dead letters of this job")
 	fs.localFlags("job")
 	var limit *int
-	var asJSON, all *bool
+	var asJSON, all, pending, settled *bool
 	switch sub {
 	case "list":
 		limit = fs.Int("limit", 0, "at most this many (0: all)")
 		asJSON = fs.Bool("json", false, "print a JSON array")
-		fs.localFlags("limit", "json")
+		pending = fs.Bool("pending", false, "only the pending ones: not settled by a redrive, a replay or a delete")
+		fs.localFlags("limit", "json", "pending")
 	case "replay":
 		limit = fs.Int("limit", 0, "replay at most this many (0: all)")
 		asJSON = fs.Bool("json", false, `print {"replayed": N, "skipped": N}`)
 		fs.localFlags("limit", "json")
 	case "purge":
 		all = fs.Bool("all", false, "purge the dead letters of every job")
+		settled = fs.Bool("settled", false, "purge only the settled ones (their task was redriven or replayed, or their job deleted or cancelled)")
 		asJSON = fs.Bool("json", false, `print {"purged": N}`)
-		fs.localFlags("all", "json")
+		fs.localFlags("all", "settled", "json")
 	}
 	if err := parse(fs, args[1:], env); err != nil {
 		return err
@@ -79,8 +81,8 @@ func runDLQ(ctx context.Context, args []string, env *environment) error {
 	if limit != nil && *limit < 0 {
 		return usageErrorf("--limit must be >= 0, got %d", *limit)
 	}
-	if all != nil && *all == (*job != "") {
-		return usageErrorf("dlq purge needs --job ID or --all (and not both)")
+	if all != nil && *all == (*job != "" || *settled) {
+		return usageErrorf("dlq purge needs --job ID, --settled or --all (and --all alone)")
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -88,7 +90,11 @@ func runDLQ(ctx context.Context, args []string, env *environment) error {
 	}
 	switch sub {
 	case "list":
-		msgs, err := c.DeadLetters(ctx, *job, *limit)
+		list := c.DeadLetters
+		if *pending {
+			list = c.PendingDeadLetters
+		}
+		msgs, err := list(ctx, *job, *limit)
 		if err != nil {
 			return err
 		}
@@ -104,7 +110,7 @@ func runDLQ(ctx context.Context, args []string, env *environment) error {
 			return nil
 		}
 		tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "JOB\tTASK\tROUTING KEY\tREASON\tATTEMPTS\tTIME\tERROR")
+		fmt.Fprintln(tw, "JOB\tTASK\tSTATE\tROUTING KEY\tREASON\tATTEMPTS\tTIME\tERROR")
 		for _, m := range msgs {
 			at := ""
 			if !m.Time.IsZero() {
@@ -114,7 +120,11 @@ func runDLQ(ctx context.Context, args []string, env *environment) error {
 			if len(m.TaskIDs) > 1 {
 				task += fmt.Sprintf(" (batch of %d)", len(m.TaskIDs))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", m.JobID, task, m.RoutingKey, m.Reason, m.Attempts, at, m.Error)
+			state := "pending"
+			if !m.Pending {
+				state = "settled:" + m.Settled
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", m.JobID, task, state, m.RoutingKey, m.Reason, m.Attempts, at, m.Error)
 		}
 		return tw.Flush()
 	case "replay":
@@ -128,7 +138,11 @@ func runDLQ(ctx context.Context, args []string, env *environment) error {
 		fmt.Fprintf(env.stdout, "replayed %d, skipped %d (their tasks are no longer failed; they stay in the queue)\n", replayed, skipped)
 		return nil
 	case "purge":
-		n, err := c.PurgeDeadLetters(ctx, *job)
+		purge := c.PurgeDeadLetters
+		if *settled {
+			purge = c.PurgeSettledDeadLetters
+		}
+		n, err := purge(ctx, *job)
 		if err != nil {
 			return err
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -144,195 +142,6 @@ func printRawJSON(w io.Writer, raw []byte) error {
 	return err
 }
 
-func runSubmit(ctx context.Context, args []string, env *environment) error {
-	var cf clientFlags
-	fs := newFlagSet("submit", "Submit a job spec from FILE, or from standard input with - (the default): JSON {\"type\", \"tasks\": [...], ...}\n"+
-		"or NDJSON (the spec without tasks on the first line, then one task payload per line). Prints the job id.", env)
-	fs.positional = "[FILE|-]"
-	cf.register(fs)
-	typ := fs.String("type", "", "set the job's type (handler name)")
-	reduce := fs.String("reduce", "", `set the job's reducer (collect, sum, concat, merge, none), or a reduce task a worker runs, as JSON: '{"task": "TYPE"}'`)
-	key := fs.String("idempotency-key", "", "resubmitting with the same key returns the same job")
-	asJSON := fs.Bool("json", false, "print the created job, as GET /v1/jobs/{id} returns it, instead of its id")
-	fs.localFlags("type", "reduce", "idempotency-key", "json")
-	positional, err := fs.parseAll(args)
-	if err != nil {
-		return err
-	}
-	if len(positional) > 1 {
-		fmt.Fprintln(env.stderr, "warren submit: at most one FILE (usage: warren submit [FILE|-] [flags])")
-		return errUsage
-	}
-	if err := applyLogFlags(fs, env); err != nil {
-		return err
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	var in io.Reader = env.stdin
-	if len(positional) == 1 && positional[0] != "-" {
-		f, err := os.Open(positional[0])
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		in = f
-	}
-	sub, err := submitSpec(ctx, c, bufio.NewReaderSize(in, 1<<20), *typ, *reduce, *key)
-	if err != nil {
-		return err
-	}
-	for _, w := range sub.Warnings {
-		// The job is submitted: a warning is no failure (exit status 0).
-		fmt.Fprintf(env.stderr, "warren submit: warning: %s\n", w)
-	}
-	if !*asJSON {
-		fmt.Fprintln(env.stdout, sub.ID)
-		return nil
-	}
-	raw, err := c.GetRaw(ctx, sub.ID)
-	if err != nil {
-		return err
-	}
-	return printRawJSON(env.stdout, raw)
-}
-
-// submitSpec reads a JSON or NDJSON job spec from r and submits it. A
-// first line that is a whole JSON object followed by more non-blank
-// lines is NDJSON and is streamed; anything else (a one-line spec
-// followed by blank lines too) is one JSON document.
-func submitSpec(ctx context.Context, c *client.Client, r *bufio.Reader, typ, reduce, key string) (client.Submitted, error) {
-	first, err := r.ReadBytes('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
-		return client.Submitted{}, err
-	}
-	trimmed := bytes.TrimSpace(first)
-	if len(trimmed) == 0 {
-		return client.Submitted{}, errors.New("the job spec is empty")
-	}
-	var head map[string]json.RawMessage
-	if json.Unmarshal(trimmed, &head) == nil && moreThanBlank(r) {
-		if _, ok := head["tasks"]; ok {
-			return client.Submitted{}, errors.New(`NDJSON: the first line is the spec without "tasks"; the tasks follow, one per line`)
-		}
-		spec, err := specFrom(head, typ, reduce, key)
-		if err != nil {
-			return client.Submitted{}, err
-		}
-		return c.SubmitNDJSON(ctx, spec, r)
-	}
-	rest, err := io.ReadAll(r)
-	if err != nil {
-		return client.Submitted{}, err
-	}
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(append(first, rest...), &doc); err != nil {
-		return client.Submitted{}, fmt.Errorf("the job spec is not a JSON object (or NDJSON): %v", err)
-	}
-	spec, err := specFrom(doc, typ, reduce, key)
-	if err != nil {
-		return client.Submitted{}, err
-	}
-	return c.Submit(ctx, spec)
-}
-
-// moreThanBlank reports whether r holds more than white space, without
-// consuming it: it peeks as far as the white space goes (up to the
-// reader's buffer).
-func moreThanBlank(r *bufio.Reader) bool {
-	for n := 1; n <= r.Size(); n++ {
-		b, err := r.Peek(n)
-		if len(b) < n || err != nil {
-			return false
-		}
-		switch b[n-1] {
-		case ' ', '\t', '\r', '\n':
-			continue
-		}
-		return true
-	}
-	return true
-}
-
-// specFrom builds a client.JobSpec from a decoded spec, with the command
-// line's overrides. Unknown fields are passed on for the server to judge.
-func specFrom(doc map[string]json.RawMessage, typ, reduce, key string) (client.JobSpec, error) {
-	if typ != "" {
-		doc["type"], _ = json.Marshal(typ)
-	}
-	switch {
-	case strings.HasPrefix(strings.TrimSpace(reduce), "{"):
-		if !json.Valid([]byte(reduce)) {
-			return client.JobSpec{}, fmt.Errorf(`-reduce: a reduce task must be a JSON object such as '{"task": "TYPE"}'`)
-		}
-		doc["reduce"] = json.RawMessage(reduce)
-	case reduce != "":
-		doc["reduce"], _ = json.Marshal(reduce)
-	}
-	reduceDoc, thenDoc := doc["reduce"], doc["then"]
-	delete(doc, "reduce")
-	delete(doc, "then")
-	raw, err := json.Marshal(doc)
-	if err != nil {
-		return client.JobSpec{}, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	var spec client.JobSpec
-	if err := dec.Decode(&spec); err != nil {
-		return client.JobSpec{}, fmt.Errorf("job spec: %v", err)
-	}
-	if err := decodeReduce(reduceDoc, &spec); err != nil {
-		return client.JobSpec{}, err
-	}
-	if spec.Then, err = decodeThen(thenDoc); err != nil {
-		return client.JobSpec{}, err
-	}
-	spec.IdempotencyKey = key
-	return spec, nil
-}
-
-// decodeThen reads a spec's "then", the follow-up job, as a spec of its
-// own (absent or null: none). Its tasks and the rest are the server's to
-// judge.
-func decodeThen(raw json.RawMessage) (*client.JobSpec, error) {
-	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
-		return nil, nil
-	}
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		return nil, fmt.Errorf("job spec: then must be an object, a job spec without tasks: %v", err)
-	}
-	then, err := specFrom(doc, "", "", "")
-	if err != nil {
-		return nil, fmt.Errorf("then: %w", err)
-	}
-	return &then, nil
-}
-
-// decodeReduce sets spec's reducer from a spec's "reduce": a name, or a
-// reduce task object (absent or null: the server's default).
-func decodeReduce(raw json.RawMessage, spec *client.JobSpec) error {
-	switch t := bytes.TrimSpace(raw); {
-	case len(t) == 0 || string(t) == "null":
-		return nil
-	case t[0] == '{':
-		dec := json.NewDecoder(bytes.NewReader(t))
-		dec.DisallowUnknownFields()
-		spec.ReduceTask = new(client.ReduceTask)
-		if err := dec.Decode(spec.ReduceTask); err != nil {
-			return fmt.Errorf(`job spec: reduce: %v (a reduce task is {"task": TYPE, "queue": QUEUE, "payload": JSON})`, err)
-		}
-		return nil
-	default:
-		if err := json.Unmarshal(t, &spec.Reduce); err != nil {
-			return fmt.Errorf(`job spec: reduce must be a reducer's name or an object {"task": TYPE}: %v`, err)
-		}
-		return nil
-	}
-}
-
 func runStatus(ctx context.Context, args []string, env *environment) error {
 	var asJSON *bool
 	id, c, err := jobCommand("status", "Show a job's status.", args, env, func(fs *flagSet) {
@@ -362,11 +171,15 @@ func printStatus(w io.Writer, j client.Job) {
 	if j.Error != "" {
 		fmt.Fprintf(w, "why       %s\n", j.Error)
 	}
-	fmt.Fprintf(w, "tasks     %d expected, %d completed, %d failed, %d pending\n", j.ExpectedTasks, j.CompletedTasks, j.FailedTasks, j.PendingTasks)
+	fmt.Fprintf(w, "tasks     %d expected: %d finished (%d completed, %d failed), %d pending\n",
+		j.ExpectedTasks, j.CompletedTasks+j.FailedTasks, j.CompletedTasks, j.FailedTasks, j.PendingTasks)
 	if j.SpawnedTasks > 0 {
 		fmt.Fprintf(w, "spawned   %d of the expected tasks were spawned by its tasks\n", j.SpawnedTasks)
 	}
-	if j.Waiting != nil && !j.Terminal() {
+	if j.Paused && j.PausedAt != nil && !j.Terminal() {
+		fmt.Fprintf(w, "paused    since %s: no new task starts until `warren resume %s`\n", j.PausedAt.Format("2006-01-02 15:04:05.000Z07:00"), j.ID)
+	}
+	if j.Waiting != nil && !j.Terminal() && !j.Paused {
 		fmt.Fprintf(w, "waiting   %s\n", waitingText(*j.Waiting, time.Now()))
 	}
 	tolerated := "any" // only the percent limits
@@ -391,6 +204,13 @@ func printStatus(w io.Writer, j client.Job) {
 	if j.CreatedAt != nil {
 		fmt.Fprintf(w, "created   %s\n", j.CreatedAt.Format("2006-01-02 15:04:05.000Z07:00"))
 	}
+	if j.PublishedAt != nil {
+		fmt.Fprintf(w, "published %s (every task out to the broker)\n", j.PublishedAt.Format("2006-01-02 15:04:05.000Z07:00"))
+	}
+	if j.StartedAt != nil {
+		fmt.Fprintf(w, "started   %s (the first task's start)\n", j.StartedAt.Format("2006-01-02 15:04:05.000Z07:00"))
+	}
+	fmt.Fprintf(w, "rate      %s%s\n", rateText(j.Rate), rateSpan(j))
 	if j.FinishedAt != nil && j.CreatedAt != nil {
 		fmt.Fprintf(w, "finished  %s (%s after creation)\n", j.FinishedAt.Format("2006-01-02 15:04:05.000Z07:00"), j.FinishedAt.Sub(*j.CreatedAt).Round(1e6))
 	}
@@ -409,6 +229,23 @@ func printStatus(w io.Writer, j client.Job) {
 	for _, e := range j.Errors {
 		fmt.Fprintf(w, "error     task %d: %s\n", e.TaskID, e.Error)
 	}
+}
+
+// rateSpan says what j's rate measured: " over 7.3s" from the first
+// start to the close, " over 3s, the last finish 5s ago" while it runs,
+// "" while there is no rate.
+func rateSpan(j client.Job) string {
+	if j.Rate == nil || j.StartedAt == nil {
+		return ""
+	}
+	if j.FinishedAt != nil {
+		return fmt.Sprintf(" over %s", j.FinishedAt.Sub(*j.StartedAt).Round(time.Millisecond))
+	}
+	if j.LastFinishedAt == nil {
+		return ""
+	}
+	return fmt.Sprintf(" over %s, the last finish %s ago", j.LastFinishedAt.Sub(*j.StartedAt).Round(time.Millisecond),
+		max(time.Since(*j.LastFinishedAt), 0).Round(time.Second))
 }
 
 // printChain prints where j stands in its chain of follow-up jobs: the

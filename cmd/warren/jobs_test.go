@@ -119,6 +119,30 @@ func TestStatusAndWatch(t *testing.T) {
 	require.Equal(t, 2, code, "the id is required")
 }
 
+// status shows the counts in the one vocabulary (finished = completed +
+// failed), when the job's tasks were all published and when its first
+// one started, and its rate over the run from that start.
+func TestStatusShowsTrueNumbers(t *testing.T) {
+	t.Parallel()
+	url, st := apiServer(t)
+	code, out, errOut := runCLI(t, nil, "submit", "--server", url, writeFile(t, `{"type":"echo","tasks":[1,2]}`))
+	require.Equal(t, 0, code, errOut)
+	id := strings.TrimSpace(out)
+	code, out, _ = runCLI(t, nil, "status", id, "--server", url)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "tasks     2 expected: 0 finished (0 completed, 0 failed), 2 pending\n")
+	require.Contains(t, out, "rate      - tasks/s\n")
+	require.NotContains(t, out, "started   ", "no task started yet")
+
+	completeJob(t, st, id) // its tasks started 4 s ago
+	code, out, _ = runCLI(t, nil, "status", id, "--server", url)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "tasks     2 expected: 2 finished (2 completed, 0 failed), 0 pending\n")
+	require.Regexp(t, `(?m)^published \S+ \S+ \(every task out to the broker\)$`, out)
+	require.Regexp(t, `(?m)^started   \S+ \S+ \(the first task's start\)$`, out)
+	require.Regexp(t, `(?m)^rate      0\.[45]\d tasks/s over 4\.\d+s$`, out)
+}
+
 // `warren delete` deletes a closed job and refuses an open one; status
 // shows a job's retention.
 func TestDeleteCommand(t *testing.T) {
@@ -224,8 +248,8 @@ func TestWatchFollowsEvents(t *testing.T) {
 		t.Fatal("warren watch did not return")
 	}
 	require.Equal(t, 0, a.code, "stderr: %s", a.errOut)
-	require.Contains(t, a.out, "progress: pending 0/2 tasks done (0 failed)")
-	require.Contains(t, a.out, "progress: completed 2/2 tasks done (0 failed)")
+	require.Contains(t, a.out, "progress: pending 0/2 tasks finished (0 failed), - tasks/s")
+	require.Contains(t, a.out, "progress: completed 2/2 tasks finished (0 failed)")
 	require.Contains(t, a.out, "state     completed\n")
 	require.Contains(t, a.out, "result    /v1/jobs/"+job.ID+"/result\n")
 	require.Zero(t, polls.Load(), "no polling: the events drove the output")
@@ -348,6 +372,6 @@ func TestStatusCountsSpawnedTasks(t *testing.T) {
 	require.NoError(t, err)
 	code, out, _ = runCLI(t, nil, "status", id, "--server", url)
 	require.Equal(t, 0, code)
-	require.Contains(t, out, "tasks     3 expected, 1 completed, 0 failed, 2 pending")
+	require.Contains(t, out, "tasks     3 expected: 1 finished (1 completed, 0 failed), 2 pending")
 	require.Contains(t, out, "spawned   2 of the expected tasks were spawned by its tasks")
 }

@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	warren <command> [flags]
+//	warren [flags] <command> [flags]
 //
 // Run "warren help" for the commands and "warren help <command>" for
 // their flags. Every setting is a flag, an environment variable
@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,13 +43,16 @@ var commands = []command{
 	{"demo", "run a word-count job end to end in one process (embedded store, local RabbitMQ)", runDemo},
 	{"bench", "measure the broker's per-message ceiling and warren end to end in one process (local RabbitMQ)", runBench},
 	{"submit", "submit a JSON or NDJSON job spec from a file or standard input; prints the job id", runSubmit},
-	{"list", "list jobs, newest first, by state and type", runList},
+	{"list", "list jobs, newest first, by state, type, queue, time or search text", runList},
 	{"status", "show a job's status", runStatus},
 	{"tasks", "list a job's tasks", runTasks},
+	{"task", "show one task whole: payload, result, every attempt with its error and traceback, dead letter", runTask},
 	{"watch", "show a job's progress until it closes; exit 0 if it completed, 1 if not", runWatch},
 	{"result", "print a completed job's result", runResult},
 	{"cancel", "cancel an open job", runCancel},
 	{"redrive", "requeue the failed tasks of a job and reopen it", runRedrive},
+	{"pause", "pause a job (or a work queue, --queue): no new task of it starts until resume", runPause},
+	{"resume", "resume a paused job (or work queue, --queue)", runResume},
 	{"delete", "delete a closed job with its tasks, results and idempotency key", runDelete},
 	{"dlq", "list, replay or purge dead letters", runDLQ},
 	{"migrate", "apply the job store's schema migrations and exit", runMigrate},
@@ -68,7 +72,16 @@ const (
 	exitJobFailed = 1 // a watched job failed or was cancelled
 	exitUsage     = 2 // a bad command line, variable or config file
 	exitError     = 3 // anything else: a server that cannot be reached, an API error, ...
+	// exitInterrupted is a client command stopped by SIGINT or SIGTERM:
+	// 128 + SIGINT, what shells report for a command stopped by Ctrl-C.
+	exitInterrupted = 130
+	// exitTerminated is a client command stopped by SIGTERM: 128 + 15.
+	exitTerminated = 143
 )
+
+// longRunning are the commands that finish in-flight work when signalled
+// (and log that they do); every other command exits at once, quietly.
+var longRunning = map[string]bool{"server": true, "worker": true, "demo": true, "bench": true}
 
 // environment is what a command may touch, so tests can run commands in
 // process.
@@ -116,8 +129,18 @@ func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	args := hoistGlobalFlags(os.Args[1:])
 	go func() {
-		<-sigs
+		sig := <-sigs
+		if len(args) > 0 && !longRunning[args[0]] {
+			// A client command holds nothing that needs finishing: a
+			// request cut short is the server's to complete or drop
+			// whole. Exit as a shell expects of Ctrl-C, without a word.
+			if sig == syscall.SIGTERM {
+				os.Exit(exitTerminated)
+			}
+			os.Exit(exitInterrupted)
+		}
 		first := time.Now()
 		env.log().Info("shutting down: finishing in-flight work; another signal, a second or more later, exits at once")
 		cancel()
@@ -131,10 +154,10 @@ func main() {
 			// to its queue when the connections drop, and the store
 			// commits or not.
 			fmt.Fprintln(os.Stderr, "warren: second signal: exiting now; unacknowledged messages return to their queues")
-			os.Exit(130)
+			os.Exit(exitInterrupted)
 		}
 	}()
-	code := run(ctx, os.Args[1:], env)
+	code := run(ctx, args, env)
 	cancel()
 	os.Exit(code)
 }
@@ -152,8 +175,13 @@ func run(ctx context.Context, args []string, env *environment) int {
 	if env.stdin == nil {
 		env.stdin = strings.NewReader("")
 	}
+	args = hoistGlobalFlags(args)
 	if len(args) == 0 {
 		usage(env.stderr)
+		return exitUsage
+	}
+	if strings.HasPrefix(args[0], "-") && !helpOrVersion[args[0]] {
+		fmt.Fprintf(env.stderr, "warren: flags but no command (usage: warren [flags] <command> [arguments] [flags]; run \"warren help\")\n")
 		return exitUsage
 	}
 	switch args[0] {
@@ -179,8 +207,96 @@ func run(ctx context.Context, args []string, env *environment) int {
 		}
 		return exitCode(c.name, c.run(ctx, args[1:], env), env)
 	}
+	if near := nearestCommand(args[0]); near != "" {
+		fmt.Fprintf(env.stderr, "warren: unknown command %q: did you mean %q? (run \"warren help\")\n", args[0], near)
+		return exitUsage
+	}
 	fmt.Fprintf(env.stderr, "warren: unknown command %q (run \"warren help\")\n", args[0])
 	return exitUsage
+}
+
+// helpOrVersion are the flags that stand for a command of their own.
+var helpOrVersion = map[string]bool{"-h": true, "--help": true, "-help": true, "--version": true, "-version": true}
+
+// boolFlags are the value-less flags a command line may give before its
+// command; any other flag there takes the next word as its value, unless
+// that word is a command's name.
+var boolFlags = map[string]bool{"json": true, "q": true, "quiet": true}
+
+// hoistGlobalFlags moves the flags given before the command to the end of
+// its arguments, where every command reads them: "warren --server URL
+// watch ID" is "warren watch ID --server URL". The end, not right after
+// the command, because dlq reads its subcommand first.
+func hoistGlobalFlags(args []string) []string {
+	var flags []string
+	i := 0
+	for i < len(args) && strings.HasPrefix(args[i], "-") && args[i] != "-" && args[i] != "--" && !helpOrVersion[args[i]] {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		flags = append(flags, args[i])
+		i++
+		if hasValue || boolFlags[name] || i == len(args) || isCommand(args[i]) {
+			continue
+		}
+		flags = append(flags, args[i])
+		i++
+	}
+	if len(flags) == 0 {
+		return args
+	}
+	if i == len(args) {
+		return flags // no command: run says so
+	}
+	rest := args[i:]
+	out := make([]string, 0, len(args))
+	if end := slices.Index(rest, "--"); end >= 0 {
+		// After "--" every word is positional: the flags go before it.
+		out = append(append(append(out, rest[:end]...), flags...), rest[end:]...)
+		return out
+	}
+	return append(append(out, rest...), flags...)
+}
+
+// isCommand reports whether name is a command's (help included).
+func isCommand(name string) bool { return slices.Contains(commandNames(), name) }
+
+// nearestCommand returns the command whose name is closest to name, if
+// it is close enough to be a typo of it (at most a third of its letters
+// off, and at least one), else "".
+func nearestCommand(name string) string {
+	best, bestDist := "", 0
+	for _, c := range commandNames() {
+		d := editDistance(name, c)
+		if d <= max(1, len(c)/3) && (best == "" || d < bestDist) {
+			best, bestDist = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Damerau-Levenshtein distance (with adjacent
+// transpositions, the commonest typo) between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev2 := make([]int, len(b)+1)
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
 }
 
 // exitCode reports err of command name, unless it was reported already,
@@ -207,7 +323,7 @@ func exitCode(name string, err error, env *environment) int {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "warren splits jobs into tasks, runs them on workers through RabbitMQ and closes each job exactly once.")
-	fmt.Fprintln(w, "\nUsage: warren <command> [arguments] [flags]\n\nCommands:")
+	fmt.Fprintln(w, "\nUsage: warren <command> [arguments] [flags]   (flags may come before the command too)\n\nCommands:")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}

@@ -47,7 +47,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		require.Contains(t, out, "Usage: warren "+c.name, c.name)
 		env := "WARREN_AMQP_URL"
 		switch c.name {
-		case "submit", "list", "status", "tasks", "watch", "result", "cancel", "redrive", "delete", "dlq":
+		case "submit", "list", "status", "tasks", "task", "watch", "result", "cancel", "redrive", "pause", "resume", "delete", "dlq":
 			env = "WARREN_SERVER"
 		case "version", "completion":
 			env = "WARREN_CONFIG"

@@ -15,14 +15,13 @@ import (
 type progress struct {
 	w        io.Writer
 	tty      bool
-	start    time.Time
 	last     time.Time
 	lastLine string
 	drawn    bool
 }
 
 func newProgress(w io.Writer) *progress {
-	return &progress{w: w, tty: isTerminal(w), start: time.Now()}
+	return &progress{w: w, tty: isTerminal(w)}
 }
 
 func isTerminal(w io.Writer) bool {
@@ -36,20 +35,20 @@ func isTerminal(w io.Writer) bool {
 
 func (p *progress) update(j client.Job) {
 	done := j.CompletedTasks + j.FailedTasks
-	rate := float64(done) / max(time.Since(p.start).Seconds(), 1e-3)
+	rate := rateText(j.Rate)
 	if p.tty {
 		const width = 30
 		filled := 0
 		if j.ExpectedTasks > 0 {
 			filled = int(int64(width) * done / j.ExpectedTasks)
 		}
-		fmt.Fprintf(p.w, "\r[%s%s] %5.1f%% %d/%d failed %d  %.0f tasks/s  %-9s%s\x1b[K",
+		fmt.Fprintf(p.w, "\r[%s%s] %5.1f%% %d/%d finished, %d failed  %s  %-9s%s\x1b[K",
 			strings.Repeat("#", filled), strings.Repeat("-", width-filled),
 			percent(done, j.ExpectedTasks), done, j.ExpectedTasks, j.FailedTasks, rate, j.State, waitingNote(j, time.Now()))
 		p.drawn = true
 		return
 	}
-	line := fmt.Sprintf("progress: %s %d/%d tasks done (%d failed), %.0f tasks/s%s", j.State, done, j.ExpectedTasks, j.FailedTasks, rate, waitingNote(j, time.Now()))
+	line := fmt.Sprintf("progress: %s %d/%d tasks finished (%d failed), %s%s", j.State, done, j.ExpectedTasks, j.FailedTasks, rate, waitingNote(j, time.Now()))
 	if line == p.lastLine || (time.Since(p.last) < time.Second && !j.Terminal()) {
 		return
 	}
@@ -60,6 +59,27 @@ func (p *progress) update(j client.Job) {
 func (p *progress) finish() {
 	if p.tty && p.drawn {
 		fmt.Fprintln(p.w)
+	}
+}
+
+// rateText formats a job's rate (client.Job.Rate: finished tasks per
+// second, the dashboard's definition and digits) as "3.33 tasks/s",
+// "- tasks/s" while it cannot be measured.
+func rateText(r *float64) string {
+	return rateNumber(r) + " tasks/s"
+}
+
+// rateNumber is rateText's number: "-" for none.
+func rateNumber(r *float64) string {
+	switch {
+	case r == nil:
+		return "-"
+	case *r >= 100:
+		return fmt.Sprintf("%.0f", *r)
+	case *r >= 10:
+		return fmt.Sprintf("%.1f", *r)
+	default:
+		return fmt.Sprintf("%.2f", *r)
 	}
 }
 
@@ -85,6 +105,10 @@ func waitingText(w client.Waiting, now time.Time) string {
 	if w.Reason == "no_worker_for_type" {
 		return fmt.Sprintf("no live worker serves type %s on queue %s for %d s (its tasks wait for one, and fail unknown_type after the task_timeout)",
 			w.Type, w.Queue, int(max(now.Sub(w.Since), 0).Seconds()))
+	}
+	if w.Reason == "queue_paused" {
+		return fmt.Sprintf("its work queue %s is paused (since %s): no new task starts until `warren resume --queue %s`",
+			w.Queue, w.Since.Format(time.RFC3339), w.Queue)
 	}
 	if w.Reason != "no_consumer" {
 		return fmt.Sprintf("waiting (%s) on queue %s since %s", w.Reason, w.Queue, w.Since.Format(time.RFC3339))

@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/envconfig"
 	"github.com/warrenhq/warren/server"
+	"github.com/warrenhq/warren/store"
 )
 
 // serverFlags are the settings of what `warren server` runs.
@@ -26,14 +25,15 @@ type serverFlags struct {
 	shutdown    time.Duration
 	replicas    int
 
-	maxTask     int64
-	maxMetadata int64
-	maxJobTasks int64
-	maxResult   int
-	bodyTimeout time.Duration
-	idleTimeout time.Duration
-	retention   retentionFlag
-	queueIdle   time.Duration
+	maxTask      int64
+	maxMetadata  int64
+	maxJobTasks  int64
+	keepAttempts int
+	maxResult    int
+	bodyTimeout  time.Duration
+	idleTimeout  time.Duration
+	retention    retentionFlag
+	queueIdle    time.Duration
 
 	webhookAllowPrivate bool
 	allowedHosts        string
@@ -54,6 +54,8 @@ func (f *serverFlags) register(fs *flagSet, env *environment) {
 		"largest accepted job metadata in bytes; a submission with larger metadata is refused")
 	fs.Int64Var(&f.maxJobTasks, "max-job-tasks", server.DefaultMaxJobTasks,
 		"most tasks a job may have, spawned ones included; a larger submission is refused, a spawn past it fails its task")
+	fs.IntVar(&f.keepAttempts, "keep-attempts", store.DefaultKeepAttempts,
+		"attempts kept per task for GET /v1/jobs/{id}/tasks/{task_id}: the last ones")
 	fs.IntVar(&f.maxResult, "max-result-bytes", server.DefaultMaxResultBytes,
 		"largest reduced result a job may have in bytes; a job whose reduce gives more fails")
 	fs.DurationVar(&f.bodyTimeout, "body-timeout", server.DefaultBodyTimeout,
@@ -84,31 +86,21 @@ func (f *serverFlags) register(fs *flagSet, env *environment) {
 		"let job webhooks go to loopback, private, link-local and other non-public addresses, refused by default")
 }
 
-// config maps the flags onto a server configuration; its errors name the
-// flag or variable each value came from. It checks no range: server.New
-// does (see newServer).
+// config maps the flags onto a server configuration through the server
+// package's own mapping (server.ConfigFromLookup, which ConfigFromEnv
+// uses too); its errors name the flag or variable each value came from.
+// It checks no range: server.New does (see newServer).
 func (f *serverFlags) config(env *environment) (server.Config, error) {
-	tiers, err := f.tiers()
-	if err != nil {
-		return server.Config{}, err
+	flags := map[string]string{}
+	for _, v := range server.EnvVars() {
+		flags[v.Name] = v.Flag
 	}
-	tokens, err := server.ParseTokens(f.tokens)
+	cfg, err := server.ConfigFromLookup(f.fs.settings(flags))
 	if err != nil {
-		return server.Config{}, usageErrorf("%s: %v", f.fs.from("api-tokens"), err)
+		return server.Config{}, f.fs.settingError(err)
 	}
-	return server.Config{
-		AMQPURL: f.amqpURL, DatabaseURL: f.databaseURL, Prefix: f.prefix, RetryTiers: tiers, QuorumReplicas: f.replicas,
-		Listen: f.listen, Tokens: tokens, MaxBodyBytes: f.maxBody, ShutdownTimeout: f.shutdown,
-		TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey,
-		MaxTaskBytes: f.maxTask, MaxMetadataBytes: f.maxMetadata, MaxJobTasks: f.maxJobTasks, MaxResultBytes: f.maxResult, BodyTimeout: f.bodyTimeout, IdleTimeout: f.idleTimeout,
-		RelayBatchSize: f.relayBatch, MaxMessageBytes: f.maxMessage, MaxInflightBytes: f.maxInflight, RelayWindow: f.relayWindow,
-		AggregatorBatchSize: f.aggBatch, AggregatorLinger: f.aggLinger,
-		Retention:           time.Duration(f.retention),
-		QueueIdleDelete:     queueIdleDelete(f.queueIdle),
-		WebhookAllowPrivate: f.webhookAllowPrivate,
-		AllowedHosts:        splitList(f.allowedHosts),
-		Logger:              env.logger,
-	}, nil
+	cfg.Logger = env.logger
+	return cfg, nil
 }
 
 // serverFields names the flag of each server.Config field that has one,
@@ -117,20 +109,11 @@ var serverFields = map[string]string{
 	"AMQPURL": "amqp-url", "DatabaseURL": "database", "Prefix": "prefix", "RetryTiers": "retry-tiers",
 	"QuorumReplicas": "quorum-replicas", "Listen": "listen", "Tokens": "api-tokens",
 	"TLSCertFile": "tls-cert", "TLSKeyFile": "tls-key", "MaxBodyBytes": "max-body", "ShutdownTimeout": "shutdown-timeout",
-	"MaxTaskBytes": "max-task-bytes", "MaxMetadataBytes": "max-metadata-bytes", "MaxJobTasks": "max-job-tasks", "MaxResultBytes": "max-result-bytes", "BodyTimeout": "body-timeout",
+	"MaxTaskBytes": "max-task-bytes", "MaxMetadataBytes": "max-metadata-bytes", "MaxJobTasks": "max-job-tasks", "KeepAttempts": "keep-attempts", "MaxResultBytes": "max-result-bytes", "BodyTimeout": "body-timeout",
 	"IdleTimeout": "idle-timeout", "RelayBatchSize": "relay-batch", "MaxMessageBytes": "max-message-bytes",
 	"MaxInflightBytes": "max-inflight-bytes", "RelayWindow": "relay-window", "AggregatorBatchSize": "aggregator-batch",
 	"AggregatorLinger": "aggregator-linger", "Retention": "retention", "WebhookAllowPrivate": "webhook-allow-private",
 	"AllowedHosts": "allowed-hosts", "QueueIdleDelete": "queue-idle-delete",
-}
-
-// queueIdleDelete is the server.Config.QueueIdleDelete of
-// --queue-idle-delete: 0 there is never, as below 0 is in Config.
-func queueIdleDelete(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }
 
 // newServer returns the server cfg configures: server.New checks every
@@ -144,45 +127,23 @@ func (f *serverFlags) newServer(cfg server.Config) (*server.Server, error) {
 	return s, nil
 }
 
-// retentionFlag is --retention: a duration over 0, or keepForever.
+// retentionFlag is --retention: a duration over 0, or envconfig.KeepForever.
 type retentionFlag time.Duration
 
-// keepForever is the server.Config.Retention of --retention forever.
-const keepForever = -1
-
 func (r *retentionFlag) String() string {
-	if *r < 0 {
+	if *r < 0 { // envconfig.KeepForever
 		return "forever"
 	}
 	return time.Duration(*r).String()
 }
 
 func (r *retentionFlag) Set(s string) error {
-	d, err := parseRetention(s)
+	d, err := envconfig.ParseRetention(s)
 	if err != nil {
 		return err
 	}
 	*r = retentionFlag(d)
 	return nil
-}
-
-// parseRetention reads a retention as --retention and WARREN_RETENTION
-// take it: a Go duration of at least a second (168h), a whole number of
-// days (30d), or "forever" (keepForever).
-func parseRetention(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if strings.EqualFold(s, "forever") {
-		return keepForever, nil
-	}
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.ParseInt(days, 10, 32); err == nil && n > 0 {
-			return time.Duration(n) * 24 * time.Hour, nil
-		}
-	}
-	if d, err := time.ParseDuration(s); err == nil && d >= time.Second {
-		return d, nil
-	}
-	return 0, fmt.Errorf("%q is not a retention: a duration of at least 1s (like 168h or 30d) or forever", s)
 }
 
 func runServer(ctx context.Context, args []string, env *environment) error {
@@ -222,16 +183,4 @@ func runServer(ctx context.Context, args []string, env *environment) error {
 	err = s.Stop()
 	env.logger.Info("warren server stopped", "uptime", time.Since(start).Round(time.Second))
 	return err
-}
-
-// splitList splits a comma-separated list, leaving out empty entries and
-// the white space around each.
-func splitList(list string) []string {
-	var out []string
-	for _, s := range strings.Split(list, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
 }

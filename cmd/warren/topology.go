@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/warrenhq/warren/internal/broker"
+	"github.com/warrenhq/warren/internal/envconfig"
 	"github.com/warrenhq/warren/protocol"
 	"github.com/warrenhq/warren/store"
 	"github.com/warrenhq/warren/store/open"
@@ -45,7 +46,7 @@ func runTopology(ctx context.Context, args []string, env *environment) error {
 	if err != nil {
 		return err
 	}
-	work := splitList(*queues)
+	work := envconfig.SplitList(*queues)
 	for _, q := range work {
 		if err := protocol.CheckQueueName(q); err != nil {
 			return usageErrorf("--queues: %v", err)

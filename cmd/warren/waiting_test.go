@@ -58,7 +58,7 @@ func TestStatusAndWatchSayThatNoOneConsumesTheQueue(t *testing.T) {
 	require.Equal(t, 0, c, cancelErr)
 	<-done
 	require.Equal(t, exitJobFailed, code, errOut)
-	require.Regexp(t, `progress: pending 0/1 tasks done \(0 failed\), 0 tasks/s; no consumer on queue gpu for 4[2-9] s`, out)
+	require.Regexp(t, `progress: pending 0/1 tasks finished \(0 failed\), - tasks/s; no consumer on queue gpu for 4[2-9] s`, out)
 	require.NotContains(t, out, "waiting   ", "a closed job waits for nothing")
 }
 

@@ -26,21 +26,24 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	var c common
 	fs := newFlagSet("worker", "Run a worker with the built-in handlers: echo, wordcount, sleep, flaky.", env)
 	c.register(fs, env)
+	// The flags of worker.Config fields are read back through
+	// worker.ConfigFromLookup (worker.EnvVars names them), the mapping
+	// worker.ConfigFromEnv uses: only the command's own are kept here.
 	concurrency := fs.Int("concurrency", 8, "handlers running at once")
-	name := fs.String("name", "", "the worker's name in results, dead letters and GET /v1/workers (default host:pid)")
+	fs.String("name", "", "the worker's name in results, dead letters and GET /v1/workers (default host:pid)")
 	types := fs.String("types", "", "comma-separated handlers and reducers to serve (default: all built-ins: echo, flaky, sleep, tree, wordcount, and the reducer top_words)")
-	queues := fs.String("queues", "", "comma-separated work queues to consume, the jobs' \"queue\" option (default: default)")
-	shutdown := fs.Duration("shutdown-timeout", 0, "how long to let in-flight tasks finish on SIGTERM (default 30s)")
+	fs.String("queues", "", "comma-separated work queues to consume, the jobs' \"queue\" option (default: default)")
+	fs.Duration("shutdown-timeout", 0, "how long to let in-flight tasks finish on SIGTERM (default 30s)")
 	health := fs.String("health-listen", "", "serve /healthz and /readyz (connected to the broker) on this address, e.g. 127.0.0.1:9090")
 	metricsAddr := fs.String("metrics-listen", "",
 		"serve Prometheus metrics at /metrics (and /healthz) on this address, e.g. 127.0.0.1:9091 (default: off)")
-	maxMessage := fs.Int("max-message-bytes", protocol.DefaultMaxMessageBytes,
+	fs.Int("max-message-bytes", protocol.DefaultMaxMessageBytes,
 		"largest task message taken and result message published; keep it equal to the server's")
-	maxResult := fs.Int("max-task-result-bytes", protocol.DefaultMaxResultBytes,
+	fs.Int("max-task-result-bytes", protocol.DefaultMaxResultBytes,
 		"largest result of one task in bytes of JSON; a larger one fails the task")
-	maxInflight := fs.Int64("max-inflight-bytes", 0,
+	fs.Int64("max-inflight-bytes", 0,
 		"task message bytes held at once, which bounds the prefetch (default 256 MiB, or --concurrency messages when more)")
-	replicas := fs.Int("quorum-replicas", 0, quorumReplicasUsage)
+	fs.Int("quorum-replicas", 0, quorumReplicasUsage)
 	if err := parse(fs, args, env); err != nil {
 		return err
 	}
@@ -48,13 +51,13 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	if err != nil {
 		return usageErrorf("%s: %v", fs.from("types"), err)
 	}
-	consume, err := protocol.ParseQueues(*queues)
-	if err != nil {
-		return usageErrorf("%s: %v", fs.from("queues"), err)
+	flags := map[string]string{}
+	for _, v := range worker.EnvVars() {
+		flags[v.Name] = v.Flag
 	}
-	tiers, err := c.tiers()
+	cfg, err := worker.ConfigFromLookup(fs.settings(flags))
 	if err != nil {
-		return err
+		return fs.settingError(err)
 	}
 	tp, flush, err := startTracing(ctx, env, "warren-worker")
 	if err != nil {
@@ -64,21 +67,17 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 	var ready atomic.Bool
 	// observe is set before Run, the first to call OnEvent.
 	observe := func(worker.Event) {}
-	w, err := worker.New(worker.Config{
-		TracerProvider: tp,
-		AMQPURL:        c.amqpURL, Prefix: c.prefix, Concurrency: *concurrency, Name: *name,
-		ShutdownTimeout: *shutdown, Logger: env.logger, RetryTiers: tiers, QuorumReplicas: *replicas,
-		Queues: consume, MaxMessageBytes: *maxMessage, MaxResultBytes: *maxResult, MaxInflightBytes: *maxInflight,
-		OnEvent: func(e worker.Event) {
-			observe(e)
-			switch e.Kind {
-			case worker.EventConnected, worker.EventReconnected:
-				ready.Store(true)
-			case worker.EventConnectionLost:
-				ready.Store(false)
-			}
-		},
-	})
+	cfg.TracerProvider, cfg.Logger = tp, env.logger
+	cfg.OnEvent = func(e worker.Event) {
+		observe(e)
+		switch e.Kind {
+		case worker.EventConnected, worker.EventReconnected:
+			ready.Store(true)
+		case worker.EventConnectionLost:
+			ready.Store(false)
+		}
+	}
+	w, err := worker.New(cfg)
 	if err != nil {
 		return fs.configError(err, workerFields)
 	}
@@ -104,9 +103,18 @@ func runWorker(ctx context.Context, args []string, env *environment) error {
 			w.Handle(name, handlers.Builtins[name])
 		}
 	}
-	env.logger.Info("warren worker running", "types", strings.Join(serve, ","), "queues", strings.Join(consume, ","),
+	env.logger.Info("warren worker running", "types", strings.Join(serve, ","), "queues", strings.Join(orDefaultQueue(cfg.Queues), ","),
 		"concurrency", *concurrency, "prefix", c.prefix, "amqp", broker.Redact(c.amqpURL))
 	return w.Run(ctx)
+}
+
+// orDefaultQueue is the queues a worker consumes: queues, or the default
+// queue when there are none.
+func orDefaultQueue(queues []string) []string {
+	if len(queues) == 0 {
+		return []string{protocol.DefaultQueue}
+	}
+	return queues
 }
 
 // workerFields names the flag of each worker.Config field that has one,

@@ -76,6 +76,9 @@ type Config struct {
 	// MaxTaskBytes is the largest payload a spawned task may have: a
 	// result with a larger one is recorded failed. 0 means no limit.
 	MaxTaskBytes int64
+	// KeepAttempts is how many attempts of each task the store keeps
+	// (store.Outcome.KeepAttempts); 0 means store.DefaultKeepAttempts.
+	KeepAttempts int
 	// MaxInflightBytes bounds the message bytes the aggregator holds at
 	// once, by bounding its prefetch: three quarters for results and a
 	// quarter for dead letters, in messages of MaxMessageBytes, at most
@@ -199,6 +202,14 @@ type Aggregator struct {
 	// (only the consuming goroutine uses them).
 	outcomes []store.Outcome
 	from     []int
+	// unfinished is what the store last said of the jobs the batches
+	// moved: their tasks not finished yet (noteUnfinished); held is
+	// countHeld's count, per job, of the outcomes a batch holds. Only the
+	// consuming goroutine uses them. endsJob says the batch in hand
+	// holds a job's last outcomes (countHeld).
+	unfinished map[string]int64
+	held       map[string]int64
+	endsJob    bool
 
 	// testHookHeld, when set, is told the size of the batch in hand each
 	// time it grows, so that tests know what the aggregator holds.
@@ -218,7 +229,8 @@ func New(cfg Config) (*Aggregator, error) {
 		return nil, err
 	}
 	_, _, batch := Prefetch(cfg)
-	return &Aggregator{cfg: cfg, close: make(chan closeRequest, 1024), batchSize: batch}, nil
+	return &Aggregator{cfg: cfg, close: make(chan closeRequest, 1024), batchSize: batch,
+		unfinished: map[string]int64{}, held: map[string]int64{}}, nil
 }
 
 // Run consumes results and dead letters until ctx is done and closes

@@ -295,6 +295,15 @@ func (s *refusingStore) ApplyOutcomes(ctx context.Context, outcomes []store.Outc
 	return s.Store.ApplyOutcomes(ctx, outcomes)
 }
 
+func (s *refusingStore) ApplyOutcomesClosing(ctx context.Context, outcomes []store.Outcome, decide store.CloseDecider) (store.ApplyReport, error) {
+	for _, o := range outcomes {
+		if o.JobID == s.refuse.JobID && o.TaskID == s.refuse.TaskID {
+			return store.ApplyReport{}, fmt.Errorf("refusing store: apply outcomes: %w", refusal{})
+		}
+	}
+	return s.Store.ApplyOutcomesClosing(ctx, outcomes, decide)
+}
+
 // batchSeen is what OnBatch was told.
 type batchSeen struct {
 	size   int
@@ -504,4 +513,43 @@ func TestAResultBatchWithAResultTheStoreRefusesRecordsTheRest(t *testing.T) {
 		}
 		require.Equal(t, warren.TaskCompleted, task.State, "task %d", id)
 	}
+}
+
+// A batch that holds a job's last results stops lingering, and records
+// them with the job's close in one transaction: with an hour-long linger,
+// the job's last three results are recorded, and the job closed, as soon
+// as they are all in hand.
+func TestABatchThatEndsAJobStopsLingeringAndClosesIt(t *testing.T) {
+	t.Parallel()
+	names, conn := amqptest.Topology(t, nil)
+	st := openStore(t)
+	job := createJob(t, st, 4)
+	batches := make(chan batchSeen, 16)
+	closed := make(chan string, 4)
+	a, err := aggregator.New(aggregator.Config{Store: st, Conn: conn, Names: names, BatchSize: 100, Linger: time.Hour,
+		Hooks: aggregator.Hooks{
+			OnBatch:     func(size int, r store.ApplyReport) { batches <- batchSeen{size, r} },
+			OnJobClosed: func(id string, _ warren.JobState) { closed <- id },
+		}})
+	require.NoError(t, err)
+	run(t, a)
+
+	publishResults(t, conn, names, job.ID, 1, 1)
+	first := receive(t, batches, "the first result, recorded at once")
+	require.Equal(t, map[string]int64{job.ID: 3}, first.report.Unfinished)
+	publishResults(t, conn, names, job.ID, 2, 4)
+	var held int
+	for held < 3 {
+		b := receive(t, batches, "the job's last results, before the hour-long linger ends")
+		held += b.size
+		if held == 3 {
+			require.Len(t, b.report.ClosedJobs, 1, "the batch with the last result closed the job")
+			require.Equal(t, job.ID, b.report.ClosedJobs[0].Job.ID)
+			require.Empty(t, b.report.ReadyToClose)
+		}
+	}
+	require.Equal(t, job.ID, receive(t, closed, "the close reported"))
+	got, err := st.GetJob(t.Context(), job.ID)
+	require.NoError(t, err)
+	require.Equal(t, warren.JobCompleted, got.State)
 }

@@ -177,13 +177,14 @@ func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err 
 			return false, err
 		}
 	case !job.Policy.Tolerates(job.FailedTasks, job.ExpectedTasks):
-		state = warren.JobFailed
-		msg = fmt.Sprintf("%d of %d tasks failed, over the tolerance", job.FailedTasks, job.ExpectedTasks)
+		state, msg = warren.JobFailed, overTolerance(job)
 	case job.Policy.ReduceTask != nil:
 		return a.startReduce(ctx, job)
 	default:
-		var refused error
-		result, refused, err = a.reduce(ctx, job)
+		scan := func(fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error {
+			return a.cfg.Store.ScanResults(ctx, job.ID, fn)
+		}
+		reduced, refused, err := a.reduce(job, scan)
 		switch {
 		case errors.Is(err, reduce.ErrUnknownReducer):
 			if !a.markUnclosable(id) {
@@ -197,12 +198,9 @@ func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err 
 			return false, nil
 		case err != nil:
 			return false, err
-		case refused != nil:
-			state, result, msg = warren.JobFailed, nil, refused.Error()
-		case len(result) > a.cfg.MaxResultBytes:
-			state, msg = warren.JobFailed, fmt.Sprintf("the reduced result is %d bytes, over the limit of %d bytes", len(result), a.cfg.MaxResultBytes)
-			result = nil
 		}
+		c := a.closing(reduced, refused)
+		state, result, msg = c.State, c.Result, c.Error
 	}
 	closed, err := a.cfg.Store.FinishJob(ctx, id, job.Version, state, result, msg)
 	if err != nil {
@@ -211,19 +209,72 @@ func (a *Aggregator) closeOnce(ctx context.Context, id string) (again bool, err 
 	if !closed {
 		return true, nil // changed since the read, or closed by another: read it again
 	}
-	a.cfg.Logger.Info("job closed", "job_id", id, "state", state,
+	a.closed(ctx, span, job, state, msg)
+	return false, nil
+}
+
+// overTolerance is the error of a job closed failed because its failures
+// are over its tolerance.
+func overTolerance(job warren.Job) string {
+	return fmt.Sprintf("%d of %d tasks failed, over the tolerance", job.FailedTasks, job.ExpectedTasks)
+}
+
+// closing is how a job whose reducer gave result (or refused, with
+// refused) closes: completed with it, or failed with why.
+func (a *Aggregator) closing(result []byte, refused error) store.Closing {
+	switch {
+	case refused != nil:
+		return store.Closing{State: warren.JobFailed, Error: refused.Error()}
+	case len(result) > a.cfg.MaxResultBytes:
+		return store.Closing{State: warren.JobFailed,
+			Error: fmt.Sprintf("the reduced result is %d bytes, over the limit of %d bytes", len(result), a.cfg.MaxResultBytes)}
+	}
+	return store.Closing{State: warren.JobCompleted, Result: result}
+}
+
+// closed reports job's close (as state, with msg), which this aggregator
+// made: the log line, the close span's outcome, the hooks, and the
+// follow-up it started, if any.
+func (a *Aggregator) closed(ctx context.Context, span trace.Span, job warren.Job, state warren.JobState, msg string) {
+	a.cfg.Logger.Info("job closed", "job_id", job.ID, "state", state,
 		"completed", job.CompletedTasks, "failed", job.FailedTasks, "expected", job.ExpectedTasks)
 	closedSpan(span, state, msg)
 	if a.cfg.Hooks.OnJobFinished != nil {
 		a.cfg.Hooks.OnJobFinished(job, state)
 	}
 	if a.cfg.Hooks.OnJobClosed != nil {
-		a.cfg.Hooks.OnJobClosed(id, state)
+		a.cfg.Hooks.OnJobClosed(job.ID, state)
 	}
 	if state == warren.JobCompleted && job.Then != nil && job.NextJob == "" {
-		a.followedUp(ctx, id)
+		a.followedUp(ctx, job.ID)
 	}
-	return false, nil
+}
+
+// decideInline is the store.CloseDecider of the aggregator's batches
+// (store.Store's ApplyOutcomesClosing): a job the batch made ready, with
+// every task finished and no reduce task, closes in the batch's own
+// transaction, as closeOnce would close it. A reducer this server does
+// not have leaves the job to closeOnce, which reports it.
+func (a *Aggregator) decideInline(_ context.Context, job warren.Job, scan store.ResultScan) (store.Closing, bool, error) {
+	if !job.Policy.Tolerates(job.FailedTasks, job.ExpectedTasks) {
+		return store.Closing{State: warren.JobFailed, Error: overTolerance(job)}, true, nil
+	}
+	result, refused, err := a.reduce(job, scan)
+	switch {
+	case errors.Is(err, reduce.ErrUnknownReducer):
+		return store.Closing{}, false, nil
+	case err != nil:
+		return store.Closing{}, false, fmt.Errorf("aggregator: reduce job %s in its last outcomes' transaction: %w", job.ID, err)
+	}
+	return a.closing(result, refused), true, nil
+}
+
+// closedInline reports a job its batch's transaction closed (decideInline),
+// with a close span that continues the recording's (sc).
+func (a *Aggregator) closedInline(ctx context.Context, c store.ClosedJob, sc trace.SpanContext) {
+	ctx, span := a.startClose(trace.ContextWithSpanContext(ctx, sc), c.Job)
+	a.closed(ctx, span, c.Job, c.State, c.Error)
+	endClose(span, false, nil)
 }
 
 // followedUp reports the follow-up that the close of job id started
@@ -284,21 +335,21 @@ func (a *Aggregator) reduced(ctx context.Context, job warren.Job) (state warren.
 	return warren.JobCompleted, task.Result, "", nil
 }
 
-// reduce runs the job's reducer over its results. refused is the reducer
+// reduce runs the job's reducer over its results, as scan reads them. refused is the reducer
 // refusing them (a *reduce.Error, or a result it cannot make): the job
 // fails with it. err is what leaves the job open instead: a reducer this
 // server does not know (it wraps reduce.ErrUnknownReducer), or the store
 // failing while the results were scanned (a connection reset, a
 // timeout), which the next close retries.
-func (a *Aggregator) reduce(ctx context.Context, job warren.Job) (result []byte, refused, err error) {
+func (a *Aggregator) reduce(job warren.Job, scan store.ResultScan) (result []byte, refused, err error) {
 	var storeErr error
 	result, err = a.cfg.Reducers.Reduce(reducerName(job), func(fn func(taskID int64, failed bool, result json.RawMessage) error) error {
 		var fnErr error
-		err := a.cfg.Store.ScanResults(ctx, job.ID, func(taskID int64, state warren.TaskState, result json.RawMessage) error {
+		err := scan(func(taskID int64, state warren.TaskState, result json.RawMessage) error {
 			fnErr = fn(taskID, state != warren.TaskCompleted, result)
 			return fnErr
 		})
-		// ScanResults returns fn's error as it is; any other is the store's.
+		// The scan returns fn's error as it is; any other is the store's.
 		if err != nil && (fnErr == nil || !errors.Is(err, fnErr)) {
 			storeErr = err
 		}

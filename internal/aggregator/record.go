@@ -3,7 +3,10 @@ package aggregator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -71,8 +74,11 @@ func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
 			}
 			batch = a.hold(batch, it)
 		}
+		// A batch that holds the last results of a job stops lingering:
+		// someone may be waiting for that job's close, which this batch
+		// makes.
 		linger := time.NewTimer(a.cfg.Linger)
-		for (busy || len(batch) > 1) && len(batch) < a.batchSize {
+		for (busy || len(batch) > 1) && len(batch) < a.batchSize && !a.endsJob {
 			it, ok, err := a.next(ctx, results, dead, linger.C)
 			if err != nil {
 				linger.Stop()
@@ -100,9 +106,70 @@ func (a *Aggregator) consume(ctx context.Context, results, dead *source) error {
 	}
 }
 
+// maxUnfinished bounds the jobs whose unfinished tasks the aggregator
+// remembers (unfinished); past it, it forgets them all and learns again.
+const maxUnfinished = 10_000
+
+// noteUnfinished remembers what the store said of the jobs a batch moved:
+// how many of their tasks are not finished yet.
+func (a *Aggregator) noteUnfinished(report store.ApplyReport) {
+	if len(a.unfinished)+len(report.Unfinished) > maxUnfinished {
+		clear(a.unfinished)
+	}
+	for id, n := range report.Unfinished {
+		if n == 0 {
+			delete(a.unfinished, id)
+			continue
+		}
+		a.unfinished[id] = n
+	}
+}
+
+// countHeld counts the outcomes of it, by its message id, toward its
+// job, and notes when the batch in hand (held since the batch began)
+// holds as many of a job's outcomes as the store last said it had
+// unfinished: recording it will likely finish the job. A message id is
+// a hint here, never trusted for anything else: a wrong one costs at
+// most a linger. Each delivery is counted once, as it is held.
+func (a *Aggregator) countHeld(it item) {
+	if a.endsJob || len(a.unfinished) == 0 || it.d.RoutingKey == protocol.RoutingKeyAttempt {
+		return // an attempt message finishes no task
+	}
+	job, n, ok := outcomesOf(it.d.MessageId)
+	if !ok {
+		return
+	}
+	want, known := a.unfinished[job]
+	if !known {
+		return
+	}
+	a.held[job] += n
+	a.endsJob = a.held[job] >= want
+}
+
+// outcomesOf reads a result or dead-lettered task message's id: its job
+// and how many tasks it carries ("<job>:<task>" or "<job>:<first>+<n>").
+func outcomesOf(id string) (string, int64, bool) {
+	i := strings.LastIndexByte(id, ':')
+	if i <= 0 {
+		return "", 0, false
+	}
+	job, tasks := id[:i], id[i+1:]
+	if j := strings.IndexByte(tasks, '+'); j >= 0 {
+		n, err := strconv.ParseInt(tasks[j+1:], 10, 64)
+		return job, n, err == nil && n > 0
+	}
+	return job, 1, true
+}
+
 // hold adds it to the batch in hand.
 func (a *Aggregator) hold(batch []item, it item) []item {
+	if len(batch) == 0 {
+		clear(a.held)
+		a.endsJob = false
+	}
 	batch = append(batch, it)
+	a.countHeld(it)
 	if a.testHookHeld != nil {
 		a.testHookHeld(len(batch))
 	}
@@ -183,6 +250,7 @@ func (a *Aggregator) process(ctx context.Context, batch []item) error {
 			}
 			for k := n; k < len(outcomes); k++ {
 				a.limitSpawn(&outcomes[k])
+				outcomes[k].KeepAttempts = a.cfg.KeepAttempts
 			}
 			batch[i].trace = wire.Trace(batch[i].d)
 		}
@@ -221,6 +289,10 @@ func (a *Aggregator) process(ctx context.Context, batch []item) error {
 				a.cfg.Hooks.OnDeadLetter(it.d.RoutingKey, it.reason)
 			}
 		}
+	}
+	a.noteUnfinished(report)
+	for _, c := range report.ClosedJobs {
+		a.closedInline(ctx, c, traced.spanContext(c.Job.ID))
 	}
 	for _, id := range report.ReadyToClose {
 		a.requestClose(closeRequest{id: id, trace: traced.spanContext(id)})
@@ -311,6 +383,11 @@ func merge(r, second store.ApplyReport, offset int) store.ApplyReport {
 			r.ReadyToClose = append(r.ReadyToClose, id)
 		}
 	}
+	r.ClosedJobs = append(r.ClosedJobs, second.ClosedJobs...)
+	if r.Unfinished == nil {
+		r.Unfinished = map[string]int64{}
+	}
+	maps.Copy(r.Unfinished, second.Unfinished)
 	return r
 }
 
@@ -328,7 +405,7 @@ func (a *Aggregator) apply(ctx context.Context, outcomes []store.Outcome) (store
 	}
 	retry := backoff.New(storeRetryPolicy)
 	for {
-		report, err := a.cfg.Store.ApplyOutcomes(ctx, outcomes)
+		report, err := a.cfg.Store.ApplyOutcomesClosing(ctx, outcomes, a.decideInline)
 		if err == nil {
 			return report, nil
 		}
@@ -407,11 +484,16 @@ func tooLarge(outcomes []store.Outcome, it item, size, limit int) ([]store.Outco
 		jobID string
 		ids   []int64
 	)
-	if it.src.dead {
+	switch {
+	case it.src.dead:
 		kind = "dead-letter"
 		jobID, ids = wire.TaskMessageIDs(it.d.MessageId)
-	} else if job, task, err := protocol.ParseMessageID(it.d.MessageId); err == nil {
-		jobID, ids = job, []int64{task}
+	case it.d.RoutingKey == protocol.RoutingKeyAttempt:
+		kind = "attempt" // a retried run's: its task is still open, and fails nothing
+	default:
+		if job, task, err := protocol.ParseMessageID(it.d.MessageId); err == nil {
+			jobID, ids = job, []int64{task}
+		}
 	}
 	why := fmt.Sprintf("the %s message is %d bytes, over this server's limit of %d (--max-message-bytes)", kind, size, limit)
 	now := time.Now().UTC()
@@ -458,6 +540,13 @@ func resultOutcome(r protocol.Result) store.Outcome {
 		Worker:     r.Worker,
 		StartedAt:  r.StartedAt,
 		FinishedAt: r.FinishedAt,
+		Traceback:  r.Traceback,
+	}
+	if r.Status == protocol.StatusRetried {
+		// A run that failed and is retried: recorded as an attempt only.
+		o.State, o.Retry = warren.TaskFailed, true
+		o.Result, o.Spawn, o.SpawnRun, o.SpawnPart, o.SpawnParts = nil, nil, "", 0, 0
+		o.Error = r.Error
 	}
 	if r.Failed() {
 		o.State = warren.TaskFailed
@@ -521,7 +610,7 @@ func deadOutcome(dl wire.DeadLetter) store.Outcome {
 		finished = time.Now().UTC()
 	}
 	o := store.Outcome{State: warren.TaskFailed, Error: dl.TaskError(), Attempts: dl.Attempts(),
-		Worker: dl.Worker, FinishedAt: &finished, Generation: dl.Generation}
+		Worker: dl.Worker, FinishedAt: &finished, Generation: dl.Generation, Traceback: dl.Traceback}
 	if !dl.StartedAt.IsZero() {
 		started := dl.StartedAt
 		o.StartedAt = &started

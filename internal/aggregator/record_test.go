@@ -52,6 +52,11 @@ func (s *fakeStore) ApplyOutcomes(_ context.Context, outcomes []store.Outcome) (
 	return r, nil
 }
 
+// ApplyOutcomesClosing closes nothing: it is ApplyOutcomes.
+func (s *fakeStore) ApplyOutcomesClosing(ctx context.Context, outcomes []store.Outcome, _ store.CloseDecider) (store.ApplyReport, error) {
+	return s.ApplyOutcomes(ctx, outcomes)
+}
+
 // deliveries returns a batch of one delivery per element of tasks, each
 // holding the outcomes of those tasks, and its outcomes (outcome k from
 // delivery from[k]).

@@ -130,6 +130,15 @@ type Config struct {
 	// uses it to tell the workers. It runs on the request's goroutine, so
 	// it must not block.
 	OnCancel func(job warren.Job)
+	// Pause, when set, tells every worker of a pause or a resume that the
+	// store committed (a protocol.ControlPause or ControlResume of a job
+	// or a queue) and returns once the broker confirmed it: the pause
+	// routes answer after it, so that their answer means what
+	// docs/operations.md says it does. A resume also wakes the relay. An
+	// error is the answer's warning, not its failure: the pause stands,
+	// and the server sends it again every protocol.PauseRefresh. nil means
+	// no worker is told (the relay still publishes nothing paused).
+	Pause func(ctx context.Context, c protocol.Control) error
 	// OnRedrive, when set, is called with the id of every job a request
 	// redrove, after the store committed it. The server uses it to wake
 	// the relay. It runs on the request's goroutine, so it must not block.
@@ -303,10 +312,15 @@ func (s *server) routes() []route {
 		{"GET /v1/jobs", ScopeRead, s.listJobs},
 		{"GET /v1/jobs/{id}", ScopeRead, s.getJob},
 		{"GET /v1/jobs/{id}/tasks", ScopeRead, s.listTasks},
+		{"GET /v1/jobs/{id}/tasks/{task_id}", ScopeRead, s.getTask},
 		{"GET /v1/jobs/{id}/result", ScopeRead, s.getResult},
 		{"GET /v1/jobs/{id}/events", ScopeRead, s.jobEvents},
 		{"POST /v1/jobs/{id}/cancel", ScopeWrite, s.cancelJob},
 		{"POST /v1/jobs/{id}/redrive", ScopeWrite, s.redriveJob},
+		{"POST /v1/jobs/{id}/pause", ScopeWrite, s.pauseJob},
+		{"POST /v1/jobs/{id}/resume", ScopeWrite, s.resumeJob},
+		{"POST /v1/queues/{queue}/pause", ScopeWrite, s.pauseQueue},
+		{"POST /v1/queues/{queue}/resume", ScopeWrite, s.resumeQueue},
 		{"DELETE /v1/jobs/{id}", ScopeWrite, s.deleteJob},
 		{"GET /v1/jobs/{id}/timeline", ScopeRead, s.jobTimeline},
 		{"GET /v1/auth", "", s.authInfo},

@@ -79,6 +79,7 @@ func TestAuth(t *testing.T) {
 		{http.MethodGet, "/v1/jobs", "", api.ScopeRead},
 		{http.MethodGet, "/v1/jobs/" + job.ID, "", api.ScopeRead},
 		{http.MethodGet, "/v1/jobs/" + job.ID + "/tasks", "", api.ScopeRead},
+		{http.MethodGet, "/v1/jobs/" + job.ID + "/tasks/1", "", api.ScopeRead},
 		{http.MethodGet, "/v1/jobs/" + job.ID + "/result", "", api.ScopeRead},
 		{http.MethodGet, "/v1/jobs/" + job.ID + "/events", "", api.ScopeRead},
 		{http.MethodGet, "/v1/jobs/" + job.ID + "/timeline", "", api.ScopeRead},
@@ -86,6 +87,10 @@ func TestAuth(t *testing.T) {
 		{http.MethodPost, "/v1/jobs/" + job.ID + "/redrive", "", api.ScopeWrite},
 		{http.MethodDelete, "/v1/jobs/" + job.ID, "", api.ScopeWrite},
 		{http.MethodGet, "/v1/jobs/" + job.ID + "/deliveries", "", api.ScopeRead},
+		{http.MethodPost, "/v1/jobs/" + job.ID + "/pause", "", api.ScopeWrite},
+		{http.MethodPost, "/v1/jobs/" + job.ID + "/resume", "", api.ScopeWrite},
+		{http.MethodPost, "/v1/queues/q1/pause", "", api.ScopeWrite},
+		{http.MethodPost, "/v1/queues/q1/resume", "", api.ScopeWrite},
 		{http.MethodGet, "/metrics", "", api.ScopeRead},
 	}
 	for _, c := range calls {

@@ -40,6 +40,10 @@ type deadLetterJSON struct {
 	Error      string     `json:"error"`
 	Attempts   int        `json:"attempts"`
 	Time       *time.Time `json:"time"` // null when no header says
+	// Pending is false once a redrive, a replay or a delete settled the
+	// dead letter (Settled says how): nothing is left to do about it.
+	Pending bool    `json:"pending"`
+	Settled *string `json:"settled"` // deadletters.Settled*; null while pending
 }
 
 // deadLetterList is the body of GET /v1/deadletters.
@@ -70,6 +74,14 @@ func (s *server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter, "job_id must be UTF-8 without control characters"))
 		return
 	}
+	if v := q.Get("pending"); v != "" {
+		p, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter, "pending must be true or false; got %q", v))
+			return
+		}
+		f.Pending = p
+	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -86,9 +98,12 @@ func (s *server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	out := deadLetterList{DeadLetters: make([]deadLetterJSON, 0, len(msgs))}
 	for _, m := range msgs {
 		dj := deadLetterJSON{JobID: m.JobID, TaskID: m.TaskID, TaskIDs: m.TaskIDs, MessageID: m.MessageID, RoutingKey: m.RoutingKey,
-			Reason: m.Reason, Error: m.Error, Attempts: m.Attempts}
+			Reason: m.Reason, Error: m.Error, Attempts: m.Attempts, Pending: m.Settled == ""}
 		if !m.Time.IsZero() {
 			dj.Time = utc(&m.Time)
+		}
+		if m.Settled != "" {
+			dj.Settled = &m.Settled
 		}
 		out.DeadLetters = append(out.DeadLetters, dj)
 	}
@@ -132,7 +147,7 @@ func (s *server) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
 		s.deadLetterError(w, r, err, "purge dead letters", fmt.Sprintf(" (after purging %d)", n))
 		return
 	}
-	s.log.InfoContext(r.Context(), "api: dead letters purged", "job_id", f.JobID, "purged", n)
+	s.log.InfoContext(r.Context(), "api: dead letters purged", "job_id", f.JobID, "settled_only", f.Settled, "purged", n)
 	writeJSON(w, http.StatusOK, purgeResponse{Purged: n})
 }
 
@@ -173,10 +188,10 @@ func (s *server) deadLetterError(w http.ResponseWriter, r *http.Request, err err
 	writeError(w, errorf(http.StatusInternalServerError, codeInternal, "internal error%s", done))
 }
 
-// errPurgeWhat refuses a purge that names neither a job nor every dead
-// letter (or names both).
+// errPurgeWhat refuses a purge that names neither a job, nor every dead
+// letter, nor the settled ones (or names all with another).
 var errPurgeWhat = errorf(http.StatusUnprocessableEntity, codeValidation,
-	`say which dead letters to purge: {"job_id": "ID"} for one job's, or {"all": true} for every one`)
+	`say which dead letters to purge: {"job_id": "ID"} for one job's, {"settled": true} for those a redrive, replay or delete settled (with job_id: that job's), or {"all": true} for every one`)
 
 // filterOp is the dead-letter operation whose filter readFilter reads.
 type filterOp int
@@ -185,8 +200,9 @@ const (
 	// filterReplay: {"job_id", "limit"}, every field optional; an empty
 	// body replays every dead letter.
 	filterReplay filterOp = iota
-	// filterPurge: {"job_id"} or {"all": true}; purging every dead letter
-	// must be asked for, never the meaning of a body left empty.
+	// filterPurge: {"job_id"}, {"settled": true} (with or without
+	// job_id) or {"all": true}; purging every dead letter must be asked
+	// for, never the meaning of a body left empty.
 	filterPurge
 )
 
@@ -227,11 +243,13 @@ func readFilter(w http.ResponseWriter, r *http.Request, op filterOp) (deadletter
 			target = &f.Limit
 		case key == "all" && op == filterPurge:
 			target = &all
+		case key == "settled" && op == filterPurge:
+			target = &f.Settled
 		default:
 			return deadletters.Filter{}, errorf(http.StatusBadRequest, codeUnknownField, "unknown field %q", key)
 		}
 		if err := json.Unmarshal(raw, target); err != nil {
-			want := map[string]string{"job_id": "a string", "limit": "an integer", "all": "a boolean"}[key]
+			want := map[string]string{"job_id": "a string", "limit": "an integer", "all": "a boolean", "settled": "a boolean"}[key]
 			return deadletters.Filter{}, errorf(http.StatusBadRequest, codeInvalidType, "%s must be %s, got %s", key, want, jsonKind(raw))
 		}
 		if key == "limit" && string(raw) != "null" && f.Limit < 1 {
@@ -241,7 +259,7 @@ func readFilter(w http.ResponseWriter, r *http.Request, op filterOp) (deadletter
 	if !validText(f.JobID) {
 		return deadletters.Filter{}, errorf(http.StatusUnprocessableEntity, codeValidation, "job_id must be UTF-8 without control characters")
 	}
-	if op == filterPurge && (f.JobID == "") == !all {
+	if op == filterPurge && (all == (f.JobID != "" || f.Settled)) {
 		return deadletters.Filter{}, errPurgeWhat
 	}
 	return f, nil

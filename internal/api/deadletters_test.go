@@ -31,7 +31,14 @@ type fakeDeadLetters struct {
 func (f *fakeDeadLetters) record(op string, filter deadletters.Filter) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, op+" "+filter.JobID+"/"+strconv.Itoa(filter.Limit))
+	call := op + " " + filter.JobID + "/" + strconv.Itoa(filter.Limit)
+	if filter.Pending {
+		call += " pending"
+	}
+	if filter.Settled {
+		call += " settled"
+	}
+	f.calls = append(f.calls, call)
 }
 
 func (f *fakeDeadLetters) recorded() []string {
@@ -47,7 +54,7 @@ func (f *fakeDeadLetters) List(_ context.Context, filter deadletters.Filter) ([]
 	}
 	var out []deadletters.Message
 	for _, m := range f.msgs {
-		if filter.JobID == "" || m.JobID == filter.JobID {
+		if (filter.JobID == "" || m.JobID == filter.JobID) && (!filter.Pending || m.Settled == "") {
 			out = append(out, m)
 		}
 	}
@@ -88,7 +95,8 @@ func TestListDeadLetters(t *testing.T) {
 	t.Parallel()
 	fake := &fakeDeadLetters{msgs: []deadletters.Message{
 		{JobID: "j1", TaskID: 1, MessageID: "j1:1", RoutingKey: "task.failed", Reason: "retries_exhausted", Error: "boom", Attempts: 4, Time: deadAt},
-		{JobID: "j2", TaskID: 3, MessageID: "j2:3", RoutingKey: "task.failed", Reason: "delivery_limit", Error: "dead-lettered by the broker", Attempts: 1, Time: deadAt.In(time.FixedZone("x", 3600))},
+		{JobID: "j2", TaskID: 3, MessageID: "j2:3", RoutingKey: "task.failed", Reason: "delivery_limit", Error: "dead-lettered by the broker", Attempts: 1, Time: deadAt.In(time.FixedZone("x", 3600)),
+			Settled: deadletters.SettledResent},
 		{JobID: "", TaskID: 0, MessageID: "", RoutingKey: "task.failed", Reason: "malformed", Error: "not a task", Attempts: 1},
 	}}
 	b := setup(t, withDeadLetters(fake, options{}))
@@ -96,9 +104,12 @@ func TestListDeadLetters(t *testing.T) {
 	resp := b.get(t, "/v1/deadletters")
 	require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
 	require.JSONEq(t, `{"deadletters":[
-		{"job_id":"j1","task_id":1,"message_id":"j1:1","routing_key":"task.failed","reason":"retries_exhausted","error":"boom","attempts":4,"time":"2026-01-02T03:04:05.6Z"},
-		{"job_id":"j2","task_id":3,"message_id":"j2:3","routing_key":"task.failed","reason":"delivery_limit","error":"dead-lettered by the broker","attempts":1,"time":"2026-01-02T03:04:05.6Z"},
-		{"job_id":"","task_id":0,"message_id":"","routing_key":"task.failed","reason":"malformed","error":"not a task","attempts":1,"time":null}
+		{"job_id":"j1","task_id":1,"message_id":"j1:1","routing_key":"task.failed","reason":"retries_exhausted","error":"boom","attempts":4,"time":"2026-01-02T03:04:05.6Z",
+		 "pending":true,"settled":null},
+		{"job_id":"j2","task_id":3,"message_id":"j2:3","routing_key":"task.failed","reason":"delivery_limit","error":"dead-lettered by the broker","attempts":1,"time":"2026-01-02T03:04:05.6Z",
+		 "pending":false,"settled":"resent"},
+		{"job_id":"","task_id":0,"message_id":"","routing_key":"task.failed","reason":"malformed","error":"not a task","attempts":1,"time":null,
+		 "pending":true,"settled":null}
 	]}`, string(resp.body))
 
 	resp = b.get(t, "/v1/deadletters?job_id=j2&limit=5")
@@ -106,12 +117,15 @@ func TestListDeadLetters(t *testing.T) {
 	require.Len(t, resp.json(t)["deadletters"], 1)
 	resp = b.get(t, "/v1/deadletters?job_id=none")
 	require.JSONEq(t, `{"deadletters":[]}`, string(resp.body))
-	require.Equal(t, []string{"list /0", "list j2/5", "list none/0"}, fake.recorded())
+	resp = b.get(t, "/v1/deadletters?pending=true")
+	require.Equal(t, http.StatusOK, resp.status)
+	require.Len(t, resp.json(t)["deadletters"], 2, "the settled one is left out")
+	require.Equal(t, []string{"list /0", "list j2/5", "list none/0", "list /0 pending"}, fake.recorded())
 
-	for _, query := range []string{"limit=0", "limit=-1", "limit=ten", "limit=1.5", "job_id=%00", "job_id=%FF"} {
+	for _, query := range []string{"limit=0", "limit=-1", "limit=ten", "limit=1.5", "job_id=%00", "job_id=%FF", "pending=maybe"} {
 		requireError(t, b.get(t, "/v1/deadletters?"+query), http.StatusBadRequest, "invalid_parameter")
 	}
-	require.Len(t, fake.recorded(), 3, "bad input never reaches the queue")
+	require.Len(t, fake.recorded(), 4, "bad input never reaches the queue")
 }
 
 func TestReplayDeadLetters(t *testing.T) {
@@ -184,18 +198,25 @@ func TestPurgeDeadLetters(t *testing.T) {
 	require.JSONEq(t, `{"purged":4}`, string(resp.body))
 	resp = b.postJSON(t, "/v1/deadletters/purge", `{"job_id":"j1"}`)
 	require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
-	require.Equal(t, []string{"purge /0", "purge j1/0"}, fake.recorded())
+	resp = b.postJSON(t, "/v1/deadletters/purge", `{"settled":true}`)
+	require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
+	resp = b.postJSON(t, "/v1/deadletters/purge", `{"settled":true,"job_id":"j1"}`)
+	require.Equal(t, http.StatusOK, resp.status, "body: %s", resp.body)
+	require.Equal(t, []string{"purge /0", "purge j1/0", "purge /0 settled", "purge j1/0 settled"}, fake.recorded())
 
 	requireBadFilters(t, b, "/v1/deadletters/purge", fake, map[string]string{
-		`{"limit":1}`:               "unknown_field",
-		`{"all":"yes"}`:             "invalid_type",
-		"":                          "validation_failed", // purging every dead letter is asked for, never a default
-		`{}`:                        "validation_failed",
-		`{"all":false}`:             "validation_failed",
-		`{"all":true,"job_id":"j"}`: "validation_failed",
-		`{"job_id":"\u0000"}`:       "validation_failed",
-		`{"job_id":["j1"]}`:         "invalid_type",
-		`{"job_id":"` + big + `"}`:  "too_large",
+		`{"limit":1}`:                 "unknown_field",
+		`{"all":"yes"}`:               "invalid_type",
+		"":                            "validation_failed", // purging every dead letter is asked for, never a default
+		`{}`:                          "validation_failed",
+		`{"all":false}`:               "validation_failed",
+		`{"all":true,"job_id":"j"}`:   "validation_failed",
+		`{"all":true,"settled":true}`: "validation_failed",
+		`{"settled":false}`:           "validation_failed",
+		`{"settled":"yes"}`:           "invalid_type",
+		`{"job_id":"\u0000"}`:         "validation_failed",
+		`{"job_id":["j1"]}`:           "invalid_type",
+		`{"job_id":"` + big + `"}`:    "too_large",
 	})
 }
 

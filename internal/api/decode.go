@@ -10,6 +10,7 @@ import (
 	"iter"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/warrenhq/warren/store"
 )
@@ -342,7 +343,7 @@ func decodeField(dec *json.Decoder, key string, sp *jobSpec) *apiError {
 	case "fail_fast":
 		target = &sp.FailFast
 	case "task_timeout":
-		target = &sp.TaskTimeout
+		return decodeSeconds(dec, sp.path+key, &sp.TaskTimeout)
 	case "batch_size":
 		target = &sp.BatchSize
 	case "priority":
@@ -352,7 +353,7 @@ func decodeField(dec *json.Decoder, key string, sp *jobSpec) *apiError {
 	case "queue":
 		target = &sp.Queue
 	case "retention":
-		target = &sp.Retention
+		return decodeSeconds(dec, sp.path+key, &sp.Retention)
 	case "metadata":
 		target = &sp.Metadata
 	case "webhook":
@@ -374,6 +375,40 @@ func decodeField(dec *json.Decoder, key string, sp *jobSpec) *apiError {
 			return errorf(http.StatusBadRequest, codeInvalidType, "metadata must be an object, got %s", jsonKind(sp.Metadata))
 		}
 	}
+	return nil
+}
+
+// decodeSeconds decodes a field that takes seconds, field naming it by its
+// path, into *dst: a number of seconds, or a Go duration string ("30s",
+// "1m", "1h30m"), which people write more readily than 86400 and which
+// the CLI's flags take too. null is absent. Bounds are newJob's.
+func decodeSeconds(dec *json.Decoder, field string, dst **float64) *apiError {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return bodyError(err)
+	}
+	switch raw[0] {
+	case 'n':
+		*dst = nil
+		return nil
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return bodyError(err)
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return errorf(http.StatusBadRequest, codeInvalidType, `%s: %q is not a duration (a number of seconds, or a string such as "30s", "1m", "1h30m")`, field, s)
+		}
+		secs := d.Seconds()
+		*dst = &secs
+		return nil
+	}
+	var secs float64
+	if err := json.Unmarshal(raw, &secs); err != nil {
+		return errorf(http.StatusBadRequest, codeInvalidType, "%s must be %s, got %s", field, specFields["task_timeout"], jsonKind(raw))
+	}
+	*dst = &secs
 	return nil
 }
 

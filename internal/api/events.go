@@ -183,9 +183,12 @@ func (e *Events) closeOnShutdown(srv *http.Server) {
 // snapshot is a watched job as last read.
 type snapshot struct {
 	version int64
-	closed  bool   // completed, failed or cancelled
-	deleted bool   // the job is gone
-	data    []byte // the job's JSON, as GET /v1/jobs/{id} answers it
+	closed  bool // completed, failed or cancelled
+	deleted bool // the job is gone
+	// paused is warren.Job.Paused: a pause and a resume move no version
+	// (store.Store.PauseJob), so a snapshot tells them apart by it.
+	paused bool
+	data   []byte // the job's JSON, as GET /v1/jobs/{id} answers it
 }
 
 // watch is one job followed by one or more streams.
@@ -298,7 +301,8 @@ func (e *Events) poll(w *watch) {
 	}
 }
 
-// refresh reads w's job and, when its version changed (or it is gone),
+// refresh reads w's job and, when its version or its pause changed (or
+// it is gone),
 // hands it to w's streams.
 func (e *Events) refresh(w *watch) error {
 	job, err := e.store.GetJob(e.ctx, w.id)
@@ -308,14 +312,14 @@ func (e *Events) refresh(w *watch) error {
 		snap = snapshot{deleted: true}
 	case err != nil:
 		return err
-	case w.have && !w.last.deleted && job.Version <= w.last.version: // only the poller writes w.last
+	case w.have && !w.last.deleted && job.Version <= w.last.version && job.Paused() == w.last.paused: // only the poller writes w.last
 		return nil
 	default:
 		data, err := e.render(e.ctx, job)
 		if err != nil {
 			return err
 		}
-		snap = snapshot{version: job.Version, closed: job.State.Terminal(), data: data}
+		snap = snapshot{version: job.Version, closed: job.State.Terminal(), paused: job.Paused(), data: data}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -337,7 +341,7 @@ func signal(ch chan struct{}) {
 
 // useEvents binds the handler's hub (Config.Events, or one of its own)
 // and has it notified of the jobs the handler cancels, redrives and
-// deletes.
+// deletes (and pauses and resumes: pause.go).
 func (s *server) useEvents() error {
 	s.events = s.cfg.Events
 	if s.events == nil {

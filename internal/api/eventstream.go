@@ -78,7 +78,7 @@ func (s *server) jobEvents(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		return
 	}
-	first := snapshot{version: job.Version, closed: job.State.Terminal(), data: data}
+	first := snapshot{version: job.Version, closed: job.State.Terminal(), paused: job.Paused(), data: data}
 	s.followJob(ctx, st, sub, first, resumesAt(r, first))
 }
 
@@ -104,7 +104,9 @@ func streamClient(r *http.Request) string {
 // would repeat one.
 func resumesAt(r *http.Request, first snapshot) bool {
 	last, err := strconv.ParseInt(strings.TrimSpace(r.Header.Get("Last-Event-ID")), 10, 64)
-	return err == nil && !first.closed && first.version <= last
+	// A pause moves no version: the client of a paused job is sent its
+	// state again, as it may have missed the pause.
+	return err == nil && !first.closed && !first.paused && first.version <= last
 }
 
 // followJob writes first, then the changes of sub's job, until the job
@@ -125,7 +127,7 @@ func (s *server) followJob(ctx context.Context, st *eventStream, sub *subscripti
 	} else if st.event("progress", first.version, first.data) != nil {
 		return
 	}
-	sent, lastSent := first.version, time.Now()
+	sent, lastSent, paused := first.version, time.Now(), first.paused
 	keepAlive := time.NewTimer(e.cfg.KeepAlive)
 	defer keepAlive.Stop()
 	// The stream ends after MaxStreamLife: the client reconnects with
@@ -163,6 +165,15 @@ func (s *server) followJob(ctx context.Context, st *eventStream, sub *subscripti
 		snap, ok := e.latest(sub)
 		var err error
 		switch {
+		case ok && !snap.deleted && !snap.closed && snap.paused != paused:
+			// Never held back: a pause is what someone watching a job
+			// wants to see at once.
+			name := "resumed"
+			if snap.paused {
+				name = "paused"
+			}
+			err = st.event(name, snap.version, snap.data)
+			sent, lastSent, paused = max(sent, snap.version), time.Now(), snap.paused
 		case !ok || (!snap.deleted && snap.version <= sent):
 			continue // nothing newer than what the stream has
 		case snap.deleted:

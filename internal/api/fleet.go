@@ -73,6 +73,8 @@ type queueJSON struct {
 // queueList is the body of GET /v1/queues.
 type queueList struct {
 	Queues []queueJSON `json:"queues"`
+	// Paused are the paused work queues, with or without jobs.
+	Paused []queuePauseJSON `json:"paused"`
 }
 
 // listWorkers handles GET /v1/workers: a page of the workers heard from
@@ -158,7 +160,16 @@ func (s *server) listQueues(w http.ResponseWriter, r *http.Request) {
 		s.deadLetterError(w, r, err, "read the queues", "")
 		return
 	}
-	out := queueList{Queues: make([]queueJSON, 0, len(queues))}
+	paused, err := s.cfg.Store.PausedQueues(r.Context())
+	if err != nil {
+		s.storeError(w, r, err, "read the paused queues")
+		return
+	}
+	out := queueList{Queues: make([]queueJSON, 0, len(queues)), Paused: make([]queuePauseJSON, 0, len(paused))}
+	for _, p := range paused {
+		at := p.PausedAt.UTC()
+		out.Paused = append(out.Paused, queuePauseJSON{Queue: p.Queue, Paused: true, PausedAt: &at})
+	}
 	for _, q := range queues {
 		qj := queueJSON{Name: q.Name, Kind: q.Kind, Messages: q.Messages, Consumers: q.Consumers}
 		if q.Kind == QueueDead {

@@ -44,7 +44,7 @@ func TestWorkersAndQueuesRoutes(t *testing.T) {
 	resp = b.get(t, "/v1/queues", bearer("reader")...)
 	require.Equal(t, http.StatusOK, resp.status, "%s", resp.body)
 	require.JSONEq(t, `{"queues":[{"name":"p.tasks.q","kind":"work","messages":5,"consumers":2},
-		{"name":"p.tasks.dlq","kind":"dead","messages":7,"consumers":0,"dead_letters_1m":4,"dead_letters_15m":null}]}`, string(resp.body))
+		{"name":"p.tasks.dlq","kind":"dead","messages":7,"consumers":0,"dead_letters_1m":4,"dead_letters_15m":null}],"paused":[]}`, string(resp.body))
 }
 
 func TestWorkersAndQueuesUnavailable(t *testing.T) {

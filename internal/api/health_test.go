@@ -115,6 +115,7 @@ func storeCalls(id string) []struct{ method, path, body string } {
 		{http.MethodGet, "/v1/jobs", ""},
 		{http.MethodGet, "/v1/jobs/" + id, ""},
 		{http.MethodGet, "/v1/jobs/" + id + "/tasks", ""},
+		{http.MethodGet, "/v1/jobs/" + id + "/tasks/1", ""},
 		{http.MethodGet, "/v1/jobs/" + id + "/result", ""},
 		{http.MethodGet, "/v1/jobs/" + id + "/events", ""},
 		{http.MethodGet, "/v1/jobs/" + id + "/timeline", ""},
@@ -122,6 +123,10 @@ func storeCalls(id string) []struct{ method, path, body string } {
 		{http.MethodPost, "/v1/jobs/" + id + "/redrive", ""},
 		{http.MethodDelete, "/v1/jobs/" + id, ""},
 		{http.MethodGet, "/v1/jobs/" + id + "/deliveries", ""},
+		{http.MethodPost, "/v1/jobs/" + id + "/pause", ""},
+		{http.MethodPost, "/v1/jobs/" + id + "/resume", ""},
+		{http.MethodPost, "/v1/queues/q1/pause", ""},
+		{http.MethodPost, "/v1/queues/q1/resume", ""},
 	}
 }
 
@@ -200,6 +205,20 @@ func (f *faultyStore) ListTasks(ctx context.Context, id string, opts store.ListT
 	return f.Store.ListTasks(ctx, id, opts)
 }
 
+func (f *faultyStore) GetTask(ctx context.Context, id string, taskID int64) (warren.TaskRecord, error) {
+	if err := f.check("GetTask"); err != nil {
+		return warren.TaskRecord{}, err
+	}
+	return f.Store.GetTask(ctx, id, taskID)
+}
+
+func (f *faultyStore) TaskAttempts(ctx context.Context, id string, taskID int64) ([]warren.TaskAttempt, error) {
+	if err := f.check("TaskAttempts"); err != nil {
+		return nil, err
+	}
+	return f.Store.TaskAttempts(ctx, id, taskID)
+}
+
 func (f *faultyStore) JobErrors(ctx context.Context, id string, limit int) ([]warren.TaskError, error) {
 	if err := f.check("JobErrors"); err != nil {
 		return nil, err
@@ -242,6 +261,34 @@ func (f *faultyStore) ListDeliveries(ctx context.Context, id string) ([]store.De
 	return f.Store.ListDeliveries(ctx, id)
 }
 
+func (f *faultyStore) PauseJob(ctx context.Context, id string) (warren.Job, error) {
+	if err := f.check("PauseJob"); err != nil {
+		return warren.Job{}, err
+	}
+	return f.Store.PauseJob(ctx, id)
+}
+
+func (f *faultyStore) ResumeJob(ctx context.Context, id string) (warren.Job, error) {
+	if err := f.check("ResumeJob"); err != nil {
+		return warren.Job{}, err
+	}
+	return f.Store.ResumeJob(ctx, id)
+}
+
+func (f *faultyStore) PauseQueue(ctx context.Context, queue string) (store.QueuePause, error) {
+	if err := f.check("PauseQueue"); err != nil {
+		return store.QueuePause{}, err
+	}
+	return f.Store.PauseQueue(ctx, queue)
+}
+
+func (f *faultyStore) ResumeQueue(ctx context.Context, queue string) (bool, error) {
+	if err := f.check("ResumeQueue"); err != nil {
+		return false, err
+	}
+	return f.Store.ResumeQueue(ctx, queue)
+}
+
 func (f *faultyStore) JobResultRange(ctx context.Context, id string, off, n int64) ([]byte, int64, error) {
 	if err := f.check("JobResultRange"); err != nil {
 		return nil, 0, err
@@ -251,8 +298,8 @@ func (f *faultyStore) JobResultRange(ctx context.Context, id string, off, n int6
 
 func TestStoreErrorIs500WithoutDetails(t *testing.T) {
 	t.Parallel()
-	fail := map[string]bool{"CreateJob": true, "GetJob": true, "ListJobs": true, "ListTasks": true, "CancelJob": true, "RedriveJob": true, "DeleteJob": true,
-		"ListDeliveries": true}
+	fail := map[string]bool{"CreateJob": true, "GetJob": true, "ListJobs": true, "ListTasks": true, "GetTask": true, "CancelJob": true, "RedriveJob": true, "DeleteJob": true,
+		"ListDeliveries": true, "PauseJob": true, "ResumeJob": true, "PauseQueue": true, "ResumeQueue": true}
 	b := setup(t, &options{wrap: func(s store.Store) store.Store { return &faultyStore{Store: s, fail: fail} }})
 	job := createJob(t, b.store, 1)
 	for _, c := range storeCalls(job.ID) {

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/warrenhq/warren"
@@ -51,19 +53,30 @@ type jobJSON struct {
 	Metadata                json.RawMessage `json:"metadata"`   // null when absent (or left out of a listing)
 	// MetadataOmitted says that a listing left the job's metadata out
 	// (over listMetadataBytes): GET /v1/jobs/{id} has it.
-	MetadataOmitted bool         `json:"metadata_omitted,omitempty"`
-	CreatedAt       time.Time    `json:"created_at"`
-	StartedAt       *time.Time   `json:"started_at"`
-	FinishedAt      *time.Time   `json:"finished_at"`
-	ResultURL       *string      `json:"result_url"`
-	Error           *string      `json:"error"`   // why it failed or was cancelled; null otherwise
-	Webhook         *webhookJSON `json:"webhook"` // null when none
+	MetadataOmitted bool       `json:"metadata_omitted,omitempty"`
+	CreatedAt       time.Time  `json:"created_at"`
+	StartedAt       *time.Time `json:"started_at"`   // the first task's start, as its worker reported it
+	PublishedAt     *time.Time `json:"published_at"` // when every task had been published
+	LastFinishedAt  *time.Time `json:"last_finished_at"`
+	FinishedAt      *time.Time `json:"finished_at"`
+	// Rate is finished tasks per second (warren.Job.Rate), null while it
+	// cannot be measured: the one definition the dashboard and the CLI
+	// show.
+	Rate      *float64     `json:"rate"`
+	ResultURL *string      `json:"result_url"`
+	Error     *string      `json:"error"`   // why it failed or was cancelled; null otherwise
+	Webhook   *webhookJSON `json:"webhook"` // null when none
 	// Then is the job's follow-up (then.go), null for none; NextJob the
 	// follow-up it started, null until it did; PreviousJob the job that
 	// started it, null for the first job of a chain.
 	Then        *thenJSON `json:"then"`
 	NextJob     *string   `json:"next_job"`
 	PreviousJob *string   `json:"previous_job"`
+	// Paused says that the job itself is paused (warren.Job.PausedAt),
+	// since PausedAt (null while it is not); a job of a paused queue
+	// shows it in its waiting.
+	Paused   bool       `json:"paused"`
+	PausedAt *time.Time `json:"paused_at"`
 }
 
 // webhookJSON is a job's webhook as the API shows it: never its secret.
@@ -160,7 +173,14 @@ func toJobJSON(j warren.Job, retention time.Duration) jobJSON {
 		Metadata:                j.Metadata,
 		CreatedAt:               j.CreatedAt.UTC(),
 		StartedAt:               utc(j.StartedAt),
+		PublishedAt:             utc(j.PublishedAt),
+		LastFinishedAt:          utc(j.LastFinishedAt),
 		FinishedAt:              utc(j.FinishedAt),
+		Paused:                  j.Paused(),
+		PausedAt:                utc(j.PausedAt),
+	}
+	if r, ok := j.Rate(); ok {
+		out.Rate = &r
 	}
 	if len(out.Metadata) == 0 {
 		out.Metadata = nil
@@ -216,6 +236,11 @@ func (s *server) jobDetail(r *http.Request, job warren.Job) (jobDetailJSON, erro
 func (s *server) jobDetailContext(ctx context.Context, job warren.Job) (jobDetailJSON, error) {
 	out := jobDetailJSON{jobJSON: toJobJSON(job, s.cfg.Retention), Errors: []taskErrorJSON{}}
 	out.Waiting = s.waiting(out)
+	if out.FinishedAt == nil {
+		if p := s.pausedWaiting(ctx, out); p != nil {
+			out.Waiting = p // what holds the job above all
+		}
+	}
 	if job.FailedTasks == 0 {
 		return out, nil
 	}
@@ -260,29 +285,20 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// listJobs handles GET /v1/jobs.
+// listJobs handles GET /v1/jobs: a page of jobs, filtered by state,
+// type, queue, creation time and search text (q).
 func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	opts := store.ListJobsOpts{State: warren.JobState(q.Get("state")), Type: q.Get("type"), Cursor: q.Get("cursor")}
-	if opts.State != "" && !opts.State.Valid() {
-		writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter,
-			"state must be one of pending, running, completed, failed, cancelled; got %q", opts.State))
-		return
-	}
-	if !validText(opts.Type) {
-		writeError(w, errorf(http.StatusBadRequest, codeInvalidParameter, "type must be UTF-8 without control characters"))
-		return
-	}
-	limit, aerr := parseLimit(q.Get("limit"))
+	opts, aerr := listJobsOpts(r.URL.Query())
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
-	opts.Limit = limit
 	jobs, next, err := s.cfg.Store.ListJobs(r.Context(), opts)
 	if err != nil && opts.Cursor != "" {
 		err = s.blameCursor(r, err, func() error {
-			_, _, err := s.cfg.Store.ListJobs(r.Context(), store.ListJobsOpts{State: opts.State, Type: opts.Type, Limit: 1})
+			first := opts
+			first.Cursor, first.Limit = "", 1
+			_, _, err := s.cfg.Store.ListJobs(r.Context(), first)
 			return err
 		})
 	}
@@ -299,6 +315,56 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 		out.Jobs = append(out.Jobs, jj)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// listJobsOpts reads the query parameters of GET /v1/jobs, or the 400
+// that names the first bad one.
+func listJobsOpts(q url.Values) (store.ListJobsOpts, *apiError) {
+	opts := store.ListJobsOpts{State: warren.JobState(q.Get("state")), Type: q.Get("type"), Queue: q.Get("queue"),
+		Search: q.Get("q"), Cursor: q.Get("cursor")}
+	if opts.State != "" && !opts.State.Valid() {
+		return opts, errorf(http.StatusBadRequest, codeInvalidParameter,
+			"state must be one of pending, running, completed, failed, cancelled; got %q", opts.State)
+	}
+	if !validText(opts.Type) {
+		return opts, errorf(http.StatusBadRequest, codeInvalidParameter, "type must be UTF-8 without control characters")
+	}
+	if !validText(opts.Queue) {
+		return opts, errorf(http.StatusBadRequest, codeInvalidParameter, "queue must be UTF-8 without control characters")
+	}
+	if err := store.ValidateSearch(opts.Search); err != nil {
+		return opts, errorf(http.StatusBadRequest, codeInvalidParameter, "q: %v", err)
+	}
+	var aerr *apiError
+	if opts.CreatedAfter, aerr = parseTimeParam(q, "created_after"); aerr != nil {
+		return opts, aerr
+	}
+	if opts.CreatedBefore, aerr = parseTimeParam(q, "created_before"); aerr != nil {
+		return opts, aerr
+	}
+	if opts.Limit, aerr = parseLimit(q.Get("limit")); aerr != nil {
+		return opts, aerr
+	}
+	return opts, nil
+}
+
+// parseTimeParam reads query parameter name as an RFC 3339 time (the
+// zero time when it is absent), or the 400 that says it is not one.
+func parseTimeParam(q url.Values, name string) (time.Time, *apiError) {
+	v := q.Get(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil && strings.Contains(v, " ") {
+		// A zone offset's '+' unescaped in a URL arrives as a space.
+		t, err = time.Parse(time.RFC3339Nano, strings.ReplaceAll(v, " ", "+"))
+	}
+	if err != nil {
+		return time.Time{}, errorf(http.StatusBadRequest, codeInvalidParameter,
+			"%s must be an RFC 3339 time such as 2026-12-02T06:45:00Z; got %q", name, v)
+	}
+	return t, nil
 }
 
 // listMetadataBytes is the most metadata a job shows in a listing: a page

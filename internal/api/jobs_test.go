@@ -33,9 +33,10 @@ func TestGetJob(t *testing.T) {
 				"expected_tasks": 3.0, "completed_tasks": 0.0, "failed_tasks": 0.0, "pending_tasks": 3.0, "spawned_tasks": 0.0,
 				"reduce": "sum", "max_retries": 5.0, "tolerated_failures": 2.0, "tolerated_failure_percent": 12.5,
 				"fail_fast": true, "task_timeout": 900.0, "batch_size": 16.0, "priority": 30.0, "max_concurrency": 7.0, "queue": "gpu", "retention": 86400.0, "expires_at": nil,
-				"metadata": map[string]any{"owner": "ops"}, "started_at": nil, "finished_at": nil, "result_url": nil, "error": nil,
+				"metadata": map[string]any{"owner": "ops"}, "started_at": nil, "published_at": nil, "last_finished_at": nil, "finished_at": nil,
+				"rate": nil, "result_url": nil, "error": nil,
 				"webhook": map[string]any{"url": "https://93.184.215.14/hooks/warren"}, "errors": []any{},
-				"then": nil, "next_job": nil, "previous_job": nil, "waiting": nil,
+				"then": nil, "next_job": nil, "previous_job": nil, "waiting": nil, "paused": false, "paused_at": nil,
 			}, v)
 			require.NotContains(t, string(resp.body), fullSpecSecret)
 
@@ -52,8 +53,11 @@ func TestGetJobShowsProgressAndFailures(t *testing.T) {
 	publishAll(t, b.store)
 
 	var outcomes []store.Outcome
+	first := time.Now().Add(-4 * time.Second).UTC()
 	for i := int64(1); i <= 12; i++ { // tasks 1-12 fail, 13-15 are still running
-		outcomes = append(outcomes, store.Outcome{JobID: id, TaskID: i, State: warren.TaskFailed, Error: "boom", Attempts: 2, Worker: "w"})
+		started, finished := first.Add(time.Duration(i)*100*time.Millisecond), first.Add(3*time.Second)
+		outcomes = append(outcomes, store.Outcome{JobID: id, TaskID: i, State: warren.TaskFailed, Error: "boom", Attempts: 2, Worker: "w",
+			StartedAt: &started, FinishedAt: &finished})
 	}
 	_, err := b.store.ApplyOutcomes(context.Background(), outcomes)
 	require.NoError(t, err)
@@ -63,9 +67,14 @@ func TestGetJobShowsProgressAndFailures(t *testing.T) {
 	require.Equal(t, 12.0, v["failed_tasks"])
 	require.Equal(t, 3.0, v["pending_tasks"])
 	require.Nil(t, v["metadata"])
-	started, err := time.Parse(time.RFC3339, v["started_at"].(string))
+	published, err := time.Parse(time.RFC3339, v["published_at"].(string))
 	require.NoError(t, err)
-	require.WithinDuration(t, time.Now(), started, time.Minute)
+	require.WithinDuration(t, time.Now(), published, time.Minute)
+	started, err := time.Parse(time.RFC3339Nano, v["started_at"].(string))
+	require.NoError(t, err)
+	require.WithinDuration(t, first.Add(100*time.Millisecond), started, time.Millisecond, "the first task's start")
+	// 12 tasks finished 2.9 s after the first start.
+	require.InDelta(t, 12/2.9, v["rate"], 0.01, "finished tasks per second to the latest finish")
 	errs := v["errors"].([]any)
 	require.Len(t, errs, 10, "at most 10 failures are listed")
 	require.Equal(t, map[string]any{"task_id": 1.0, "error": "boom"}, errs[0])

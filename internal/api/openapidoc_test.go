@@ -92,6 +92,10 @@ type schema struct {
 	Default              json.RawMessage    `json:"default"`
 	// OneOf: the value validates against exactly one of these.
 	OneOf []*schema `json:"oneOf"`
+	// AllOf: the value validates against every one of these (the document
+	// uses it to give a $ref a description, which a $ref's siblings
+	// cannot).
+	AllOf []*schema `json:"allOf"`
 
 	re *regexp.Regexp // Pattern, compiled when the document is loaded
 }
@@ -228,6 +232,12 @@ func (d *openapiDoc) prepare(s *schema, where string) error {
 	default:
 		return fmt.Errorf("%s: unknown type %q", where, s.Type)
 	}
+	if s.Nullable && s.Type == "" {
+		// OpenAPI 3.0.3: nullable takes effect only beside a type; without
+		// one, validators read the schema as they please (some as "anything",
+		// which validates nothing). Any value is #/components/schemas/AnyValue.
+		return fmt.Errorf("%s: nullable without a type", where)
+	}
 	switch s.Format {
 	case "", "int64", "date-time":
 	default:
@@ -243,6 +253,9 @@ func (d *openapiDoc) prepare(s *schema, where string) error {
 	errs := []error{d.prepare(s.Items, where+"/items")}
 	for i, o := range s.OneOf {
 		errs = append(errs, d.prepare(o, fmt.Sprintf("%s/oneOf/%d", where, i)))
+	}
+	for i, o := range s.AllOf {
+		errs = append(errs, d.prepare(o, fmt.Sprintf("%s/allOf/%d", where, i)))
 	}
 	if s.AdditionalProperties != nil {
 		errs = append(errs, d.prepare(s.AdditionalProperties.schema, where+"/additionalProperties"))
@@ -360,11 +373,16 @@ func (d *openapiDoc) validate(s *schema, v any, at string) error {
 		}
 		return d.validate(target, v, at)
 	}
-	if v == nil {
-		if s.Nullable {
-			return nil
-		}
+	if v == nil && s.Nullable {
+		return nil
+	}
+	if v == nil && len(s.OneOf) == 0 && len(s.AllOf) == 0 {
 		return fmt.Errorf("%s: null is not allowed", at)
+	}
+	for _, o := range s.AllOf {
+		if err := d.validate(o, v, at); err != nil {
+			return err
+		}
 	}
 	if len(s.OneOf) > 0 {
 		matched := 0

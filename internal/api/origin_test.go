@@ -29,7 +29,9 @@ func (b *testBundle) request(t *testing.T, method, path, host string, body io.Re
 // concretePath fills a route pattern's parameters.
 func concretePath(pattern string) (method, path string) {
 	method, path, _ = strings.Cut(pattern, " ")
-	return method, strings.ReplaceAll(path, "{id}", "01J0000000000000000000000")
+	path = strings.ReplaceAll(path, "{queue}", "q1")
+	path = strings.ReplaceAll(path, "{id}", "01J0000000000000000000000")
+	return method, strings.ReplaceAll(path, "{task_id}", "1")
 }
 
 // A server without tokens answers only to its own names: a page whose

@@ -162,6 +162,6 @@ func TestSubmitNDJSONRefusesABadRetention(t *testing.T) {
 	}
 	resp := b.submitNDJSON(t, `{"type":"echo","retention":"1w"}`+"\n1\n")
 	requireError(t, resp, http.StatusBadRequest, "invalid_type")
-	require.Contains(t, errorMessage(t, resp), "retention must be a number of seconds")
+	require.Contains(t, errorMessage(t, resp), `line 1: retention: "1w" is not a duration`)
 	requireNoJobs(t, b.store)
 }

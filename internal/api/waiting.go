@@ -11,7 +11,9 @@ const WaitingNoConsumer = "no_consumer"
 // shows it in its "waiting" field (null when nothing is known to hold it
 // up).
 type Waiting struct {
-	// Reason is WaitingNoConsumer or WaitingNoWorkerForType.
+	// Reason is WaitingNoConsumer or WaitingNoWorkerForType (or, in a
+	// job's JSON, WaitingPaused or WaitingQueuePaused, which the API
+	// finds itself).
 	Reason string
 	// Queue is the work queue (protocol queue name) that has no consumer,
 	// or no live worker serving Type.

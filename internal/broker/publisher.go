@@ -45,13 +45,15 @@ const DefaultBlockedWait = 30 * time.Second
 // wait for their confirms at once.
 const DefaultConfirmWindow = 256
 
-// NackLimit is how many publishes in a row the broker may nack before a
-// Publisher closes its channel, as if the broker had closed it, so that
-// its owner connects again (see Publisher). A channel of RabbitMQ (seen
-// on 3.10) whose first publish to a quorum queue came while the queue
-// had no leader, during the election that follows the loss of its
-// leader's node, nacks every later publish to that queue for as long as
-// it lives, while a new channel publishes to it at once.
+// NackLimit is how many publishes in a row to one exchange and routing
+// key the broker may nack before a Publisher closes its channel, as if
+// the broker had closed it, so that its owner connects again (see
+// Publisher). A channel of RabbitMQ (seen on 3.10) whose first publish to
+// a quorum queue came while the queue had no leader, during the election
+// that follows the loss of its leader's node, nacks every later publish
+// to that queue for as long as it lives, while a new channel publishes
+// to it at once; its publishes to other queues go on being confirmed, so
+// they do not start the count again.
 const NackLimit = 3
 
 // PublisherOptions configures a Publisher.
@@ -72,9 +74,10 @@ type PublisherOptions struct {
 // confirm mode and reports, for each, whether the broker confirmed it.
 // Returned (unroutable) messages are reported as ErrUnroutable even though
 // the broker also acks them. When the broker nacks NackLimit publishes in
-// a row, the Publisher closes its channel: Done is closed and its
-// unconfirmed publishes fail with ErrClosed, as when the broker closes
-// it, and its owner reconnects. It is safe for concurrent use.
+// a row to one exchange and routing key, the Publisher closes its
+// channel: Done is closed and its unconfirmed publishes fail with
+// ErrClosed, as when the broker closes it, and its owner reconnects. It
+// is safe for concurrent use.
 type Publisher struct {
 	conn    *amqp.Connection // for PublishAlone's channels
 	ch      *amqp.Channel
@@ -82,15 +85,15 @@ type Publisher struct {
 	blocked *blockState
 	log     *slog.Logger
 
-	nackClose sync.Once // closes the channel after NackLimit nacks in a row
+	nackClose sync.Once // closes the channel after NackLimit nacks in a row to one place
 
 	pubMu sync.Mutex // serialises publishes so delivery tags are known
 
 	mu      sync.Mutex // guards the fields below; held only for map work
 	pending map[uint64]*Confirmation
 	closed  bool
-	reason  *amqp.Error // why the channel closed, when the broker closed it
-	nacks   int         // nacks since the last ack
+	reason  *amqp.Error    // why the channel closed, when the broker closed it
+	nacks   map[string]int // per exchange and routing key: nacks since the last ack
 
 	done chan struct{} // closed when the listener has stopped
 }
@@ -105,6 +108,14 @@ type Confirmation struct {
 	err       error
 	done      chan struct{}
 	release   func()
+
+	// deferred is the library's record of the broker's answer for this
+	// publish, set by Publish once the library has sent it, under the
+	// publisher's mu; heard says the listener heard the answer before
+	// that, and leaves the outcome to Publish (see Publisher.confirm).
+	deferred *amqp.DeferredConfirmation
+	heard    bool
+	notice   bool // the listener's notice said acked (when heard)
 }
 
 // Done is closed once the outcome is known.
@@ -176,6 +187,7 @@ func openPublisher(conn *amqp.Connection, window int, blocked *blockState) (*Pub
 		log:     blocked.log,
 		window:  make(chan struct{}, window),
 		pending: make(map[uint64]*Confirmation),
+		nacks:   make(map[string]int),
 		done:    make(chan struct{}),
 	}
 	// Both notification channels are unbuffered and read by ONE goroutine:
@@ -228,7 +240,8 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	p.pending[c.tag] = c
 	p.mu.Unlock()
 
-	if err := p.ch.PublishWithContext(ctx, exchange, key, true, false, msg); err != nil {
+	deferred, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
+	if err != nil {
 		p.mu.Lock()
 		delete(p.pending, c.tag)
 		p.mu.Unlock()
@@ -238,6 +251,15 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 			return nil, fmt.Errorf("%w: %s: %w", ErrClosed, msg.MessageId, err)
 		}
 		return nil, fmt.Errorf("broker: publish %s to %q/%q: %w", msg.MessageId, exchange, key, err)
+	}
+	p.mu.Lock()
+	c.deferred = deferred
+	heard, notice := c.heard, c.notice
+	p.mu.Unlock()
+	if heard {
+		// The broker answered before the library returned: the listener
+		// left the outcome to us.
+		p.settle(c, notice)
 	}
 	return c, nil
 }
@@ -369,39 +391,86 @@ func (p *Publisher) recordReturn(r amqp.Return) {
 	}
 }
 
+// confirm is the listener's part of a publish's answer: the library's
+// notice, in publish order, that the broker answered it. The answer
+// itself is read from the publish's DeferredConfirmation, never from the
+// notice: amqp091-go (seen in v1.16.0) notifies a publish the broker
+// nacked as acked when the nack came before the answers of earlier
+// publishes and a multiple-ack of a later tag follows, which RabbitMQ
+// sends (a publish to a queue that refuses it is nacked at once, while
+// a quorum queue confirms after replication), and AMQP says such an ack
+// leaves the nacked tag out. The DeferredConfirmation keeps the nack. It
+// is set before the notice is sent; when Publish has not stored it yet,
+// Publish settles the outcome instead (the listener must not wait for
+// Publish, which may wait for the library's reader, which waits for the
+// listener).
 func (p *Publisher) confirm(conf amqp.Confirmation) {
 	p.mu.Lock()
 	c := p.pending[conf.DeliveryTag]
 	delete(p.pending, conf.DeliveryTag)
-	if conf.Ack {
-		p.nacks = 0
-	} else {
-		p.nacks++
-	}
-	nacks := p.nacks
-	p.mu.Unlock()
-	if nacks >= NackLimit {
-		p.closeAfterNacks(nacks)
-	}
-	if c == nil {
+	if c != nil && c.deferred == nil {
+		c.heard, c.notice = true, conf.Ack
+		p.mu.Unlock()
 		return
 	}
+	p.mu.Unlock()
+	if c == nil {
+		// No publish waits for it: only the count of nacks in a row
+		// learns from it.
+		p.count("", "", conf.Ack)
+		return
+	}
+	p.settle(c, conf.Ack)
+}
+
+// settle resolves c, whose answer the broker gave, from its
+// DeferredConfirmation and a return recorded for it, and counts its nack
+// toward NackLimit; notice is what the library's notice said.
+func (p *Publisher) settle(c *Confirmation, notice bool) {
+	acked := c.deferred.Acked()
+	if notice != acked {
+		p.log.Debug("broker: the client library notified a publish as acked or nacked against the broker's answer; the answer counts",
+			"message_id", c.messageID, "acked", acked)
+	}
+	p.count(c.exchange, c.key, acked)
+	p.mu.Lock()
+	returned := c.returned
+	p.mu.Unlock()
 	switch {
-	case !conf.Ack:
+	case !acked:
 		c.resolve(fmt.Errorf("%w: %s", ErrNacked, c.messageID))
-	case c.returned != "":
-		c.resolve(fmt.Errorf("%w: %s: %s", ErrUnroutable, c.messageID, c.returned))
+	case returned != "":
+		c.resolve(fmt.Errorf("%w: %s: %s", ErrUnroutable, c.messageID, returned))
 	default:
 		c.resolve(nil)
+	}
+}
+
+// count counts an answer of the broker to a publish to exchange with
+// key toward NackLimit: a nack adds one to the count of that exchange and
+// key, an ack starts it again from none.
+func (p *Publisher) count(exchange, key string, acked bool) {
+	dest := exchange + "\x00" + key
+	p.mu.Lock()
+	if acked {
+		delete(p.nacks, dest)
+	} else {
+		p.nacks[dest]++
+	}
+	nacks := p.nacks[dest]
+	p.mu.Unlock()
+	if nacks >= NackLimit {
+		p.closeAfterNacks(exchange, key, nacks)
 	}
 }
 
 // closeAfterNacks closes the channel once, in the background: the
 // listener calls it, and must go on reading confirms until the channel
 // has closed.
-func (p *Publisher) closeAfterNacks(nacks int) {
+func (p *Publisher) closeAfterNacks(exchange, key string, nacks int) {
 	p.nackClose.Do(func() {
-		p.log.Warn("broker: the broker nacked publishes in a row on this channel; closing it to publish on a new one", "nacks", nacks)
+		p.log.Warn("broker: the broker nacked publishes in a row on this channel; closing it to publish on a new one",
+			"nacks", nacks, "exchange", exchange, "routing_key", key)
 		go func() { _ = p.ch.Close() }()
 	})
 }

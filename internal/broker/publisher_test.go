@@ -263,3 +263,92 @@ func TestPublisherClosesItsChannelAfterNacksInARow(t *testing.T) {
 	}
 	require.ErrorIs(t, p.PublishAndWait(ctx, "", queue, msg("last")), broker.ErrClosed)
 }
+
+// A nack the broker sends before the confirms of earlier publishes is
+// the message's outcome, even when a multiple-ack that covers its tag
+// follows: RabbitMQ nacks a publish to a queue that rejects it at once,
+// while earlier publishes to a quorum queue wait for replication, and it
+// then acks those with one multiple-ack up to a later tag, which by AMQP
+// leaves the nacked tag out. (amqp091-go's NotifyPublish turns the
+// nack into an ack then; a retry a worker publishes to a retry tier
+// whose queue client asks a dead node was lost that way, acked by the
+// worker as confirmed.)
+func TestPublisherKeepsANackThatAMultipleAckCovers(t *testing.T) {
+	t.Parallel()
+	conn := amqptest.Dial(t)
+	prefix := amqptest.Prefix(t)
+	quorumQ, fullQ := prefix+"slow.q", prefix+"full.q"
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare(quorumQ, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare(fullQ, true, false, false, false,
+		amqp.Table{"x-queue-type": "classic", "x-max-length": int64(1), "x-overflow": "reject-publish"})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = ch.QueueDelete(quorumQ, false, false, false)
+		_, _ = ch.QueueDelete(fullQ, false, false, false)
+	})
+
+	p, err := broker.NewPublisher(conn, nil)
+	require.NoError(t, err)
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Each round fills the small queue (an ack there, so that its nacks
+	// never come NackLimit in a row), then publishes one message the
+	// quorum queue confirms after its commit, one the full queue nacks at
+	// once, and another for the quorum queue, which the broker confirms
+	// with the first in one multiple-ack; then empties the small queue.
+	const rounds = 100
+	for i := range rounds {
+		require.NoError(t, p.PublishAndWait(ctx, "", fullQ, msg(fmt.Sprint(i, "-fill"))), "round %d: fill the small queue", i)
+		var confs [3]*broker.Confirmation
+		for j, q := range []string{quorumQ, fullQ, quorumQ} {
+			confs[j], err = p.Publish(ctx, "", q, msg(fmt.Sprintf("%d-%d", i, j)))
+			require.NoError(t, err)
+		}
+		require.NoError(t, confs[0].Wait(ctx), "round %d: the first quorum queue publish", i)
+		require.ErrorIs(t, confs[1].Wait(ctx), broker.ErrNacked, "round %d: the full queue's nack was lost", i)
+		require.NoError(t, confs[2].Wait(ctx), "round %d: the second quorum queue publish", i)
+		_, err := ch.QueuePurge(fullQ, false)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2*rounds, amqptest.QueueDepth(t, conn, quorumQ))
+}
+
+// Nacks to one queue count in a row even when publishes to another queue,
+// confirmed, come between them: RabbitMQ 3.10 can nack every publish of a
+// channel to one quorum queue while it confirms those to the others.
+func TestPublisherCountsNacksInARowPerQueue(t *testing.T) {
+	t.Parallel()
+	conn := amqptest.Dial(t)
+	prefix := amqptest.Prefix(t)
+	okQ, fullQ := prefix+"ok.q", prefix+"full.q"
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare(okQ, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare(fullQ, true, false, false, false,
+		amqp.Table{"x-queue-type": "classic", "x-max-length": int64(0), "x-overflow": "reject-publish"})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = ch.QueueDelete(okQ, false, false, false)
+		_, _ = ch.QueueDelete(fullQ, false, false, false)
+	})
+
+	p, err := broker.NewPublisher(conn, nil)
+	require.NoError(t, err)
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range broker.NackLimit {
+		require.NoError(t, p.PublishAndWait(ctx, "", okQ, msg(fmt.Sprint("ok-", i))))
+		require.ErrorIs(t, p.PublishAndWait(ctx, "", fullQ, msg(fmt.Sprint("full-", i))), broker.ErrNacked)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the publisher's channel is still open after %d nacks in a row to %s", broker.NackLimit, fullQ)
+	}
+}

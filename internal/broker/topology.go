@@ -187,6 +187,25 @@ func DeclareTopology(conn *amqp.Connection, names protocol.Names, opts *Topology
 	return declareQueues(conn, ch, queues, opts)
 }
 
+// BindAttempts binds the results queue to the results exchange with
+// protocol.RoutingKeyAttempt too, idempotently: only a server that
+// records attempts calls it (after DeclareTopology), so that workers'
+// attempt messages reach the results queue once, and only once, a server
+// that reads them runs; before, the broker drops them unrouted, and a
+// worker's publish is confirmed all the same (docs/protocol.md, "Attempt
+// messages").
+func BindAttempts(conn *amqp.Connection, names protocol.Names) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("broker: open topology channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	if err := ch.QueueBind(names.ResultsQueue, protocol.RoutingKeyAttempt, names.ResultsExchange, false, nil); err != nil {
+		return fmt.Errorf("broker: bind queue %q to %q/%q: %w", names.ResultsQueue, names.ResultsExchange, protocol.RoutingKeyAttempt, err)
+	}
+	return nil
+}
+
 // DeclareWorkQueue declares work queue q of names (protocol.Names.WorkQueue)
 // and its retry tiers, as DeclareTopology declares the default one, on a
 // channel of its own. The exchanges must exist (DeclareTopology). It is

@@ -98,6 +98,13 @@ type Filter struct {
 	JobID string
 	// Limit is the most messages listed, replayed or purged; 0 means all.
 	Limit int
+	// Pending keeps, for List, only the pending dead letters (their
+	// Message.Settled is ""): what still asks for a replay or a purge.
+	Pending bool
+	// Settled keeps, for Purge, only the settled dead letters: those a
+	// redrive, a replay or a delete already dealt with, whose removal
+	// loses nothing the store does not hold.
+	Settled bool
 }
 
 func (f Filter) match(m Message) bool { return f.JobID == "" || m.JobID == f.JobID }
@@ -131,6 +138,8 @@ func New(cfg Config) (*Queue, error) {
 // List returns the matching messages, oldest dead letter first, up to
 // f.Limit, and leaves every message in the queue. A message whose body
 // is not a task is listed with what can be read and reason "malformed".
+// Each message says whether it is settled (Message.Settled), as the
+// store has its job and tasks now.
 func (q *Queue) List(ctx context.Context, f Filter) ([]Message, error) {
 	o, err := q.open(ctx)
 	if err != nil {
@@ -141,11 +150,92 @@ func (q *Queue) List(ctx context.Context, f Filter) ([]Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !f.Pending {
+		entries = limit(entries, f.Limit)
+	}
+	if err := q.standing(ctx, entries); err != nil {
+		return nil, err
+	}
 	out := make([]Message, 0, len(entries))
-	for _, e := range limit(entries, f.Limit) {
+	for _, e := range entries {
+		if f.Pending && e.msg.Settled != "" {
+			continue
+		}
+		if f.Limit > 0 && len(out) == f.Limit {
+			break
+		}
 		out = append(out, e.msg)
 	}
 	return out, nil
+}
+
+// standing fills in the Settled of each entry's message from the store,
+// each job and task read once. A batch is settled when all its tasks
+// are, by the reason of its first; a message that is not a task is
+// pending (someone must look at it).
+func (q *Queue) standing(ctx context.Context, entries []entry) error {
+	jobs := make(map[string]*warren.Job)
+	for i := range entries {
+		e := &entries[i]
+		if e.dead.Malformed != nil || len(e.dead.Tasks) == 0 {
+			continue
+		}
+		why := ""
+		for n, t := range e.dead.Tasks {
+			w, err := q.taskStanding(ctx, jobs, t.JobID, t.TaskID, e.dead.Generation)
+			if err != nil {
+				return fmt.Errorf("dlq: read task %d of job %s: %w", t.TaskID, t.JobID, err)
+			}
+			if w == "" {
+				why = ""
+				break
+			}
+			if n == 0 {
+				why = w
+			}
+		}
+		e.msg.Settled = why
+	}
+	return nil
+}
+
+// taskStanding says why the dead letter of task (jobID, taskID) at
+// generation (0: unknown) is settled, "" when it is pending. jobs caches
+// the jobs read (nil: the store has none). An unknown generation settles
+// only what is settled whatever the generation: a task that completed
+// since, or its job gone; a task still queued at the dead letter's
+// generation is pending (its failure is on its way to the store).
+func (q *Queue) taskStanding(ctx context.Context, jobs map[string]*warren.Job, jobID string, taskID int64, generation int) (string, error) {
+	job, seen := jobs[jobID]
+	if !seen {
+		j, err := q.cfg.Store.GetJob(ctx, jobID)
+		switch {
+		case errors.Is(err, warren.ErrNotFound):
+		case err != nil:
+			return "", err
+		default:
+			job = &j
+		}
+		jobs[jobID] = job
+	}
+	switch {
+	case job == nil:
+		return SettledJobDeleted, nil
+	case job.State == warren.JobCancelled:
+		return SettledJobCancelled, nil
+	}
+	task, err := q.cfg.Store.GetTask(ctx, jobID, taskID)
+	switch {
+	case errors.Is(err, warren.ErrNotFound):
+		return SettledUnknownTask, nil
+	case err != nil:
+		return "", err
+	case generation > 0 && task.Generation > generation:
+		return SettledResent, nil
+	case task.State == warren.TaskCompleted:
+		return SettledCompleted, nil
+	}
+	return "", nil
 }
 
 // Replay republishes the matching messages' tasks to the work queue,
@@ -416,10 +506,12 @@ func reopenedIDs(tasks []reopenedTask) []int64 {
 }
 
 // Purge removes the matching messages, oldest dead letter first, up to
-// f.Limit, and returns how many it removed. With neither a job nor a
-// limit it purges the whole queue at once.
+// f.Limit, and returns how many it removed: with f.Settled only the
+// settled ones (Message.Settled), as the store has them now. With
+// neither a job nor a limit nor Settled it purges the whole queue at
+// once.
 func (q *Queue) Purge(ctx context.Context, f Filter) (int, error) {
-	if f.JobID == "" && f.Limit == 0 {
+	if f.JobID == "" && f.Limit == 0 && !f.Settled {
 		return q.purgeAll(ctx)
 	}
 	o, err := q.open(ctx)
@@ -431,13 +523,19 @@ func (q *Queue) Purge(ctx context.Context, f Filter) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if f.Settled {
+		if err := q.standing(ctx, entries); err != nil {
+			return 0, err
+		}
+		entries = slices.DeleteFunc(entries, func(e entry) bool { return e.msg.Settled == "" })
+	}
 	for _, e := range limit(entries, f.Limit) {
 		if err := e.d.Ack(false); err != nil {
 			return o.removed, o.fail(ctx, "remove a message", err)
 		}
 		o.removed++
 	}
-	q.log.Info("dlq: purged dead letters", "job_id", f.JobID, "purged", o.removed)
+	q.log.Info("dlq: purged dead letters", "job_id", f.JobID, "settled_only", f.Settled, "purged", o.removed)
 	return o.removed, nil
 }
 

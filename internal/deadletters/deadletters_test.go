@@ -281,7 +281,8 @@ func TestListIsNonDestructive(t *testing.T) {
 	msgs := b.list(t, deadletters.Filter{})
 	require.Equal(t, all, ids(msgs), "oldest dead letter first")
 	require.Equal(t, deadletters.Message{JobID: "job-b", TaskID: 1, MessageID: "job-b:1", RoutingKey: protocol.RoutingKeyTaskFailed,
-		Reason: protocol.ReasonRetriesExhausted, Error: "boom", Attempts: 4, Time: b.at(1)}, msgs[0])
+		Reason: protocol.ReasonRetriesExhausted, Error: "boom", Attempts: 4, Time: b.at(1),
+		Settled: deadletters.SettledJobDeleted}, msgs[0], "the store has no job-b")
 	require.Equal(t, 5, b.depth(t, b.names.TasksDLQ), "listing leaves every message in the queue")
 
 	for range 3 {
@@ -340,7 +341,7 @@ func TestListDecodesBrokerDeadLetters(t *testing.T) {
 	require.Len(t, msgs, 2)
 	require.Equal(t, deadletters.Message{JobID: "job-d", TaskID: 4, MessageID: "job-d:4", RoutingKey: protocol.RoutingKeyTaskFailed,
 		Reason: protocol.ReasonDeliveryLimit, Error: fmt.Sprintf("dead-lettered by the broker from %q: delivery_limit", b.names.TasksQueue),
-		Attempts: 2, Time: b.at(10)}, msgs[0])
+		Attempts: 2, Time: b.at(10), Settled: deadletters.SettledJobDeleted}, msgs[0])
 
 	rejected := msgs[1]
 	require.Equal(t, "job-r", rejected.JobID)
@@ -634,4 +635,76 @@ func TestFiftyListingsKeepEveryDeadLetter(t *testing.T) {
 		require.Equal(t, all, ids(b.list(t, deadletters.Filter{})), "listing %d", i+1)
 	}
 	require.Equal(t, 5, b.depth(t, b.names.TasksDLQ))
+}
+
+// deadAtGeneration dead-letters task (jobID, taskID) of generation as a
+// worker whose retries ran out at t0+sec: the message carries the
+// x-generation the relay published the task with.
+func (b *testBundle) deadAtGeneration(t *testing.T, jobID string, taskID int64, generation, sec int) {
+	t.Helper()
+	msg := taskMessage(jobID, taskID, 3)
+	msg.Headers[protocol.HeaderGeneration] = int64(generation)
+	b.deadLetter(t, workerDeadLetter(msg, protocol.ReasonRetriesExhausted, "boom", b.at(sec)))
+}
+
+// settled returns "job:task=why" for each message (why "pending" for
+// a pending one).
+func settled(msgs []deadletters.Message) []string {
+	out := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		why := m.Settled
+		if why == "" {
+			why = "pending"
+		}
+		out = append(out, protocol.MessageID(m.JobID, m.TaskID)+"="+why)
+	}
+	return out
+}
+
+// After a redrive sends a job's failed tasks back, and after a delete
+// removes a job, their dead letters are listed as settled, not pending;
+// a dead letter of the redriven task's new failure is pending again, and
+// one whose failure the store has not recorded yet stays pending.
+func TestRedriveAndDeleteSettleDeadLetters(t *testing.T) {
+	eachStore(t, func(t *testing.T, opts *options) {
+		b := setup(t, opts)
+		ctx := context.Background()
+		redriven := b.failedJob(t, 2, 1, 2)
+		inflight := b.failedJob(t, 1) // its task is still queued
+		deleted := b.failedJob(t, 1, 1)
+		b.deadAtGeneration(t, redriven, 1, 1, 1)
+		b.deadAtGeneration(t, redriven, 2, 1, 2)
+		b.deadAtGeneration(t, inflight, 1, 1, 3) // its failure is not recorded yet
+		b.deadAtGeneration(t, deleted, 1, 1, 4)
+		b.dead(t, "no-such-job", 1, 5)
+		require.Equal(t, []string{redriven + ":1=pending", redriven + ":2=pending", inflight + ":1=pending",
+			deleted + ":1=pending", "no-such-job:1=" + deadletters.SettledJobDeleted}, settled(b.list(t, deadletters.Filter{})))
+
+		b.finish(t, redriven, warren.JobFailed, nil, "2 tasks failed")
+		_, _, err := b.store.RedriveJob(ctx, redriven)
+		require.NoError(t, err)
+		b.finish(t, deleted, warren.JobFailed, nil, "1 task failed")
+		require.NoError(t, b.store.DeleteJob(ctx, deleted))
+
+		require.Equal(t, []string{redriven + ":1=" + deadletters.SettledResent, redriven + ":2=" + deadletters.SettledResent,
+			inflight + ":1=pending", deleted + ":1=" + deadletters.SettledJobDeleted, "no-such-job:1=" + deadletters.SettledJobDeleted},
+			settled(b.list(t, deadletters.Filter{})))
+		require.Equal(t, []string{inflight + ":1=pending"}, settled(b.list(t, deadletters.Filter{Pending: true})),
+			"only what still asks for a replay")
+
+		// Task 1 fails again at generation 2: its new dead letter is pending.
+		b.relay(t)
+		_, err = b.store.ApplyOutcomes(ctx, []store.Outcome{{JobID: redriven, TaskID: 1, State: warren.TaskFailed, Error: "boom", Attempts: 4}})
+		require.NoError(t, err)
+		b.deadAtGeneration(t, redriven, 1, 2, 6)
+		require.Equal(t, []string{inflight + ":1=pending", redriven + ":1=pending"}, settled(b.list(t, deadletters.Filter{Pending: true, Limit: 5})))
+		require.Equal(t, []string{inflight + ":1=pending"}, settled(b.list(t, deadletters.Filter{Pending: true, Limit: 1})),
+			"the limit counts pending ones")
+
+		// Purging the settled ones removes those four and nothing else.
+		n, err := b.queue.Purge(ctx, deadletters.Filter{Settled: true})
+		require.NoError(t, err)
+		require.Equal(t, 4, n)
+		require.Equal(t, []string{inflight + ":1=pending", redriven + ":1=pending"}, settled(b.list(t, deadletters.Filter{})))
+	})
 }

@@ -35,7 +35,32 @@ type Message struct {
 	Attempts int `json:"attempts"`
 	// Time is when the task was dead-lettered; zero when no header says.
 	Time time.Time `json:"time,omitzero"`
+	// Settled, when not "", says why the dead letter needs nothing more
+	// (Settled*): its job was deleted or cancelled, its task was sent back
+	// since (a redrive, a replay: the store holds a newer generation) or
+	// completed. "" means it is pending: the store holds its task failed
+	// at its generation (or has not recorded the failure yet), and a
+	// replay would run it again. Only List fills it in.
+	Settled string `json:"settled,omitempty"`
 }
+
+// Why a dead letter is settled (Message.Settled).
+const (
+	// SettledJobDeleted: the store has no such job (deleted, by
+	// `warren delete` or retention, or never known).
+	SettledJobDeleted = "job_deleted"
+	// SettledJobCancelled: the job was cancelled; a replay skips it.
+	SettledJobCancelled = "job_cancelled"
+	// SettledResent: the task was sent back since it was dead-lettered (a
+	// redrive, a replay, a requeue): the store holds a newer generation,
+	// whose own failure, if any, has a dead letter of its own.
+	SettledResent = "resent"
+	// SettledCompleted: the task completed at the dead letter's
+	// generation (another copy of it ran).
+	SettledCompleted = "completed"
+	// SettledUnknownTask: the job has no such task.
+	SettledUnknownTask = "unknown_task"
+)
 
 // message is the listing of dead letter dl.
 func message(dl wire.DeadLetter) Message {

@@ -30,6 +30,7 @@ type Consumer struct {
 	reg        *Registry
 	log        *slog.Logger
 	onApplied  func(protocol.Heartbeat)
+	onNew      func(protocol.Heartbeat)
 	// warned is when the consumer last logged a dropped heartbeat: at
 	// most one such line a minute, whatever a sender does.
 	warned time.Time
@@ -55,6 +56,10 @@ type Config struct {
 	Logger *slog.Logger
 	// OnApplied, if set, is called after each heartbeat was recorded.
 	OnApplied func(protocol.Heartbeat)
+	// OnNew, if set, is called after a running heartbeat of a worker id
+	// the registry did not hold was recorded: a worker that just
+	// connected (or one the registry had dropped as stale).
+	OnNew func(protocol.Heartbeat)
 }
 
 // NewConsumer declares the heartbeat exchange (a durable fanout, as
@@ -89,7 +94,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		_ = ch.Close()
 		return nil, fmt.Errorf("heartbeats: subscribe to %q: %w", cfg.Exchange, err)
 	}
-	return &Consumer{ch: ch, deliveries: deliveries, reg: cfg.Registry, log: cfg.Logger, onApplied: cfg.OnApplied}, nil
+	return &Consumer{ch: ch, deliveries: deliveries, reg: cfg.Registry, log: cfg.Logger, onApplied: cfg.OnApplied, onNew: cfg.OnNew}, nil
 }
 
 // Run records heartbeats until ctx is done (nil) or the channel closes
@@ -113,6 +118,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			// UserId is set only by a publisher that chose to, and then
 			// RabbitMQ checked it against the connection's user: it is
 			// who published, or "" for a publisher that did not say.
+			known := c.reg.Known(h.ID)
 			if !c.reg.ApplyFrom(h, d.UserId) {
 				c.warn("heartbeats: ignoring a heartbeat: the list of workers is full, or its id belongs to another broker user "+
 					"(one line a minute at most)", "worker_id", h.ID, "name", h.Name, "user_id", d.UserId)
@@ -120,6 +126,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			if c.onApplied != nil {
 				c.onApplied(h)
+			}
+			if c.onNew != nil && !known && h.State == protocol.HeartbeatRunning {
+				c.onNew(h)
 			}
 		}
 	}

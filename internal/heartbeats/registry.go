@@ -101,6 +101,14 @@ func (r *Registry) Apply(h protocol.Heartbeat) bool {
 	return r.ApplyFrom(h, "")
 }
 
+// Known reports whether the registry holds worker id.
+func (r *Registry) Known(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.workers[id]
+	return ok
+}
+
 // ApplyFrom records heartbeat h, received now, published by broker user
 // user ("" for a heartbeat without user_id): a worker that said goodbye
 // (protocol.HeartbeatStopping) is dropped at once. A heartbeat whose id

@@ -86,7 +86,7 @@ func TestRelayPublishesEveryTaskOnceAndStartsTheJob(t *testing.T) {
 	got, err := b.store.GetJob(ctx, job.ID)
 	require.NoError(t, err)
 	require.Equal(t, warren.JobRunning, got.State)
-	require.NotNil(t, got.StartedAt)
+	require.NotNil(t, got.PublishedAt)
 
 	// The first message carries the wire protocol's properties.
 	ch, err := b.conn.Channel()

@@ -141,6 +141,12 @@ func (sp *Spool) fromMemory() iter.Seq2[json.RawMessage, error] {
 	}
 }
 
+// Len is the number of payloads spooled.
+func (sp *Spool) Len() int64 { return sp.n }
+
+// InMemory reports whether every payload is held in memory (no file).
+func (sp *Spool) InMemory() bool { return sp.file == nil }
+
 // Close releases the spool's file, if it has one.
 func (sp *Spool) Close() {
 	if sp.file != nil {

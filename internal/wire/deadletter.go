@@ -62,6 +62,9 @@ type DeadLetter struct {
 	ByBroker bool
 	// Worker is x-worker: the worker that dead-lettered the task.
 	Worker string
+	// Traceback is x-traceback: where the failure came from, when the
+	// worker sent it; "" otherwise.
+	Traceback string
 	// StartedAt is x-started-at, when the failed run started; zero when it
 	// did not run or no header says.
 	StartedAt time.Time
@@ -109,6 +112,7 @@ func ReadDeadLetter(d amqp.Delivery) DeadLetter {
 		RoutingKey: d.RoutingKey,
 		Reason:     headerString(h, protocol.HeaderReason),
 		Worker:     headerString(h, protocol.HeaderWorker),
+		Traceback:  headerString(h, protocol.HeaderTraceback),
 		StartedAt:  headerTime(h, protocol.HeaderStartedAt),
 		FailedAt:   headerTime(h, protocol.HeaderFailedAt),
 		Retries:    headerInt(h, protocol.HeaderRetry),
@@ -177,7 +181,7 @@ func (dl DeadLetter) WithoutBodies() DeadLetter {
 // failure that the replay undoes, and the broker's would make a later
 // dead-lettering of the replayed task look like an older one.
 var failureHeaders = []string{
-	protocol.HeaderReason, protocol.HeaderError, protocol.HeaderWorker, protocol.HeaderFailedAt,
+	protocol.HeaderReason, protocol.HeaderError, protocol.HeaderWorker, protocol.HeaderFailedAt, protocol.HeaderTraceback,
 	"x-death",
 	"x-first-death-reason", "x-first-death-queue", "x-first-death-exchange",
 	"x-last-death-reason", "x-last-death-queue", "x-last-death-exchange",

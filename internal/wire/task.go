@@ -153,6 +153,9 @@ type TaskDelivery struct {
 	// FirstUnservedAt is x-first-unserved-at: when a worker first put the
 	// tasks back for want of a handler; zero when absent or not a time.
 	FirstUnservedAt time.Time
+	// Holds is x-held: how many times workers put the tasks back because
+	// their job or queue was paused (Held); 0 when absent.
+	Holds int
 
 	d amqp.Delivery // the source of every copy
 }
@@ -205,6 +208,7 @@ func readTaskHeaders(d amqp.Delivery) TaskDelivery {
 	m.Queue = headerQueue(d.Headers)
 	m.Bounces = headerInt(d.Headers, protocol.HeaderUnserved)
 	m.FirstUnservedAt = headerTime(d.Headers, protocol.HeaderFirstUnservedAt)
+	m.Holds = headerInt(d.Headers, protocol.HeaderHeld)
 	return m
 }
 
@@ -250,6 +254,20 @@ func (m TaskDelivery) Unserved(names protocol.Names, t protocol.Task, delay time
 		first = now
 	}
 	msg.Headers[protocol.HeaderFirstUnservedAt] = formatTime(first)
+	return Outbound{Exchange: names.RetryExchange, Key: protocol.RetryRoutingKey(m.Queue, protocol.RetryTierName(delay)), Msg: msg}
+}
+
+// Held returns the copy of task t of m that puts it back, for delay,
+// because its job or work queue is paused (protocol.ControlPause): to
+// m's queue's retry tier of delay, as Unserved does, with x-retry kept
+// (no run happened), x-held incremented, the unserved headers as they
+// are (a hold is not a bounce, and does not bring the clear end of an
+// unserved task closer), and without x-delivery-count.
+func (m TaskDelivery) Held(names protocol.Names, t protocol.Task, delay time.Duration) Outbound {
+	msg := m.copyOf(t)
+	msg.Expiration = ""
+	delete(msg.Headers, headerDeliveryCount)
+	msg.Headers[protocol.HeaderHeld] = int64(m.Holds + 1)
 	return Outbound{Exchange: names.RetryExchange, Key: protocol.RetryRoutingKey(m.Queue, protocol.RetryTierName(delay)), Msg: msg}
 }
 
@@ -305,6 +323,9 @@ type Failure struct {
 	StartedAt time.Time
 	// FailedAt is when the task was dead-lettered.
 	FailedAt time.Time
+	// Traceback is where the failure came from, when the worker knows;
+	// the header keeps its last protocol.MaxTracebackBytes, "" none.
+	Traceback string
 }
 
 // DeadLetter returns the copy of task t of m for the dead-letter exchange,
@@ -326,7 +347,43 @@ func (m TaskDelivery) DeadLetter(names protocol.Names, t protocol.Task, f Failur
 		msg.Headers[protocol.HeaderStartedAt] = formatTime(f.StartedAt)
 	}
 	msg.Headers[protocol.HeaderRetry] = int64(m.Retries)
+	if f.Traceback == "" {
+		delete(msg.Headers, protocol.HeaderTraceback)
+	} else {
+		msg.Headers[protocol.HeaderTraceback] = TailBytes(f.Traceback, protocol.MaxTracebackBytes)
+	}
 	return Outbound{Exchange: names.DeadLetterExchange, Key: protocol.RoutingKeyTaskFailed, Msg: msg}
+}
+
+// RetriedAttempt returns the attempt message of a run of task r.TaskID of m
+// that failed and is retried (r.Status protocol.StatusRetried), for the
+// results exchange with protocol.RoutingKeyAttempt: a single result,
+// with m's generation, its traceback cut to its last
+// protocol.MaxTracebackBytes. The error says why it cannot be encoded.
+func (m TaskDelivery) RetriedAttempt(names protocol.Names, r protocol.Result) (Outbound, error) {
+	r.Status = protocol.StatusRetried
+	r.Traceback = TailBytes(r.Traceback, protocol.MaxTracebackBytes)
+	single := m
+	single.Batch = false
+	out, err := single.Results(names, []protocol.Result{r})
+	if err != nil {
+		return Outbound{}, err
+	}
+	out.Key, out.Optional = protocol.RoutingKeyAttempt, true
+	return out, nil
+}
+
+// TailBytes returns the last n bytes of s at most, cut at a character's
+// boundary: the end of a traceback is where its failure is.
+func TailBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := len(s) - n
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
 }
 
 // Split returns task t of a batch m as a single task message, with the

@@ -24,6 +24,10 @@ type Outbound struct {
 	Exchange, Key string
 	// Msg is the message.
 	Msg amqp.Publishing
+	// Optional says the message may go unrouted (no queue bound for its
+	// key yet: an attempt message before any server records attempts),
+	// which its publisher takes as delivered, not as a failure.
+	Optional bool
 }
 
 // headerDeliveryCount is the quorum queues' count of a message's earlier

@@ -150,6 +150,19 @@ class Server:
     def tasks(self, job_id):
         return self.request("GET", "/v1/jobs/%s/tasks?limit=1000" % job_id)[1]["tasks"]
 
+    def task(self, job_id, task_id):
+        return self.request("GET", "/v1/jobs/%s/tasks/%d" % (job_id, task_id))[1]
+
+    def attempts(self, job_id, task_id, n, timeout=10):
+        """The task's attempt history once it has n attempts: a retried run's attempt message may
+        still be on its way when the job closes (a redelivery)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            history = self.task(job_id, task_id)["attempt_history"]
+            if len(history) >= n or time.monotonic() > deadline:
+                return history
+            time.sleep(0.02)
+
     def result(self, job_id):
         return self.request("GET", "/v1/jobs/%s/result" % job_id)[1]
 

@@ -1,11 +1,13 @@
 """warren_client: against a real warren server (with Python workers), and against small fakes."""
 
 import base64
+import datetime
 import http.client
 import http.server
 import io
 import json
 import os
+import random
 import socketserver
 import threading
 import time
@@ -526,6 +528,44 @@ class ClientTest(WarrenTestCase):
         self.client.delete(job.id)
         with self.assertRaises(NotFound):
             self.client.get(job.id)
+
+    def test_list_filters_and_searches(self):
+        marker = "order-%08x" % random.getrandbits(32)
+        gpu = self.client.submit("thumbnail", [1], queue="gpu", metadata={"order": marker, "who": "Acme"})
+        plain = self.client.submit("echo", [1, 2], metadata={"order": marker})
+        other = self.client.submit("echo", [1])
+        for j in (gpu, plain, other):
+            self.addCleanup(self._cancel_quietly, j.id)
+
+        self.assertEqual([plain.id, gpu.id], [j.id for j in self.client.list(search=marker.upper())])
+        self.assertEqual([gpu.id], [j.id for j in self.client.list(search=marker, queue="gpu")])
+        self.assertEqual([plain.id], [j.id for j in self.client.list(search=marker, type="echo", page_size=1)])
+        self.assertTrue(all(isinstance(j, Job) for j in self.client.list(search=marker)))
+        created = datetime.datetime.fromisoformat(self.client.get(plain.id).created_at.replace("Z", "+00:00"))
+        self.assertEqual([plain.id], [j.id for j in self.client.list(search=marker, created_after=created)])
+        self.assertEqual([gpu.id], [j.id for j in self.client.list(search=marker, created_before=created)])
+        naive = created.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        self.assertEqual([plain.id], [j.id for j in self.client.list(search=marker, created_after=naive)])
+        # A state the job holds for sure: pending ends when the relay has
+        # published its tasks.
+        self.client.cancel(plain.id)
+        self.assertEqual([plain.id], [j.id for j in self.client.list(search=marker, state="cancelled", type="echo",
+                                                                        created_after=created.isoformat())])
+
+        proxy = self.proxy()
+        found = list(Client(proxy.base, "").list(search=marker, page_size=1))
+        self.assertEqual([plain.id, gpu.id], [j.id for j in found])
+        self.assertEqual(2, len(proxy.paths("/v1/jobs")), "two matches, pages of 1")
+        with self.assertRaises(BadRequest) as cm:
+            self.client.list(search="ab")
+        self.assertEqual(("invalid_parameter", 400), (cm.exception.code, cm.exception.status))
+        self.assertIn("at least 3 characters", cm.exception.message)
+
+    def _cancel_quietly(self, job_id):
+        try:
+            self.client.cancel(job_id)
+        except Conflict:
+            pass
 
     def test_cancel(self):
         gate = Gate()

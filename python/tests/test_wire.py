@@ -156,6 +156,23 @@ class MessagesTest(unittest.TestCase):
                          (h["x-failure-reason"], len(h["x-error"]), h["x-worker"], h["x-failed-at"], h["x-retry"]))
         self.assertNotIn("x-started-at", h)
 
+    def test_attempt_message_and_traceback_header(self):
+        names = _wire.Names("p.")
+        d = self.delivery({"job_id": "j", "tasks": [{"task_id": 1, "payload": "a"}, {"task_id": 2, "payload": "b"}]})
+        tb = "Traceback (most recent call last):\n" + "é" * _wire.MAX_TRACEBACK_BYTES + "\nValueError: no\n"
+        a = d.retried_attempt(names, {"task_id": 2, "result": None, "error": "ValueError: no", "traceback": tb, "attempt": 2})
+        self.assertEqual(("p.results.x", "attempt", "j:2", True), (a.exchange, a.routing_key, a.properties.message_id, a.optional))
+        self.assertEqual(2, a.properties.headers["x-generation"])
+        body = json.loads(a.body)
+        self.assertEqual(("j", 2, "retried", 2), (body["job_id"], body["task_id"], body["status"], body["attempt"]))
+        self.assertLessEqual(len(body["traceback"].encode()), _wire.MAX_TRACEBACK_BYTES)
+        self.assertTrue(body["traceback"].endswith("ValueError: no\n"), "the end, where the exception is, is kept")
+        self.assertFalse(d.retry(names, (2, "b"), 5000).optional, "a retry must be routed")
+        dl = d.dead_letter(names, (1, "a"), "retries_exhausted", "ValueError: no", "w1", None, _wire.parse_time("2026-01-02T03:04:05Z"), traceback=tb)
+        self.assertEqual(body["traceback"], dl.properties.headers["x-traceback"])
+        dl = d.dead_letter(names, (1, "a"), "permanent", "no", "w1", None, _wire.parse_time("2026-01-02T03:04:05Z"))
+        self.assertNotIn("x-traceback", dl.properties.headers)
+
     def test_result_batches_are_cut_to_fit(self):
         names = _wire.Names("")
         d = self.delivery({"job_id": "j", "tasks": [{"task_id": i} for i in range(1, 5)]})

@@ -111,6 +111,20 @@ class WorkerTest(WarrenTestCase):
         self.assertEqual("ConnectionError: upstream down", props.headers["x-error"])
         self.assertEqual(2, props.headers["x-retry"])
         self.assertEqual("expired", props.headers["x-death"][0]["reason"], "it came back from a retry tier")
+        self.assertIn("Traceback (most recent call last)", props.headers["x-traceback"])
+        self.assertTrue(props.headers["x-traceback"].rstrip().endswith("ConnectionError: upstream down"))
+
+        # Every run is kept as an attempt, the retried ones through their
+        # attempt messages, each with its traceback.
+        history = self.server.attempts(job_id, 2, 3)
+        self.assertEqual([(1, "retried"), (2, "retried"), (3, "failed")], [(a["attempt"], a["outcome"]) for a in history])
+        for a in history:
+            self.assertEqual("py-flaky", a["worker"])
+            self.assertIn("ConnectionError: upstream down", a["error"])
+            self.assertIn('in flaky\n    raise ConnectionError("upstream down")', a["traceback"])
+        history = self.server.attempts(job_id, 1, 3)
+        self.assertEqual(["retried", "retried", "completed"], [a["outcome"] for a in history])
+        self.assertEqual("", history[2]["traceback"])
 
     def test_a_batch_message_gives_one_result_batch(self):
         observer = Observer(self.prefix + "results.x", "result")
@@ -223,6 +237,36 @@ class WorkerTest(WarrenTestCase):
         w.wait_for(lambda evs: len([e for e in evs if e.kind == "skipped" and e.job_id == job_id]) == 9,
                    what="9 skipped tasks")
         self.assertEqual(1, len(ran), "only the task already running ran")
+
+    def test_paused_jobs_are_held_until_resumed(self):
+        release = threading.Event()
+        ran = []
+
+        def slow(payload, task):
+            ran.append((task.task_id, task.attempt))
+            release.wait(30)
+            return payload
+
+        w = self.start_worker({"slow": slow}, name="py-pause", concurrency=1)
+        job_id = self.server.submit({"type": "slow", "reduce": "collect", "batch_size": 1, "tasks": list(range(5))})
+        w.wait_for(lambda evs: any(e.kind == "started" and e.job_id == job_id for e in evs), what="the first task")
+        deadline = time.monotonic() + 20
+        while any(t["state"] == "pending" for t in self.server.tasks(job_id)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status, job = self.server.request("POST", "/v1/jobs/%s/pause" % job_id)
+        self.assertEqual((200, True), (status, job["paused"]))
+        w.wait_for(lambda evs: any(e.kind == "pause_seen" and e.job_id == job_id for e in evs), what="the pause")
+        release.set()
+        # The four tasks in the broker go back, each at least twice, without running.
+        w.wait_for(lambda evs: len([e for e in evs if e.kind == "held" and e.job_id == job_id]) >= 8, what="8 holds")
+        self.assertEqual(1, len(ran), "only the task already running ran")
+        status, job = self.server.request("POST", "/v1/jobs/%s/resume" % job_id)
+        self.assertEqual((200, False), (status, job["paused"]))
+        job = self.server.wait_closed(job_id)
+        self.assertEqual("completed", job["state"])
+        self.assertEqual(list(range(5)), self.server.result(job_id))
+        self.assertEqual([1] * 5, [a for _, a in ran], "the holds spent no attempt")
+        self.assertEqual(5, len(ran), "each task ran once")
 
     def test_a_redelivered_batch_is_split_into_single_tasks(self):
         job_id = self.server.submit({"type": "echo", "reduce": "collect", "batch_size": 3, "tasks": ["a", "b", "c"]})

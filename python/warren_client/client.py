@@ -1,5 +1,6 @@
 """Client: warren's HTTP API (v1) from Python, on the standard library."""
 
+import datetime
 import http.client
 import json
 import os
@@ -50,6 +51,15 @@ _builtin_type = type
 def _dumps(value):
     # Compact, UTF-8, and never NaN or Infinity, which are not JSON.
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+
+
+def _rfc3339(t):
+    """t (None, an RFC 3339 string, or a datetime, naive meaning UTC) as the API's time parameters take it."""
+    if t is None or isinstance(t, str):
+        return t
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=datetime.timezone.utc)
+    return t.isoformat()
 
 
 def _raw_id(job):
@@ -264,13 +274,37 @@ class Client:
         page = self._page(path, query)
         return self._pages(path, query, page)
 
+    def list(self, *, state=None, type=None, queue=None, search=None, created_after=None, created_before=None,
+             page_size=None):
+        """An iterator of jobs (Job), newest first, page by page (``GET /v1/jobs``).
+
+        ``state``, ``type`` and ``queue`` keep only the jobs in that state,
+        of that type, of that work queue (exactly; "default" for the jobs
+        that name none). ``search`` keeps the jobs whose id starts with it,
+        or that hold it, ignoring case, in their type, queue, a metadata
+        value, their error or a task's error (3 to 200 bytes: the API's
+        ``q``). ``created_after`` and ``created_before`` (datetime, a naive
+        one taken as UTC, or an RFC 3339 string) keep the jobs created at or
+        after, and before, them. ``page_size`` is the jobs read per request
+        (1 to 1000, default the server's). The first page is read now, so
+        that a bad filter is a WarrenError (code "invalid_parameter") here.
+        """
+        query = {}
+        for name, value in (("state", state), ("type", type), ("queue", queue), ("q", search),
+                            ("created_after", _rfc3339(created_after)), ("created_before", _rfc3339(created_before)),
+                            ("limit", page_size)):
+            if value is not None:
+                query[name] = value
+        page = self._page("/v1/jobs", query)
+        return self._pages("/v1/jobs", query, page, "jobs", Job)
+
     def _page(self, path, query):
         return self._json("GET", path + ("?" + urllib.parse.urlencode(query) if query else ""))
 
-    def _pages(self, path, query, page):
+    def _pages(self, path, query, page, key="tasks", record=Task):
         while True:
-            for t in page.get("tasks") or ():
-                yield Task(t)
+            for t in page.get(key) or ():
+                yield record(t)
             cursor = page.get("next_cursor")
             if not cursor:
                 return

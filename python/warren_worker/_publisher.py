@@ -100,7 +100,7 @@ class _Publisher:
         err = None
         try:
             for o in outs:
-                self.ch.basic_publish(o.exchange, o.routing_key, o.body, o.properties, mandatory=True)
+                self.ch.basic_publish(o.exchange, o.routing_key, o.body, o.properties, mandatory=not o.optional)
         except (pika.exceptions.UnroutableError, pika.exceptions.NackError) as e:
             err = e
         except Exception as e:

@@ -7,6 +7,7 @@ import logging
 import random
 import secrets
 import time
+import traceback
 import uuid
 
 import pika
@@ -203,11 +204,21 @@ class _Session:
 
     def _on_control(self, ch, method, props, body):
         try:
-            kind, job_id = _wire.decode_control(body)
+            kind, job_id, queue = _wire.decode_control(body)
         except _wire.Malformed as e:
             self.w.log.warning("warren worker: ignoring a malformed control message: %s", e)
         else:
-            if kind == "cancel":
+            if kind in ("pause", "resume"):
+                key = ("job", job_id) if job_id else ("queue", queue)
+                if kind == "pause":
+                    self.w._paused.pause(key)
+                else:
+                    self.w._paused.resume(key)
+                self.w.log.debug("warren worker: %s heard job_id=%s queue=%s", kind, job_id, queue)
+                self.w._emit(Event(kind + "_seen", job_id=job_id))
+            elif not job_id:
+                self.w.log.warning("warren worker: ignoring a %s control message without a job_id", kind)
+            elif kind == "cancel":
                 self.w._cancelled.add(job_id)
                 self.w.log.info("warren worker: job cancelled; its queued tasks will be skipped job_id=%s", job_id,
                                 extra={"job_id": job_id})
@@ -240,6 +251,8 @@ class _Session:
         elif m.job_id in w._cancelled:
             self._settle(d, None, [self._event("skipped", t) for t in d.tasks])
             _task_log(d.tasks[0], "warren worker: task skipped; its job is cancelled", logger=w.log)
+        elif w._paused.holds(m.job_id, m.queue):
+            self._hold(d)
         elif m.reduce:
             fn = w._reducer(m.type)
             if fn is None:
@@ -268,6 +281,21 @@ class _Session:
                                           "worker: the task message has no type property, and handlers are chosen by type")
             else:
                 self.pool.submit(self._run, d, fn, self._run_tasks)
+
+    def _hold(self, d):
+        """Put back the tasks of d, whose job or work queue is paused, without running them.
+
+        Each goes through a retry tier (the nth hold the nth tier, none
+        past the second), confirmed before d is acked, with x-retry kept:
+        no attempt is spent (docs/protocol.md, "What a worker does with a
+        task", step 2).
+        """
+        w, m = self.w, d.msg
+        delay_ms = _wire.held_delay_ms(w.retry_tiers_ms, m.holds + 1)
+        _task_log(d.tasks[0], "warren worker: the task's job or queue is paused; it goes back until the resume "
+                  "holds=%d delay_ms=%d", m.holds + 1, delay_ms, level=logging.DEBUG, logger=w.log)
+        outs = [m.held(w.names, t, delay_ms) for t in m.tasks]
+        self._publish(d, outs, [self._event("held", t, delay=delay_ms / 1000.0) for t in d.tasks])
 
     def _unserved(self, d, error):
         """Put back the tasks of d, whose type this worker does not serve, for a worker that does.
@@ -402,7 +430,9 @@ class _Session:
         """The outcome of one run, as the Go worker's outcome.Of decides it."""
         w, m = self.w, d.msg
         task = (t.task_id, payload)
-        permanent, reason, text = False, "", ""
+        permanent, reason, text, tb = False, "", "", ""
+        if isinstance(err, BaseException):
+            tb = _traceback(err)
         if t.timeout and elapsed >= t.timeout:
             text = "worker: task timeout of %s exceeded" % _go_duration(m.timeout_ms)
             reason = _wire.REASON_TIMEOUT
@@ -463,11 +493,23 @@ class _Session:
             tiers = w.retry_tiers_ms
             delay = tiers[_wire.retry_tier(t.attempt, len(tiers))]
             _task_log(t, "warren worker: task failed; retrying in %s error=%s", _go_duration(delay), text, logger=w.log)
+            if tb:
+                _task_log(t, "warren worker: the retried run's traceback:\n%s", tb, logger=w.log)
             outs.append(m.retry(w.names, task, delay))
+            # The server keeps the failed run as an attempt of the task;
+            # confirmed with the retry, before the ack.
+            outs.append(m.retried_attempt(w.names, {
+                "task_id": t.task_id, "result": None, "error": text, "traceback": tb, "worker": w.name,
+                "attempt": t.attempt, "started_at": _wire.format_time(started), "finished_at": _wire.format_time(finished)}))
             evs.append(self._event("retried", t, error=text, delay=delay / 1000.0))
             return
-        _task_log(t, "warren worker: task dead-lettered reason=%s error=%s", reason, text, level=logging.WARNING, logger=w.log)
-        outs.append(m.dead_letter(w.names, task, reason, text, w.name, started, _now()))
+        if tb:
+            _task_log(t, "warren worker: task dead-lettered reason=%s error=%s\n%s", reason, text, tb,
+                      level=logging.WARNING, logger=w.log)
+        else:
+            _task_log(t, "warren worker: task dead-lettered reason=%s error=%s", reason, text,
+                      level=logging.WARNING, logger=w.log)
+        outs.append(m.dead_letter(w.names, task, reason, text, w.name, started, _now(), traceback=tb))
         evs.append(self._event("dead_lettered", t, error=text, reason=reason))
 
     # -- settling ----------------------------------------------------------
@@ -546,6 +588,15 @@ class _Session:
 
     def _event(self, kind, t, error=None, reason="", delay=0.0):
         return Event(kind, t.job_id, t.task_id, t.type, t.attempt, error, reason, delay)
+
+
+def _traceback(err):
+    """err's traceback as Python prints it, its last MAX_TRACEBACK_BYTES (the exception is at the end)."""
+    try:
+        text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    except Exception:  # noqa: BLE001 - a traceback that cannot be formatted is left out, never a failure
+        return ""
+    return _wire.tail_utf8(text, _wire.MAX_TRACEBACK_BYTES)
 
 
 def _go_quote(s):

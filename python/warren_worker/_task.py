@@ -172,8 +172,10 @@ Event = collections.namedtuple("Event", "kind job_id task_id type attempt error 
 Event.__doc__ = """What happened to a task, for Worker(on_event=...).
 
 kind is one of: started, completed, retried, dead_lettered, skipped,
-split, requeued, publish_failed (per task); cancel_seen (job_id only);
-connected, reconnected, connection_lost, draining (no task).
+split, requeued, unserved, held (its job or queue paused), publish_failed
+(per task); cancel_seen (job_id only); pause_seen, resume_seen (job_id,
+or "" for a queue's); connected, reconnected, connection_lost, draining
+(no task).
 """
 Event.__new__.__defaults__ = ("", 0, "", 0, None, "", 0.0)
 

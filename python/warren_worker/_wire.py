@@ -28,6 +28,7 @@ HEADER_ERROR = "x-error"
 HEADER_WORKER = "x-worker"
 HEADER_FAILED_AT = "x-failed-at"
 HEADER_STARTED_AT = "x-started-at"
+HEADER_TRACEBACK = "x-traceback"
 HEADER_DELIVERY_COUNT = "x-delivery-count"
 HEADER_TRACEPARENT = "traceparent"
 HEADER_TRACESTATE = "tracestate"
@@ -38,6 +39,11 @@ HEADER_UNSERVED = "x-unserved"
 HEADER_FIRST_UNSERVED_AT = "x-first-unserved-at"
 DEFAULT_TASK_TIMEOUT_MS = 3600_000  # warren.DefaultTaskTimeout: the clear end of a message without x-task-timeout
 MAX_UNSERVED_TIER = 3  # the nth bounce waits the nth tier, none past the third
+HEADER_HELD = "x-held"  # times put back because the task's job or queue was paused
+MAX_HELD_TIER = 2  # the nth hold waits the nth tier, none past the second
+# A pause lasts this long after the last pause message heard of it
+# (protocol.PauseLease): servers send it again every 10 s.
+PAUSE_LEASE_S = 35.0
 
 # Reduce tasks and the outcomes RPC (docs/protocol.md, "Reduce tasks").
 REDUCE_TASK_ID = 0
@@ -61,6 +67,10 @@ ROUTING_KEY_TASK = "task"
 ROUTING_KEY_RESULT = "result"
 ROUTING_KEY_TASK_FAILED = "task.failed"
 ROUTING_KEY_RESULT_INVALID = "result.invalid"
+# Attempt messages: a retried run's failure, for a server that records
+# attempts (docs/protocol.md, "Attempt messages"); until one binds the key
+# the broker drops them, which is no error (Outbound.optional).
+ROUTING_KEY_ATTEMPT = "attempt"
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_RETRIES = 3  # warren.DefaultMaxRetries: a task message without x-max-retries
@@ -94,6 +104,9 @@ DEFAULT_DELIVERY_LIMIT = 20
 DEAD_LETTER_DELIVERY_LIMIT = MAX_INT32
 # The header keeps the first 4096 bytes of an error: headers must fit in one frame.
 MAX_HEADER_ERROR = 4096
+# The most of a handler's traceback a failure carries (its last bytes,
+# where the exception is): protocol.MaxTracebackBytes.
+MAX_TRACEBACK_BYTES = 16 << 10
 
 # Retry tiers, in milliseconds: protocol.DefaultRetryTiers.
 DEFAULT_RETRY_TIERS_MS = (1000, 5000, 30000, 120000, 600000)
@@ -448,7 +461,17 @@ def truncate_utf8(s, n):
     return b[:n].decode("utf-8", "ignore")
 
 
-Outbound = namedtuple("Outbound", "exchange routing_key properties body")
+def tail_utf8(s, n):
+    """The last n bytes of s's UTF-8 at most, on a character boundary."""
+    b = s.encode("utf-8", "replace")
+    if len(b) <= n:
+        return s
+    return b[len(b) - n:].decode("utf-8", "ignore")
+
+
+# optional: the message may go unrouted (published without mandatory), as
+# an attempt message before any server records attempts.
+Outbound = namedtuple("Outbound", "exchange routing_key properties body optional", defaults=(False,))
 
 
 class TaskDelivery:
@@ -474,6 +497,7 @@ class TaskDelivery:
         self.redelivered = bool(method.redelivered)
         self.bounces = header_int(headers, HEADER_UNSERVED) or 0
         self.first_unserved_at = parse_time(header_str(headers, HEADER_FIRST_UNSERVED_AT))
+        self.holds = header_int(headers, HEADER_HELD) or 0
         self.job_id, self.tasks, self.batch = "", [], False
         self.reduce, self.expected_tasks = False, 0
         self.malformed = None
@@ -548,12 +572,30 @@ class TaskDelivery:
         h[HEADER_FIRST_UNSERVED_AT] = format_time(self.first_unserved_at or now)
         return Outbound(names.retry_exchange, retry_routing_key(self.queue, tier_name(delay_ms)), props, body)
 
-    def dead_letter(self, names, task, reason, error, worker, started_at, failed_at):
+    def held(self, names, task, delay_ms):
+        """The copy of task that puts it back after delay_ms because its job or queue is paused.
+
+        As unserved, through the queue's tier with x-retry kept (it did
+        not run) and without x-delivery-count, but with x-held incremented
+        and the unserved headers left as they are: a hold is not a bounce.
+        """
+        props, body = self._copy(task)
+        props.expiration = None
+        h = props.headers
+        h.pop(HEADER_DELIVERY_COUNT, None)
+        h[HEADER_HELD] = self.holds + 1
+        return Outbound(names.retry_exchange, retry_routing_key(self.queue, tier_name(delay_ms)), props, body)
+
+    def dead_letter(self, names, task, reason, error, worker, started_at, failed_at, traceback=""):
         """The copy of task (None: the whole message) for the dead-letter exchange."""
         props, body = self._copy(task)
         h = props.headers
         props.expiration = None
         h[HEADER_ERROR] = truncate_utf8(error, MAX_HEADER_ERROR)
+        if traceback:
+            h[HEADER_TRACEBACK] = tail_utf8(traceback, MAX_TRACEBACK_BYTES)
+        else:
+            h.pop(HEADER_TRACEBACK, None)
         h[HEADER_REASON] = reason
         h[HEADER_WORKER] = worker
         h[HEADER_FAILED_AT] = format_time(failed_at)
@@ -563,6 +605,18 @@ class TaskDelivery:
             h[HEADER_STARTED_AT] = format_time(started_at)
         h[HEADER_RETRY] = self.retries
         return Outbound(names.dead_letter_exchange, ROUTING_KEY_TASK_FAILED, props, body)
+
+    def retried_attempt(self, names, result):
+        """The attempt message of a run that failed and is retried (a result dict, status "retried").
+
+        A single result for the results exchange with ROUTING_KEY_ATTEMPT,
+        its traceback cut to its last MAX_TRACEBACK_BYTES; optional.
+        """
+        r = dict(result, status="retried")
+        if r.get("traceback"):
+            r["traceback"] = tail_utf8(r["traceback"], MAX_TRACEBACK_BYTES)
+        body, mid = self._result_body([r], False)
+        return Outbound(names.results_exchange, ROUTING_KEY_ATTEMPT, self._result_props(mid), body, True)
 
     def split(self, task):
         """Task of a batch as a single task message, for where the batch came from."""
@@ -657,17 +711,23 @@ def decode_outcomes_reply(body, after):
 
 
 def decode_control(body):
-    """Decode a control message: (type, job_id), or raise Malformed."""
+    """Decode a control message: (type, job_id, queue), one of job_id and queue "", or raise Malformed."""
     try:
         m = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise Malformed("malformed control message: %s" % e) from None
     if not isinstance(m, dict):
         raise Malformed("malformed control message: not a JSON object")
-    kind, job_id = m.get("type"), m.get("job_id")
-    if not isinstance(kind, str) or not kind or not isinstance(job_id, str) or not job_id:
-        raise Malformed("malformed control message: needs a string type and a non-empty job_id")
-    return kind, job_id
+    kind, job_id, queue = m.get("type"), m.get("job_id", ""), m.get("queue", "")
+    if not isinstance(kind, str) or not kind or not isinstance(job_id, str) or not isinstance(queue, str) \
+            or bool(job_id) == bool(queue):
+        raise Malformed("malformed control message: needs a string type and a non-empty job_id or queue (not both)")
+    return kind, job_id, queue
+
+
+def held_delay_ms(tiers_ms, n):
+    """The wait of a task's nth hold (its job or queue paused): the nth tier, none past MAX_HELD_TIER."""
+    return tiers_ms[retry_tier(n, min(len(tiers_ms), MAX_HELD_TIER))]
 
 
 def _quorum(replicas):

@@ -79,6 +79,38 @@ class _CancelSet:
         return at is not None and time.monotonic() - at < self.ttl
 
 
+class _PauseSet:
+    """Paused jobs and queues, each until PAUSE_LEASE_S after its last pause message; consumer thread only."""
+
+    def __init__(self, lease=_wire.PAUSE_LEASE_S, limit=_MAX_CANCELLED):
+        self.lease, self.limit = lease, limit
+        self._until = {}
+
+    def pause(self, key):
+        now = time.monotonic()
+        if key not in self._until and len(self._until) >= self.limit:
+            self._until = {k: u for k, u in self._until.items() if now < u}
+            if len(self._until) >= self.limit:
+                return
+        self._until[key] = now + self.lease
+
+    def resume(self, key):
+        self._until.pop(key, None)
+
+    def holds(self, job_id, queue):
+        """Whether a task of job_id from work queue queue is to be held: its job or its queue is paused."""
+        if not self._until:
+            return False
+        now = time.monotonic()
+        for key in (("job", job_id), ("queue", queue)):
+            until = self._until.get(key)
+            if until is not None:
+                if now < until:
+                    return True
+                del self._until[key]
+        return False
+
+
 class _Pool:
     """concurrency daemon threads running handler calls.
 
@@ -183,6 +215,7 @@ class Worker:
         self._hurry = threading.Event()
         self._running = False
         self._cancelled = _CancelSet()
+        self._paused = _PauseSet()
         self._run_id = ""
         self._started_at = None
         self._held = 0  # tasks held now (prefetched or running), for heartbeats

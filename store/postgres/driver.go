@@ -31,11 +31,26 @@ func (d engineDriver) Begin(ctx context.Context) (engine.Tx, error) {
 	return &tx{tx: t}, nil
 }
 
-// BeginRelay implements engine.Driver plainly: a transaction of Begin,
-// whose claim's row locks (FOR UPDATE SKIP LOCKED) keep other rounds, in
-// any process, off its tasks until it ends.
+// relayBegin begins a relay round's transaction, in the same round trip
+// as the setting that lets its commit return before PostgreSQL flushes
+// it (synchronous_commit off, for this transaction only).
+const relayBegin = "BEGIN; SET LOCAL synchronous_commit TO OFF"
+
+// BeginRelay implements engine.Driver: a transaction whose claim's row
+// locks (FOR UPDATE SKIP LOCKED) keep other rounds, in any process, off
+// its tasks until it ends. Its commit does not wait for the flush of the
+// log: PostgreSQL flushes the log in order, so a crash of the database
+// can lose such a commit only with every commit after it, and a round's
+// commit holds only its marks (tasks queued, jobs running), whose loss
+// leaves those tasks pending, to be published again, and the duplicate
+// results ignored. Every commit that answers a client or allows an ack
+// waits for its flush.
 func (d engineDriver) BeginRelay(ctx context.Context) (engine.RelayRoundTx, error) {
-	return d.Begin(ctx)
+	t, err := d.s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: relayBegin})
+	if err != nil {
+		return nil, err
+	}
+	return &tx{tx: t}, nil
 }
 
 // BeginDelete implements engine.Driver plainly: a transaction of Begin.
@@ -104,11 +119,15 @@ func (t *tx) CancelTasks(ctx context.Context, jobID string, at time.Time) error 
 // makes the update wait for it and re-read the row, so the guard sees
 // the reopen.
 func (t *tx) CloseJob(ctx context.Context, c engine.JobClose) (warren.Job, bool, error) {
+	// The close notifies the servers that listen (ListenClosed) in the
+	// same round trip; the notice goes out when the transaction commits.
 	j, err := scanJob(t.tx.QueryRow(ctx, `
-		UPDATE jobs SET state = $2, finished_at = $3, error = $4, result_location = $5,
-			reduce_state = COALESCE($7::text, reduce_state), version = version + 1
-		WHERE id = $1 AND ($6 < 0 OR version = $6) AND state IN ('pending', 'running')
-		RETURNING `+jobColumns,
+		WITH closed AS (
+			UPDATE jobs SET state = $2, finished_at = $3, error = $4, result_location = $5,
+				reduce_state = COALESCE($7::text, reduce_state), version = version + 1, paused_at = NULL
+			WHERE id = $1 AND ($6 < 0 OR version = $6) AND state IN ('pending', 'running')
+			RETURNING `+jobColumns+`)
+		SELECT closed.* FROM closed CROSS JOIN LATERAL (SELECT pg_notify('`+closedChannel+`', current_schema() || ' ' || closed.id)) AS notified`,
 		c.ID, string(c.State), c.FinishedAt, c.Error, c.ResultLocation, c.Version, c.ReduceState))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return warren.Job{}, false, nil
@@ -136,4 +155,27 @@ func (t *tx) InsertDelivery(ctx context.Context, d engine.NewDelivery) error {
 	_, err := t.tx.Exec(ctx, `INSERT INTO webhook_deliveries (id, job_id, event, body, created_at, next_attempt_at)
 		VALUES ($1, $2, $3, $4, $5, $5)`, d.ID, d.JobID, d.Event, d.Body, d.At)
 	return err
+}
+
+// ScanResults implements engine.CloseTx.
+func (t *tx) ScanResults(ctx context.Context, jobID string, fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error {
+	rows, err := t.tx.Query(ctx, `SELECT task_id, state, result FROM tasks WHERE job_id = $1 AND task_id > 0 ORDER BY task_id`, jobID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id     int64
+			state  string
+			result []byte
+		)
+		if err := rows.Scan(&id, &state, &result); err != nil {
+			return err
+		}
+		if err := fn(id, warren.TaskState(state), result); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }

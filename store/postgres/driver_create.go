@@ -36,15 +36,15 @@ func (t *tx) InsertJob(ctx context.Context, r engine.NewJobRow) (bool, error) {
 		INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
 			tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, retention_ms, metadata, idempotency_key,
 			created_at, request_hash, priority, queue, webhook_url, webhook_secret, trace_parent, trace_state, reduce_task,
-			then_spec, previous_job, max_concurrency)
+			then_spec, previous_job, max_concurrency, search_text)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, NULLIF($13, ''), $14, $15, $16, $17, $18, $19, $20, $21, $22,
-			$23, $24, $25)
+			$23, $24, $25, $26)
 		ON CONFLICT (idempotency_key) DO NOTHING`,
 		j.ID, j.Type, string(j.State), p.Reduce, p.MaxRetries, p.ToleratedFailures,
 		p.ToleratedFailurePercent, p.FailFast, p.TaskTimeout.Milliseconds(), p.BatchSize, p.Retention.Milliseconds(),
 		[]byte(j.Metadata), j.IdempotencyKey, j.CreatedAt, r.RequestHash, p.Priority, p.Queue,
 		j.WebhookURL, r.WebhookSecret, j.TraceParent, j.TraceState, reduceTask,
-		then, j.PreviousJob, p.MaxConcurrency)
+		then, j.PreviousJob, p.MaxConcurrency, engine.SearchText(j))
 	if isUniqueViolation(err, "jobs_pkey") {
 		return false, fmt.Errorf("%w: %w", engine.ErrIDTaken, err)
 	}

@@ -90,32 +90,86 @@ const writeOutcomesSQL = `
 // WriteOutcomes implements engine.OutcomeTx in one pipelined round trip:
 // one set-wise update of the task rows, then one update per job row, in
 // job id order.
-func (t *tx) WriteOutcomes(ctx context.Context, writes []engine.TaskWrite, deltas []engine.CounterDelta) (int, []warren.Job, error) {
+func (t *tx) WriteOutcomes(ctx context.Context, writes []engine.TaskWrite, deltas []engine.CounterDelta, attempts []engine.AttemptWrite) (int, []warren.Job, error) {
 	n := len(writes)
 	var (
 		jobIDs, states, errs, workers = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		taskIDs                       = make([]int64, n)
 		results                       = make([][]byte, n)
-		generations, attempts         = make([]int32, n), make([]int32, n)
+		generations, runs             = make([]int32, n), make([]int32, n)
 		started                       = make([]*time.Time, n)
 		finished                      = make([]time.Time, n)
 	)
 	for i, w := range writes {
 		jobIDs[i], taskIDs[i], generations[i] = w.JobID, w.TaskID, int32(w.Generation)
 		states[i], results[i], errs[i] = string(w.State), w.Result, w.Error
-		attempts[i], workers[i], started[i], finished[i] = int32(w.Attempts), w.Worker, w.StartedAt, w.FinishedAt
+		runs[i], workers[i], started[i], finished[i] = int32(w.Attempts), w.Worker, w.StartedAt, w.FinishedAt
 	}
 	b := &pgx.Batch{}
-	b.Queue(writeOutcomesSQL, jobIDs, taskIDs, generations, states, results, errs, attempts, workers, started, finished)
+	b.Queue(writeOutcomesSQL, jobIDs, taskIDs, generations, states, results, errs, runs, workers, started, finished)
 	deltas = queueBumps(b, deltas)
+	prunes := queueAttempts(b, attempts)
 	br := t.tx.SendBatch(ctx, b)
 	defer br.Close()
 	tag, err := br.Exec()
 	if err != nil {
 		return 0, nil, err
 	}
-	jobs, err := readBumps(br, deltas)
+	jobs, err := readBumps(br, deltas, len(attempts) > 0, prunes)
 	return int(tag.RowsAffected()), jobs, err
+}
+
+// writeAttemptsSQL records the attempt rows of its arrays
+// (engine.AttemptWrite) in one set-wise insert: a row already there
+// stays unless the new one is of a later generation.
+const writeAttemptsSQL = `
+	INSERT INTO task_attempts (job_id, task_id, attempt, generation, outcome, worker, started_at, finished_at, error, traceback)
+	SELECT * FROM unnest($1::text[], $2::bigint[], $3::integer[], $4::integer[], $5::text[], $6::text[],
+	                     $7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[])
+	ON CONFLICT (job_id, task_id, attempt) DO UPDATE SET generation = excluded.generation,
+		outcome = excluded.outcome, worker = excluded.worker, started_at = excluded.started_at,
+		finished_at = excluded.finished_at, error = excluded.error, traceback = excluded.traceback
+	WHERE excluded.generation > task_attempts.generation`
+
+// pruneAttemptsSQL deletes, of each task ($1, $2), the attempt rows
+// through attempt $3.
+const pruneAttemptsSQL = `
+	DELETE FROM task_attempts a
+	USING unnest($1::text[], $2::bigint[], $3::integer[]) AS p(job_id, task_id, through)
+	WHERE a.job_id = p.job_id AND a.task_id = p.task_id AND a.attempt <= p.through`
+
+// queueAttempts queues on b the insert of attempts, when there are any,
+// and the prune of the tasks past the attempts the store keeps, when
+// there are any, and reports whether it queued a prune.
+func queueAttempts(b *pgx.Batch, attempts []engine.AttemptWrite) bool {
+	if len(attempts) == 0 {
+		return false
+	}
+	n := len(attempts)
+	var (
+		jobIDs, outcomes, workers, errs, tracebacks = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		taskIDs                                     = make([]int64, n)
+		numbers, generations                        = make([]int32, n), make([]int32, n)
+		started                                     = make([]*time.Time, n)
+		finished                                    = make([]time.Time, n)
+		pruneJobs                                   []string
+		pruneTasks                                  []int64
+		pruneThrough                                []int32
+	)
+	for i, a := range attempts {
+		jobIDs[i], taskIDs[i], numbers[i], generations[i] = a.JobID, a.TaskID, int32(a.Attempt), int32(a.Generation)
+		outcomes[i], workers[i], started[i], finished[i] = string(a.Outcome), a.Worker, a.StartedAt, a.FinishedAt
+		errs[i], tracebacks[i] = a.Error, a.Traceback
+		if a.PruneThrough > 0 {
+			pruneJobs, pruneTasks, pruneThrough = append(pruneJobs, a.JobID), append(pruneTasks, a.TaskID), append(pruneThrough, int32(a.PruneThrough))
+		}
+	}
+	b.Queue(writeAttemptsSQL, jobIDs, taskIDs, numbers, generations, outcomes, workers, started, finished, errs, tracebacks)
+	if len(pruneJobs) == 0 {
+		return false
+	}
+	b.Queue(pruneAttemptsSQL, pruneJobs, pruneTasks, pruneThrough)
+	return true
 }
 
 // BumpCounters implements engine.OutcomeTx in one pipelined round trip.
@@ -127,29 +181,32 @@ func (t *tx) BumpCounters(ctx context.Context, deltas []engine.CounterDelta) ([]
 	deltas = queueBumps(b, deltas)
 	br := t.tx.SendBatch(ctx, b)
 	defer br.Close()
-	return readBumps(br, deltas)
+	return readBumps(br, deltas, false, false)
 }
 
 // queueBumps queues the counter update of each job of deltas on b, in
 // job id order, the lock order of job rows, and returns deltas in that
-// order.
+// order. LEAST and GREATEST ignore NULLs: a delta without a start leaves
+// started_at, and the first start sets it (last_finished_at likewise).
 func queueBumps(b *pgx.Batch, deltas []engine.CounterDelta) []engine.CounterDelta {
 	deltas = slices.SortedFunc(slices.Values(deltas), func(a, b engine.CounterDelta) int { return cmp.Compare(a.JobID, b.JobID) })
 	for _, d := range deltas {
 		b.Queue(`
 			UPDATE jobs SET completed_tasks = completed_tasks + $2, failed_tasks = failed_tasks + $3,
 				expected_tasks = expected_tasks + $5, spawned_tasks = spawned_tasks + $5,
-				version = version + 1, reduce_state = CASE WHEN $4 = '' THEN reduce_state ELSE $4 END
+				version = version + 1, reduce_state = CASE WHEN $4 = '' THEN reduce_state ELSE $4 END,
+				started_at = LEAST(started_at, $6::timestamptz), last_finished_at = GREATEST(last_finished_at, $7::timestamptz)
 			WHERE id = $1
 			RETURNING `+jobColumns,
-			d.JobID, d.Completed, d.Failed, d.ReduceState, d.Expected)
+			d.JobID, d.Completed, d.Failed, d.ReduceState, d.Expected, d.Started, d.Finished)
 	}
 	return deltas
 }
 
 // readBumps reads the job rows of the counter updates queueBumps queued
-// for deltas, and closes br.
-func readBumps(br pgx.BatchResults, deltas []engine.CounterDelta) ([]warren.Job, error) {
+// for deltas, then the results of the attempt insert and its prune when
+// they were queued after them (queueAttempts), and closes br.
+func readBumps(br pgx.BatchResults, deltas []engine.CounterDelta, attempts, prune bool) ([]warren.Job, error) {
 	jobs := make([]warren.Job, 0, len(deltas))
 	for _, d := range deltas {
 		job, err := scanJob(br.QueryRow())
@@ -157,6 +214,14 @@ func readBumps(br pgx.BatchResults, deltas []engine.CounterDelta) ([]warren.Job,
 			return nil, fmt.Errorf("count results of job %q: %w", d.JobID, err)
 		}
 		jobs = append(jobs, job)
+	}
+	for _, queued := range []bool{attempts, prune} {
+		if !queued {
+			continue
+		}
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("record attempts: %w", err)
+		}
 	}
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("count results: %w", err)

@@ -24,13 +24,20 @@ import (
 // counted by the next statement of the same round trip, whose snapshot
 // is taken after the lock: it sees every mark of the round that held the
 // lock before. Without capped jobs open, that statement reads an empty
-// range of jobs_open_capped_idx.
+// range of jobs_open_capped_idx. Each job's row also says whether it or
+// its work queue is paused (queue_pauses, by the queue's effective
+// name), after the round took the pause lock shared: a pause committed
+// before reads as one.
 func (t *tx) PendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow, error) {
 	b := &pgx.Batch{}
+	// The round holds the pause lock shared until it ends (BeginPause).
+	b.Queue(`SELECT pg_advisory_xact_lock_shared(` + pauseLockKey + `)`)
 	b.Queue(`
 		SELECT j.id, j.priority, j.batch_size, j.queue, CASE WHEN j.reduce_state = 'running' THEN j.reduce_task END, j.reduce_state, j.expected_tasks,
 			p.n, j.max_concurrency,
-			CASE WHEN j.max_concurrency > 0 AND p.n > 0 THEN NOT pg_try_advisory_xact_lock(`+capClaimKey+`) ELSE false END
+			CASE WHEN j.max_concurrency > 0 AND p.n > 0 THEN NOT pg_try_advisory_xact_lock(`+capClaimKey+`) ELSE false END,
+			j.paused_at IS NOT NULL OR EXISTS (SELECT 1 FROM queue_pauses qp
+				WHERE qp.queue = CASE WHEN j.queue = '' THEN 'default' ELSE j.queue END AND qp.paused_at IS NOT NULL)
 		FROM jobs j
 		CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT $1) p) p
 		WHERE j.state IN ('pending', 'running')
@@ -41,7 +48,11 @@ func (t *tx) PendingJobs(ctx context.Context, limit int) ([]engine.PendingJobRow
 		WHERE j.max_concurrency > 0 AND j.state IN ('pending', 'running')
 		  AND EXISTS (SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.state = 'pending')`)
 	br := t.tx.SendBatch(ctx, b)
-	jobs, err := pendingJobRows(br)
+	_, err := br.Exec()
+	var jobs []engine.PendingJobRow
+	if err == nil {
+		jobs, err = pendingJobRows(br)
+	}
 	var inFlight map[string]int
 	if err == nil {
 		inFlight, err = queuedCounts(br)
@@ -73,7 +84,7 @@ func pendingJobRows(br pgx.BatchResults) ([]engine.PendingJobRow, error) {
 			reduce []byte
 		)
 		if err := row.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.ExpectedTasks, &j.Pending,
-			&j.MaxConcurrency, &j.Busy); err != nil {
+			&j.MaxConcurrency, &j.Busy, &j.Paused); err != nil {
 			return j, err
 		}
 		var err error
@@ -213,7 +224,7 @@ func (t *tx) StartJobs(ctx context.Context, ids []string, at time.Time) error {
 	b := &pgx.Batch{}
 	b.Queue(`SELECT id FROM jobs WHERE id = ANY($1) AND state = 'pending' ORDER BY id FOR UPDATE`, ids)
 	b.Queue(`
-		UPDATE jobs SET state = 'running', started_at = COALESCE(started_at, $2), version = version + 1
+		UPDATE jobs SET state = 'running', published_at = COALESCE(published_at, $2), version = version + 1
 		WHERE id = ANY($1) AND state = 'pending'
 		  AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.job_id = jobs.id AND tasks.state = 'pending')`,
 		ids, at)

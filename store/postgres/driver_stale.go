@@ -33,21 +33,28 @@ func (d engineDriver) ReadClock(ctx context.Context) (time.Time, error) {
 // it is NULL, so that nothing is read, while the busy time keeps every
 // task from being stale (a backlog keeps the queues busy, and the tasks
 // behind it need not be walked at every pass). The last condition
-// applies each task's own job's timeout. A task another transaction
+// applies each task's own job's timeout, and leaves out a paused job's
+// tasks and a paused queue's (whose queue_pauses row stands for the
+// cutoff itself); after a resume, the job's or its queue's resumed_at
+// counts as a publish, so the time spent paused never counts toward a
+// task's timeout (greatest ignores NULLs). A task another transaction
 // finished or cancelled after this statement's snapshot is re-checked
 // once locked and left out. The job rows are read, not locked: closing a
 // job locks its unfinished tasks first, which this claim either holds
 // (the close waits) or skips.
 const claimStaleSQL = `
-	SELECT t.job_id, t.task_id, t.attempts, j.max_retries
+	SELECT t.job_id, t.task_id, t.attempts, t.generation, j.max_retries
 	FROM tasks t JOIN jobs j ON j.id = t.job_id
 	WHERE t.state = 'queued'
 	  AND t.queued_at < (SELECT CASE WHEN $4::timestamptz < bound THEN bound END
 	      FROM (SELECT $1::timestamptz - interval '1 millisecond' *
 	                min(CASE WHEN task_timeout_ms > 0 THEN task_timeout_ms ELSE $2::bigint END) AS bound
 	            FROM jobs WHERE state IN ('pending', 'running')) AS b)
-	  AND j.state IN ('pending', 'running')
-	  AND greatest(t.queued_at, $4::timestamptz) < $1::timestamptz - interval '1 millisecond' *
+	  AND j.state IN ('pending', 'running') AND j.paused_at IS NULL
+	  AND greatest(t.queued_at, $4::timestamptz, j.resumed_at,
+	      (SELECT CASE WHEN qp.paused_at IS NULL THEN qp.resumed_at ELSE $1::timestamptz END
+	       FROM queue_pauses qp WHERE qp.queue = CASE WHEN j.queue = '' THEN 'default' ELSE j.queue END))
+	      < $1::timestamptz - interval '1 millisecond' *
 	      CASE WHEN j.task_timeout_ms > 0 THEN j.task_timeout_ms ELSE $2::bigint END
 	ORDER BY t.queued_at
 	LIMIT $3
@@ -61,7 +68,7 @@ func (t *tx) ClaimStale(ctx context.Context, q engine.StaleQuery) ([]engine.Stal
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.StaleTask, error) {
 		var s engine.StaleTask
-		err := row.Scan(&s.JobID, &s.TaskID, &s.Attempts, &s.MaxRetries)
+		err := row.Scan(&s.JobID, &s.TaskID, &s.Attempts, &s.Generation, &s.MaxRetries)
 		return s, err
 	})
 }
@@ -224,6 +231,13 @@ const purgeTasksSQL = `
 	USING unnest($1::text[], $2::bigint[], $3::bigint[]) AS r(job_id, after, through)
 	WHERE t.job_id = r.job_id AND t.task_id > r.after AND t.task_id <= r.through`
 
+// purgeAttemptsSQL deletes the attempt rows of the ranges purgeTasksSQL
+// deletes the task rows of.
+const purgeAttemptsSQL = `
+	DELETE FROM task_attempts a
+	USING unnest($1::text[], $2::bigint[], $3::bigint[]) AS r(job_id, after, through)
+	WHERE a.job_id = r.job_id AND a.task_id > r.after AND a.task_id <= r.through`
+
 // purgedSQL records that the deleted jobs $1 are purged through their
 // task ids $2.
 const purgedSQL = `
@@ -253,15 +267,15 @@ func (t *tx) PurgeTasks(ctx context.Context, plan []engine.PurgeRange) (int, err
 	}
 	b := &pgx.Batch{}
 	b.Queue(purgeTasksSQL, ids, afters, throughs)
+	b.Queue(purgeAttemptsSQL, ids, afters, throughs)
 	b.Queue(purgedSQL, partial, progress)
 	b.Queue(`DELETE FROM deleted_jobs WHERE job_id = ANY($1)`, done)
 	br := t.tx.SendBatch(ctx, b)
 	tag, err := br.Exec()
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		_, err = br.Exec()
+	for range 3 {
+		if err == nil {
+			_, err = br.Exec()
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr

@@ -46,7 +46,7 @@ func TestRelayBatchSharesBetweenJobsInTaskOrder(t *testing.T) {
 		got, err := b.store.GetJob(b.ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, warren.JobRunning, got.State, "every task of the job is out")
-		require.NotNil(t, got.StartedAt)
+		require.NotNil(t, got.PublishedAt)
 	}
 }
 

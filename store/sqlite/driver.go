@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -86,7 +87,7 @@ func (t *tx) CloseJob(ctx context.Context, c engine.JobClose) (warren.Job, bool,
 		reduceState = *c.ReduceState
 	}
 	j, _, err := scanJob(t.tx.QueryRowContext(ctx, `UPDATE jobs SET state = ?, finished_at = ?, error = ?, result_location = ?,
-			reduce_state = COALESCE(?, reduce_state), version = version + 1
+			reduce_state = COALESCE(?, reduce_state), version = version + 1, paused_at = NULL
 		WHERE id = ? AND (? < 0 OR version = ?) AND state IN ('pending', 'running')
 		RETURNING `+jobColumns,
 		string(c.State), c.FinishedAt.UnixMicro(), c.Error, c.ResultLocation, reduceState, c.ID, c.Version, c.Version))
@@ -109,4 +110,27 @@ func (t *tx) InsertDelivery(ctx context.Context, d engine.NewDelivery) error {
 	_, err := t.tx.ExecContext(ctx, `INSERT INTO webhook_deliveries (id, job_id, event, body, created_at, next_attempt_at)
 		VALUES (?, ?, ?, ?, ?, ?)`, d.ID, d.JobID, d.Event, d.Body, d.At.UnixMicro(), d.At.UnixMicro())
 	return err
+}
+
+// ScanResults implements engine.CloseTx.
+func (t *tx) ScanResults(ctx context.Context, jobID string, fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error {
+	rows, err := t.tx.QueryContext(ctx, `SELECT task_id, state, result FROM tasks WHERE job_id = ? AND task_id > 0 ORDER BY task_id`, jobID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id     int64
+			state  string
+			result []byte
+		)
+		if err := rows.Scan(&id, &state, &result); err != nil {
+			return err
+		}
+		if err := fn(id, warren.TaskState(state), nilIfEmpty(result)); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }

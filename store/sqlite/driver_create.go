@@ -57,14 +57,14 @@ func (t *tx) InsertJob(ctx context.Context, r engine.NewJobRow) (bool, error) {
 	res, err := t.tx.ExecContext(ctx, `INSERT INTO jobs (id, type, state, reduce, max_retries, tolerated_failures,
 		tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, retention_ms, metadata, idempotency_key, created_at,
 		request_hash, priority, queue, webhook_url, webhook_secret, trace_parent, trace_state, reduce_task,
-		then_spec, previous_job, max_concurrency)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		then_spec, previous_job, max_concurrency, search_text)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (idempotency_key) DO NOTHING`,
 		j.ID, j.Type, string(j.State), j.Policy.Reduce, j.Policy.MaxRetries, j.Policy.ToleratedFailures,
 		j.Policy.ToleratedFailurePercent, j.Policy.FailFast, j.Policy.TaskTimeout.Milliseconds(),
 		j.Policy.BatchSize, j.Policy.Retention.Milliseconds(), metadata, key, j.CreatedAt.UnixMicro(),
 		r.RequestHash, j.Policy.Priority, j.Policy.Queue, j.WebhookURL, r.WebhookSecret, j.TraceParent, j.TraceState, reduceCol,
-		thenCol, j.PreviousJob, j.Policy.MaxConcurrency)
+		thenCol, j.PreviousJob, j.Policy.MaxConcurrency, engine.SearchText(j))
 	if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_UNIQUE) {
 		// jobs.id is the one unique column left: seq is the rowid.
 		return false, fmt.Errorf("%w: %w", engine.ErrIDTaken, err)
@@ -131,7 +131,10 @@ func (d engineDriver) StageJob(ctx context.Context, key string, tasks iter.Seq2[
 	if err != nil {
 		return engine.StagedJob{}, err
 	}
-	return engine.StagedJob{Tasks: sp.All(), Release: sp.Close}, nil
+	// A small job in memory shares its transaction with the creates that
+	// wait for the one writer at the same time (engine.StagedJob.Small).
+	small := sp.Len() <= engine.GroupTasks && sp.InMemory()
+	return engine.StagedJob{Tasks: sp.All(), Release: sp.Close, Small: small}, nil
 }
 
 // InsertTasks implements engine.CreateTx with multi-row INSERTs of

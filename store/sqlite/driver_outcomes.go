@@ -60,13 +60,52 @@ var writeOutcomesQueries = func() map[int]string {
 	return m
 }()
 
+// writeAttemptsSQL records n attempt rows (engine.AttemptWrite) in one
+// statement, as writeOutcomesSQL writes n outcomes: a row already there
+// stays unless the new one is of a later generation. Each row of the
+// VALUES list is (job_id, task_id, attempt, generation, outcome, worker,
+// started_at, finished_at, error, traceback).
+func writeAttemptsSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO task_attempts (job_id, task_id, attempt, generation, outcome, worker,
+		started_at, finished_at, error, traceback) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	b.WriteString(` ON CONFLICT (job_id, task_id, attempt) DO UPDATE SET generation = excluded.generation,
+		outcome = excluded.outcome, worker = excluded.worker, started_at = excluded.started_at,
+		finished_at = excluded.finished_at, error = excluded.error, traceback = excluded.traceback
+	WHERE excluded.generation > task_attempts.generation`)
+	return b.String()
+}
+
+// writeAttemptsQueries are writeAttemptsSQL of each of writeChunks.
+var writeAttemptsQueries = func() map[int]string {
+	m := make(map[int]string, len(writeChunks))
+	for _, n := range writeChunks {
+		m[n] = writeAttemptsSQL(n)
+	}
+	return m
+}()
+
+// pruneAttemptsSQL deletes task (?1, ?2)'s attempt rows through attempt
+// ?3: those past the number the store keeps.
+const pruneAttemptsSQL = `DELETE FROM task_attempts WHERE job_id = ?1 AND task_id = ?2 AND attempt <= ?3`
+
 // bumpCountersSQL adds ?1, ?2 and ?5 to job ?3's completed, failed and
-// expected counters, sets its reduce_state to ?4 unless ?4 is empty, and
-// returns its row.
+// expected counters, sets its reduce_state to ?4 unless ?4 is empty and
+// its started_at to ?6 when ?6 is earlier and its last_finished_at to ?7
+// when ?7 is later (or the column is NULL; a NULL argument leaves it),
+// and returns its row.
 const bumpCountersSQL = `UPDATE jobs
 	SET completed_tasks = completed_tasks + ?1, failed_tasks = failed_tasks + ?2, version = version + 1,
 	    expected_tasks = expected_tasks + ?5, spawned_tasks = spawned_tasks + ?5,
-	    reduce_state = CASE WHEN ?4 = '' THEN reduce_state ELSE ?4 END
+	    reduce_state = CASE WHEN ?4 = '' THEN reduce_state ELSE ?4 END,
+	    started_at = CASE WHEN ?6 IS NOT NULL AND (started_at IS NULL OR ?6 < started_at) THEN ?6 ELSE started_at END,
+	    last_finished_at = CASE WHEN ?7 IS NOT NULL AND (last_finished_at IS NULL OR ?7 > last_finished_at) THEN ?7 ELSE last_finished_at END
 	WHERE id = ?3 RETURNING ` + jobColumns
 
 // LockOutcomeTasks implements engine.OutcomeTx. Write transactions are
@@ -149,8 +188,8 @@ func appendOutcomeTasks(ctx context.Context, read *sql.Stmt, jobID string, ids [
 
 // WriteOutcomes implements engine.OutcomeTx: guarded updates by primary
 // key, many rows per statement (writeOutcomesSQL in chunks of
-// writeChunks), then the counters.
-func (t *tx) WriteOutcomes(ctx context.Context, writes []engine.TaskWrite, deltas []engine.CounterDelta) (int, []warren.Job, error) {
+// writeChunks), then the counters, then the attempts (writeAttempts).
+func (t *tx) WriteOutcomes(ctx context.Context, writes []engine.TaskWrite, deltas []engine.CounterDelta, attempts []engine.AttemptWrite) (int, []warren.Job, error) {
 	written := 0
 	args := make([]any, 0, 10*writeChunks[0])
 	for len(writes) > 0 {
@@ -188,7 +227,55 @@ func (t *tx) WriteOutcomes(ctx context.Context, writes []engine.TaskWrite, delta
 		written += int(changed)
 	}
 	jobs, err := t.BumpCounters(ctx, deltas)
-	return written, jobs, err
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := t.writeAttempts(ctx, attempts); err != nil {
+		return 0, nil, fmt.Errorf("attempts: %w", err)
+	}
+	return written, jobs, nil
+}
+
+// writeAttempts records attempts, many rows per statement
+// (writeAttemptsSQL in chunks of writeChunks), then deletes the rows
+// their prunes name: only a task past the attempts the store keeps pays
+// a statement of its own.
+func (t *tx) writeAttempts(ctx context.Context, attempts []engine.AttemptWrite) error {
+	args := make([]any, 0, 10*min(len(attempts), writeChunks[0]))
+	for rest := attempts; len(rest) > 0; {
+		n := writeChunks[len(writeChunks)-1]
+		for _, c := range writeChunks {
+			if c <= len(rest) {
+				n = c
+				break
+			}
+		}
+		chunk := rest[:n]
+		rest = rest[n:]
+		args = args[:0]
+		for _, a := range chunk {
+			args = append(args, a.JobID, a.TaskID, a.Attempt, a.Generation, string(a.Outcome), a.Worker,
+				micros(a.StartedAt), a.FinishedAt.UnixMicro(), a.Error, a.Traceback)
+		}
+		st, err := t.stmt(ctx, writeAttemptsQueries[n])
+		if err != nil {
+			return err
+		}
+		_, err = st.ExecContext(ctx, args...)
+		st.Close()
+		if err != nil {
+			return err
+		}
+	}
+	for _, a := range attempts {
+		if a.PruneThrough <= 0 {
+			continue
+		}
+		if _, err := t.tx.ExecContext(ctx, pruneAttemptsSQL, a.JobID, a.TaskID, a.PruneThrough); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // BumpCounters implements engine.OutcomeTx: one update per job, with one
@@ -205,7 +292,7 @@ func (t *tx) BumpCounters(ctx context.Context, deltas []engine.CounterDelta) ([]
 	defer bump.Close()
 	jobs := make([]warren.Job, 0, len(deltas))
 	for _, d := range deltas {
-		j, _, err := scanJob(bump.QueryRowContext(ctx, d.Completed, d.Failed, d.JobID, d.ReduceState, d.Expected))
+		j, _, err := scanJob(bump.QueryRowContext(ctx, d.Completed, d.Failed, d.JobID, d.ReduceState, d.Expected, micros(d.Started), micros(d.Finished)))
 		if err != nil {
 			return nil, fmt.Errorf("count results of job %q: %w", d.JobID, err)
 		}

@@ -19,10 +19,14 @@ import (
 // ?2 (warren.MaxConcurrencyLimit: SQLite takes no column of the outer
 // query in a LIMIT). A capped job has no more queued tasks than its cap
 // but after a dead-letter replay, so that range is at most about its cap
-// long; pendingJobs cuts the count to the cap.
+// long; pendingJobs cuts the count to the cap. The last column is
+// whether the job or its work queue is paused (queue_pauses, by the
+// queue's effective name).
 const pendingJobsSQL = `SELECT j.id, j.priority, j.batch_size, j.queue, CASE WHEN j.reduce_state = 'running' THEN j.reduce_task END, j.reduce_state, j.expected_tasks,
 	j.max_concurrency, (SELECT count(*) FROM (SELECT 1 FROM tasks AS t WHERE t.job_id = j.id AND t.state = 'pending' LIMIT ?1)),
-	CASE WHEN j.max_concurrency > 0 THEN (SELECT count(*) FROM (SELECT 1 FROM tasks AS t WHERE t.job_id = j.id AND t.state = 'queued' LIMIT ?2)) ELSE 0 END
+	CASE WHEN j.max_concurrency > 0 THEN (SELECT count(*) FROM (SELECT 1 FROM tasks AS t WHERE t.job_id = j.id AND t.state = 'queued' LIMIT ?2)) ELSE 0 END,
+	j.paused_at IS NOT NULL OR EXISTS (SELECT 1 FROM queue_pauses AS qp
+		WHERE qp.queue = CASE WHEN j.queue = '' THEN 'default' ELSE j.queue END AND qp.paused_at IS NOT NULL)
 	FROM jobs AS j INDEXED BY jobs_open
 	WHERE j.state IN ('pending', 'running')
 	ORDER BY j.seq`
@@ -53,7 +57,7 @@ const idleJobsSQL = `SELECT j.id FROM jobs AS j
 
 // startJobsSQL starts the jobs of the JSON array ?1 that are pending with
 // no pending task, at ?2 (sought by id, as idleJobsSQL).
-const startJobsSQL = `UPDATE jobs SET state = 'running', started_at = COALESCE(started_at, ?2), version = version + 1
+const startJobsSQL = `UPDATE jobs SET state = 'running', published_at = COALESCE(published_at, ?2), version = version + 1
 	WHERE id IN (SELECT value FROM json_each(?1)) AND +state = 'pending'
 	  AND NOT EXISTS (SELECT 1 FROM tasks WHERE tasks.job_id = jobs.id AND tasks.state = 'pending')`
 
@@ -114,7 +118,13 @@ func (r *relayTx) write(ctx context.Context) (*tx, error) {
 		return nil, engine.ErrTxDone
 	}
 	if r.w == nil {
-		t, err := r.s.w.BeginTx(ctx, nil)
+		// A round's marks commit without a sync of their own
+		// (withoutSync): a power cut that loses them loses only tasks
+		// marked queued and jobs marked running, with every later
+		// commit; those tasks are pending again and published again, and
+		// the aggregator ignores the duplicate results. Every commit that
+		// answers a client or allows an ack stays synced.
+		t, err := r.s.w.BeginTx(withoutSync(ctx), nil)
 		if err != nil {
 			return nil, err
 		}
@@ -250,7 +260,7 @@ func pendingJobs(ctx context.Context, q querier, limit int) ([]engine.PendingJob
 			j      engine.PendingJobRow
 			reduce []byte
 		)
-		if err := rows.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.ExpectedTasks, &j.MaxConcurrency, &j.Pending, &j.InFlight); err != nil {
+		if err := rows.Scan(&j.ID, &j.Priority, &j.BatchSize, &j.Queue, &reduce, &j.ReduceState, &j.ExpectedTasks, &j.MaxConcurrency, &j.Pending, &j.InFlight, &j.Paused); err != nil {
 			return nil, fmt.Errorf("pending jobs: %w", err)
 		}
 		if j.ReduceTask, err = sqlstore.DecodeReduceTask(reduce); err != nil {

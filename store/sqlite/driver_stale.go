@@ -30,14 +30,21 @@ func (engineDriver) ReadClock(context.Context) (time.Time, error) { return time.
 // it need not be walked at every pass). The last condition applies each
 // task's own job's timeout. CROSS JOIN makes SQLite walk the tasks first,
 // so nothing is sorted.
-const staleSQL = `SELECT t.job_id, t.task_id, t.attempts, j.max_retries
+//
+// A task of a paused job is never stale, nor one of a paused queue (its
+// queue_pauses row stands for the cutoff itself, which no time is before);
+// after a resume, the job's or its queue's resumed_at counts as a
+// publish: the time spent paused never counts toward a task's timeout.
+const staleSQL = `SELECT t.job_id, t.task_id, t.attempts, t.generation, j.max_retries
 	FROM tasks AS t INDEXED BY tasks_queued CROSS JOIN jobs AS j
 	WHERE t.state = 'queued'
 	  AND t.queued_at < (SELECT CASE WHEN ?4 < bound THEN bound END
 	      FROM (SELECT ?1 - 1000 * MIN(CASE WHEN task_timeout_ms > 0 THEN task_timeout_ms ELSE ?2 END) AS bound
 	            FROM jobs WHERE state IN ('pending', 'running')))
-	  AND j.id = t.job_id AND j.state IN ('pending', 'running')
-	  AND max(t.queued_at, ?4) < ?1 - 1000 * CASE WHEN j.task_timeout_ms > 0 THEN j.task_timeout_ms ELSE ?2 END
+	  AND j.id = t.job_id AND j.state IN ('pending', 'running') AND j.paused_at IS NULL
+	  AND max(t.queued_at, ?4, coalesce(j.resumed_at, 0), coalesce((SELECT CASE WHEN qp.paused_at IS NULL THEN qp.resumed_at ELSE ?1 END
+	      FROM queue_pauses AS qp WHERE qp.queue = CASE WHEN j.queue = '' THEN 'default' ELSE j.queue END), 0))
+	      < ?1 - 1000 * CASE WHEN j.task_timeout_ms > 0 THEN j.task_timeout_ms ELSE ?2 END
 	ORDER BY t.queued_at
 	LIMIT ?3`
 
@@ -52,7 +59,7 @@ func (t *tx) ClaimStale(ctx context.Context, q engine.StaleQuery) ([]engine.Stal
 	var tasks []engine.StaleTask
 	for rows.Next() {
 		var s engine.StaleTask
-		if err := rows.Scan(&s.JobID, &s.TaskID, &s.Attempts, &s.MaxRetries); err != nil {
+		if err := rows.Scan(&s.JobID, &s.TaskID, &s.Attempts, &s.Generation, &s.MaxRetries); err != nil {
 			return nil, err
 		}
 		tasks = append(tasks, s)
@@ -337,8 +344,14 @@ func (t *tx) purgeRange(ctx context.Context, r engine.PurgeRange) (int64, error)
 	if r.Last {
 		// task_id = 0: the reduce task, which no range counts.
 		res, err = t.tx.ExecContext(ctx, `DELETE FROM tasks WHERE job_id = ? AND (task_id > ? OR task_id = 0)`, r.JobID, r.After)
+		if err == nil {
+			_, err = t.tx.ExecContext(ctx, `DELETE FROM task_attempts WHERE job_id = ? AND (task_id > ? OR task_id = 0)`, r.JobID, r.After)
+		}
 	} else {
 		res, err = t.tx.ExecContext(ctx, `DELETE FROM tasks WHERE job_id = ? AND task_id > ? AND task_id <= ?`, r.JobID, r.After, r.Through)
+		if err == nil {
+			_, err = t.tx.ExecContext(ctx, `DELETE FROM task_attempts WHERE job_id = ? AND task_id > ? AND task_id <= ?`, r.JobID, r.After, r.Through)
+		}
 	}
 	if err != nil {
 		return 0, err

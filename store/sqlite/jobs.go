@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/warrenhq/warren"
@@ -28,7 +30,7 @@ func (s *Store) GetJob(ctx context.Context, id string) (warren.Job, error) {
 const jobColumns = `id, type, state, expected_tasks, completed_tasks, failed_tasks, reduce, max_retries,
 	tolerated_failures, tolerated_failure_percent, fail_fast, task_timeout_ms, batch_size, priority, queue, retention_ms, metadata, COALESCE(idempotency_key, ''),
 	created_at, started_at, finished_at, result_location, error, webhook_url, version, trace_parent, trace_state,
-	reduce_task, reduce_state, then_spec, next_job, previous_job, max_concurrency, spawned_tasks, seq`
+	reduce_task, reduce_state, then_spec, next_job, previous_job, max_concurrency, spawned_tasks, published_at, last_finished_at, paused_at, seq`
 
 // getJob returns the one job matching where, or warren.ErrNotFound.
 func getJob(ctx context.Context, q querier, where string, args ...any) (warren.Job, error) {
@@ -49,6 +51,8 @@ func scanJob(row interface{ Scan(...any) error }) (warren.Job, int64, error) {
 		timeoutMS         int64
 		retentionMS       int64
 		started, finished sql.NullInt64
+		published, last   sql.NullInt64
+		paused            sql.NullInt64
 		reduceTask        []byte
 		then              []byte
 	)
@@ -56,7 +60,7 @@ func scanJob(row interface{ Scan(...any) error }) (warren.Job, int64, error) {
 		&j.Policy.Reduce, &j.Policy.MaxRetries, &j.Policy.ToleratedFailures, &j.Policy.ToleratedFailurePercent,
 		&j.Policy.FailFast, &timeoutMS, &j.Policy.BatchSize, &j.Policy.Priority, &j.Policy.Queue, &retentionMS, &metadata, &j.IdempotencyKey, &created, &started, &finished,
 		&j.ResultLocation, &j.Error, &j.WebhookURL, &j.Version, &j.TraceParent, &j.TraceState,
-		&reduceTask, &j.ReduceState, &then, &j.NextJob, &j.PreviousJob, &j.Policy.MaxConcurrency, &j.SpawnedTasks, &seq)
+		&reduceTask, &j.ReduceState, &then, &j.NextJob, &j.PreviousJob, &j.Policy.MaxConcurrency, &j.SpawnedTasks, &published, &last, &paused, &seq)
 	if err != nil {
 		return warren.Job{}, 0, err
 	}
@@ -72,31 +76,99 @@ func scanJob(row interface{ Scan(...any) error }) (warren.Job, int64, error) {
 	j.Metadata = nilIfEmpty(metadata)
 	j.CreatedAt = *timeOf(sql.NullInt64{Int64: created, Valid: true})
 	j.StartedAt = timeOf(started)
+	j.PublishedAt = timeOf(published)
+	j.LastFinishedAt = timeOf(last)
 	j.FinishedAt = timeOf(finished)
+	j.PausedAt = timeOf(paused)
 	return j, seq, nil
 }
 
 // ListJobs returns up to opts.Limit jobs newest first (creation order),
-// optionally of one state and of one type. The cursor is opaque; a malformed one is an
-// error.
+// filtered as opts says (store.ListJobsOpts). The cursor is opaque; a
+// malformed one is an error, and so is an invalid search text.
+//
+// A search is tried first on the engine.SearchRecentRows newest jobs the
+// other filters keep, asking the trigram indexes (FTS5) only about their
+// range of seq, and, when they do not fill a page, on every job: the
+// trigram indexes of job_search and task_error_search for the
+// substrings and the id index for the prefix, which cost what the
+// matches do, not what the jobs do (docs/store.md).
 func (s *Store) ListJobs(ctx context.Context, opts store.ListJobsOpts) ([]warren.Job, string, error) {
+	if err := store.ValidateSearch(opts.Search); err != nil {
+		return nil, "", fmt.Errorf("sqlite: list jobs: %w", err)
+	}
 	limit := engine.PageSize(opts.Limit)
 	before, err := parseCursor(opts.Cursor, math.MaxInt64)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlite: list jobs: %w", err)
 	}
-	query := `SELECT ` + jobColumns + ` FROM jobs WHERE seq < ? `
+	where, args := jobFilters(opts, before)
+	if opts.Search == "" {
+		return s.jobPage(ctx, `SELECT `+jobColumns+` FROM jobs WHERE `+where+` ORDER BY seq DESC LIMIT ?`,
+			append(args, limit+1), limit)
+	}
+	// The id prefix as a range of the id index: BINARY ordering puts
+	// every id that starts with the text between it and it followed by
+	// the last code point. lo is the least seq the matches may have.
+	phrase := engine.FTSPhrase(opts.Search)
+	match := func(lo string) string {
+		return `(id >= ? AND id < ? || char(1114111)
+			OR seq IN (SELECT rowid FROM job_search WHERE job_search MATCH ? AND rowid >= ` + lo + `)
+			OR seq IN (SELECT rowid / 4294967296 FROM task_error_search
+				WHERE task_error_search MATCH ? AND rowid >= ` + lo + ` * 4294967296))`
+	}
+	matchArgs := []any{opts.Search, opts.Search, phrase, phrase}
+	recent := `WITH recent AS (SELECT seq FROM jobs WHERE ` + where + ` ORDER BY seq DESC LIMIT ?)
+		SELECT ` + jobColumns + ` FROM jobs WHERE seq IN (SELECT seq FROM recent) AND ` +
+		match(`(SELECT coalesce(min(seq), 0) FROM recent)`) + ` ORDER BY seq DESC LIMIT ?`
+	jobs, next, err := s.jobPage(ctx, recent, slices.Concat(args, []any{engine.SearchRecentRows}, matchArgs, []any{limit + 1}), limit)
+	if err != nil || next != "" {
+		return jobs, next, err
+	}
+	// On every job, the matches as one set, which the planner reads
+	// from the indexes (an OR of them would have it scan the jobs).
+	return s.jobPage(ctx, `SELECT `+jobColumns+` FROM jobs WHERE `+where+` AND seq IN (
+			SELECT seq FROM jobs WHERE id >= ? AND id < ? || char(1114111)
+			UNION ALL SELECT rowid FROM job_search WHERE job_search MATCH ?
+			UNION ALL SELECT rowid / 4294967296 FROM task_error_search WHERE task_error_search MATCH ?)
+		ORDER BY seq DESC LIMIT ?`, slices.Concat(args, matchArgs, []any{limit + 1}), limit)
+}
+
+// jobFilters returns the conditions of opts' filters but the search,
+// and their arguments, for jobs before seq before.
+func jobFilters(opts store.ListJobsOpts, before int64) (string, []any) {
+	where := `seq < ?`
 	args := []any{before}
 	if opts.State != "" {
-		query += `AND state = ? `
+		where += ` AND state = ?`
 		args = append(args, string(opts.State))
 	}
 	if opts.Type != "" {
-		query += `AND type = ? `
+		where += ` AND type = ?`
 		args = append(args, opts.Type)
 	}
-	query += `ORDER BY seq DESC LIMIT ?`
-	args = append(args, limit+1)
+	if opts.Queue != "" {
+		queues := engine.QueueValues(opts.Queue)
+		where += ` AND queue IN (?` + strings.Repeat(`, ?`, len(queues)-1) + `)`
+		for _, q := range queues {
+			args = append(args, q)
+		}
+	}
+	if !opts.CreatedAfter.IsZero() {
+		where += ` AND created_at >= ?`
+		args = append(args, opts.CreatedAfter.UnixMicro())
+	}
+	if !opts.CreatedBefore.IsZero() {
+		where += ` AND created_at < ?`
+		args = append(args, opts.CreatedBefore.UnixMicro())
+	}
+	return where, args
+}
+
+// jobPage runs query, which reads jobColumns of up to limit+1 jobs, and
+// returns the first limit and the cursor after them ("" when there was
+// no more).
+func (s *Store) jobPage(ctx context.Context, query string, args []any, limit int) ([]warren.Job, string, error) {
 	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlite: list jobs: %w", err)

@@ -1,12 +1,15 @@
 // Package sqlite is warren's embedded job store: a single SQLite file,
 // opened with the pure Go driver modernc.org/sqlite (no cgo).
 //
-// One server process owns a file. Writes go through a single connection,
+// One server process owns a file: Open locks it (an flock(2) on
+// PATH.lock) and a second Store on the same file, in this process or
+// another, is refused with ErrInUse until the first is closed. Writes go through a single connection,
 // so write transactions are serialised in-process and never fail with
 // SQLITE_BUSY; reads use a pool of connections that see the last committed
 // state (WAL mode). Every commit is durable before it returns
 // (synchronous=FULL), so a result acknowledged after ApplyOutcomes is never
-// lost by a crash.
+// lost by a crash; only a relay round's marks, whose loss is harmless,
+// commit without a sync of their own (withoutSync).
 package sqlite
 
 import (
@@ -29,16 +32,31 @@ import (
 )
 
 // busyTimeout is how long a connection waits for another process's lock
-// (a second Store on the same file, say during Migrate) before failing.
+// before failing: not a second Store (ErrInUse refuses it), but another
+// program on the file, such as the sqlite3 shell.
 const busyTimeout = 10 * time.Second
 
 // readers is the size of the read connection pool.
 const readers = 4
 
+// ErrInUse is the error of Open when another Store holds the file (its
+// lock file, PATH.lock): SQLite is the store of one server. Stop the other
+// server, or use PostgreSQL for several.
+var ErrInUse = errors.New("sqlite: the file is in use by another warren store")
+
+// inUseError is ErrInUse with the file and who holds it.
+type inUseError struct{ path, holder string }
+
+func (e *inUseError) Error() string {
+	return fmt.Sprintf("sqlite: %s is in use by another warren server (%s holds %s.lock): SQLite is the store of one server; "+
+		"stop the other one, or use PostgreSQL for several", e.path, e.holder, e.path)
+}
+
+func (e *inUseError) Is(target error) bool { return target == ErrInUse }
+
 // Store is a job store in one SQLite file. It implements store.Store and
-// is safe for concurrent use by one process; several processes writing the
-// same file wait on each other's locks (see busyTimeout) and are not a
-// supported deployment.
+// is safe for concurrent use by one process. It holds the file's lock
+// (ErrInUse) from Open to Close.
 type Store struct {
 	// Engine makes every decision of the store (store/internal/engine);
 	// the methods below read, and the driver gives it the primitives.
@@ -51,6 +69,8 @@ type Store struct {
 	// relay serialises the relay rounds: a task is offered to one
 	// publisher at a time (see engineDriver.BeginRelay).
 	relay chan struct{}
+	// unlock releases the file's lock (lockFile).
+	unlock func() error
 }
 
 var _ store.Store = (*Store)(nil)
@@ -76,12 +96,24 @@ func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
 	if path == "" || path == ":memory:" || strings.Contains(path, "?") {
 		return nil, fmt.Errorf("sqlite: open %q: need a file path without '?'", path)
 	}
-	timeout := fmt.Sprintf("_pragma=busy_timeout(%d)", busyTimeout.Milliseconds())
-	w, err := sql.Open("sqlite", path+"?_txlock=immediate&"+timeout+
-		"&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	unlock, err := lockFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+		return nil, err
 	}
+	s, err := openLocked(ctx, path, opts)
+	if err != nil {
+		_ = unlock()
+		return nil, err
+	}
+	s.unlock = unlock
+	return s, nil
+}
+
+// openLocked opens the file once its lock is held.
+func openLocked(ctx context.Context, path string, opts Options) (*Store, error) {
+	timeout := fmt.Sprintf("_pragma=busy_timeout(%d)", busyTimeout.Milliseconds())
+	w := openDB(path + "?_txlock=immediate&" + timeout +
+		"&_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
@@ -92,11 +124,7 @@ func OpenWith(ctx context.Context, path string, opts Options) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	r, err := sql.Open("sqlite", path+"?"+timeout+"&_pragma=foreign_keys(1)&_pragma=query_only(1)")
-	if err != nil {
-		w.Close()
-		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
-	}
+	r := openDB(path + "?" + timeout + "&_pragma=foreign_keys(1)&_pragma=query_only(1)")
 	r.SetMaxOpenConns(readers)
 	r.SetMaxIdleConns(readers)
 	s := &Store{w: w, r: r, relay: make(chan struct{}, 1)}
@@ -160,7 +188,12 @@ func (s *Store) Close() error {
 	}
 	s.stmts = nil
 	s.stmtsMu.Unlock()
-	return errors.Join(s.r.Close(), s.w.Close())
+	err := errors.Join(s.r.Close(), s.w.Close())
+	if s.unlock != nil {
+		err = errors.Join(err, s.unlock())
+		s.unlock = nil
+	}
+	return err
 }
 
 // writerStmt returns query as the writer prepared it at open
@@ -174,7 +207,7 @@ func (s *Store) writerStmt(query string) *sql.Stmt {
 // writerQueries are the statements of the store's hot paths (recording
 // outcomes, marking tasks queued), which the writer prepares once.
 var writerQueries = append([]string{readOutcomeTasksSQL, bumpCountersSQL, markQueuedSQL,
-	idleJobsSQL, startJobsSQL}, slices.Collect(maps.Values(writeOutcomesQueries))...)
+	idleJobsSQL, startJobsSQL}, append(slices.Collect(maps.Values(writeOutcomesQueries)), slices.Collect(maps.Values(writeAttemptsQueries))...)...)
 
 // prepareWriter prepares writerQueries on the writer connection. It runs
 // at open, before any transaction could hold the one connection.

@@ -114,7 +114,10 @@ func TestReopenKeepsData(t *testing.T) {
 	require.Equal(t, job.CreatedAt, got.CreatedAt, "timestamps round-trip to the microsecond")
 }
 
-func TestTwoStoresOnOneFileMigrateTogether(t *testing.T) {
+// TestConcurrentOpensOfOneFileTakeTurns: stores opening one new file at
+// once hold it one at a time: each open migrates the file or is refused
+// with ErrInUse, never a busy error or a half-migrated file.
+func TestConcurrentOpensOfOneFileTakeTurns(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "warren.db")
 	var wg sync.WaitGroup
@@ -129,9 +132,18 @@ func TestTwoStoresOnOneFileMigrateTogether(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	opened := 0
 	for _, err := range errs {
-		require.NoError(t, err)
+		if err == nil {
+			opened++
+			continue
+		}
+		require.ErrorIs(t, err, ErrInUse)
 	}
+	require.Positive(t, opened)
+	s := openTest(t, path)
+	_, _, err := s.CreateJob(t.Context(), store.NewJob{Type: "t"}, payloads(1))
+	require.NoError(t, err, "the file is migrated whole")
 }
 
 func TestMixedWritersNeverBusy(t *testing.T) {
@@ -495,4 +507,152 @@ func BenchmarkRelayRoundManyJobs(b *testing.B) {
 			}
 		})
 	}
+}
+
+// A file written before migration 0025 (search) migrates forward: its
+// jobs are found by their metadata values, queue and tasks' errors.
+func TestMigratesJobsIntoTheSearch(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "warren.db")
+	ms, err := migrations()
+	require.NoError(t, err)
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	_, err = db.ExecContext(t.Context(), `CREATE TABLE warren_schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT`)
+	require.NoError(t, err)
+	for _, m := range ms {
+		if m.Version >= 25 {
+			break
+		}
+		_, err := db.ExecContext(t.Context(), m.SQL)
+		require.NoError(t, err, m.File)
+		_, err = db.ExecContext(t.Context(), `INSERT INTO warren_schema_migrations VALUES (?, ?, 0)`, m.Version, m.File)
+		require.NoError(t, err)
+	}
+	for _, stmt := range []string{
+		`INSERT INTO jobs (id, type, state, expected_tasks, queue, metadata, created_at) VALUES ('old', 'Resize', 'running', 1, 'gpu',
+			CAST('{"customer": {"name": "Acme Corp", "tier": 3}, "rush": true, "tags": ["Nightly"]}' AS BLOB), 0)`,
+		`INSERT INTO jobs (id, type, state, expected_tasks, metadata, created_at) VALUES ('garbage', 'echo', 'running', 1, X'7b7b', 1)`,
+		`INSERT INTO tasks (job_id, task_id, state, payload, error) VALUES ('old', 1, 'failed', X'31', 'KeyError: width')`,
+	} {
+		_, err := db.ExecContext(t.Context(), stmt)
+		require.NoError(t, err, stmt)
+	}
+	require.NoError(t, db.Close())
+
+	s := openTest(t, path)
+	for _, q := range []string{"acme corp", "resize", "gpu", "nightly", "KEYERROR", "old"} {
+		jobs, _, err := s.ListJobs(t.Context(), store.ListJobsOpts{Search: q})
+		require.NoError(t, err, q)
+		require.Len(t, jobs, 1, q)
+		require.Equal(t, "old", jobs[0].ID, q)
+	}
+	jobs, _, err := s.ListJobs(t.Context(), store.ListJobsOpts{Search: "default"})
+	require.NoError(t, err)
+	require.Len(t, jobs, 1, "metadata that is not JSON adds nothing, the queue is there")
+	require.Equal(t, "garbage", jobs[0].ID)
+}
+
+// A deleted job's task errors leave the search index as its tasks are
+// purged, not when its row goes (which stays quick however many tasks
+// failed).
+func TestPurgedTasksLeaveTheSearchIndex(t *testing.T) {
+	t.Parallel()
+	s := openTest(t, filepath.Join(t.TempDir(), "warren.db"))
+	ctx := t.Context()
+	job, _, err := s.CreateJob(ctx, store.NewJob{Type: "t"}, func(yield func(json.RawMessage, error) bool) {
+		for range 3 {
+			if !yield(json.RawMessage(`1`), nil) {
+				return
+			}
+		}
+	})
+	require.NoError(t, err)
+	_, err = s.RelayBatch(ctx, 10, func(_ context.Context, tasks []store.OutboxTask) ([]store.TaskRef, error) {
+		refs := make([]store.TaskRef, len(tasks))
+		for i, tk := range tasks {
+			refs[i] = tk.Ref()
+		}
+		return refs, nil
+	})
+	require.NoError(t, err)
+	var outcomes []store.Outcome
+	for i := int64(1); i <= 3; i++ {
+		outcomes = append(outcomes, store.Outcome{JobID: job.ID, TaskID: i, State: warren.TaskFailed, Error: "boom"})
+	}
+	_, err = s.ApplyOutcomes(ctx, outcomes)
+	require.NoError(t, err)
+	job, err = s.GetJob(ctx, job.ID)
+	require.NoError(t, err)
+	ok, err := s.FinishJob(ctx, job.ID, job.Version, warren.JobFailed, nil, "3 failed")
+	require.NoError(t, err)
+	require.True(t, ok)
+	count := func(table string) int {
+		var n int
+		require.NoError(t, s.w.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&n))
+		return n
+	}
+	require.Equal(t, 3, count("task_error_search"))
+
+	require.NoError(t, s.DeleteJob(ctx, job.ID))
+	require.Equal(t, 3, count("task_error_search"), "the tasks are not purged yet")
+	require.Equal(t, 1, count("deleted_job_search"))
+	require.Zero(t, count("job_search"))
+	_, err = s.PurgeDeletedTasks(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, 1, count("task_error_search"), "a batch of 2")
+	_, err = s.PurgeDeletedTasks(ctx, 2)
+	require.NoError(t, err)
+	require.Zero(t, count("task_error_search"))
+	require.Zero(t, count("deleted_job_search"))
+}
+
+// A file written before migration 0028 (published_at) migrates forward:
+// the time the relay set becomes the job's published_at, its started_at
+// the earliest start its tasks hold, its last_finished_at their latest
+// finish (none for a job whose
+// tasks reported none).
+func TestMigratesStartedAtIntoPublishedAt(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "warren.db")
+	ms, err := migrations()
+	require.NoError(t, err)
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	_, err = db.ExecContext(t.Context(), `CREATE TABLE warren_schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT`)
+	require.NoError(t, err)
+	for _, m := range ms {
+		if m.Version >= 28 {
+			break
+		}
+		_, err := db.ExecContext(t.Context(), m.SQL)
+		require.NoError(t, err, m.File)
+		_, err = db.ExecContext(t.Context(), `INSERT INTO warren_schema_migrations VALUES (?, ?, 0)`, m.Version, m.File)
+		require.NoError(t, err)
+	}
+	// Times in microseconds: the job was published at 9 s, its tasks
+	// started at 2 s and 5 s.
+	for _, stmt := range []string{
+		`INSERT INTO jobs (id, type, state, expected_tasks, created_at, started_at) VALUES ('ran', 't', 'running', 2, 0, 9000000)`,
+		`INSERT INTO tasks (job_id, task_id, state, payload, started_at, finished_at) VALUES ('ran', 1, 'completed', X'31', 5000000, 12000000)`,
+		`INSERT INTO tasks (job_id, task_id, state, payload, started_at, finished_at) VALUES ('ran', 2, 'completed', X'31', 2000000, 7000000)`,
+		`INSERT INTO jobs (id, type, state, expected_tasks, created_at, started_at) VALUES ('quiet', 't', 'running', 1, 0, 9000000)`,
+		`INSERT INTO tasks (job_id, task_id, state, payload) VALUES ('quiet', 1, 'failed', X'31')`,
+	} {
+		_, err := db.ExecContext(t.Context(), stmt)
+		require.NoError(t, err, stmt)
+	}
+	require.NoError(t, db.Close())
+
+	s := openTest(t, path)
+	ran, err := s.GetJob(t.Context(), "ran")
+	require.NoError(t, err)
+	require.Equal(t, time.UnixMicro(2000000).UTC(), *ran.StartedAt, "the earliest task start")
+	require.Equal(t, time.UnixMicro(9000000).UTC(), *ran.PublishedAt, "the relay's time")
+	require.Equal(t, time.UnixMicro(12000000).UTC(), *ran.LastFinishedAt, "the latest task finish")
+	quiet, err := s.GetJob(t.Context(), "quiet")
+	require.NoError(t, err)
+	require.Nil(t, quiet.StartedAt, "no task reported a start")
+	require.Equal(t, time.UnixMicro(9000000).UTC(), *quiet.PublishedAt)
+	require.Nil(t, quiet.LastFinishedAt)
 }

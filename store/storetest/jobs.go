@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -50,7 +51,85 @@ func testMigrate(t *testing.T, newStore func(t *testing.T) store.Store) {
 	})
 }
 
+// countIf counts the elements of xs that f holds for.
+func countIf[T any](xs []T, f func(T) bool) int {
+	n := 0
+	for _, x := range xs {
+		if f(x) {
+			n++
+		}
+	}
+	return n
+}
+
 func testCreateJob(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Run("ConcurrentCreatesEachGetTheirOwn", func(t *testing.T) {
+		// Creates at once, as a busy API makes them: a store may write
+		// them in one transaction (group commit), but each gets its own
+		// answer: new jobs with their own tasks, replays of one key the
+		// job the first made, an id taken a conflict of its own.
+		t.Parallel()
+		s := newStore(t)
+		taken := ulid.Make().String()
+		type answer struct {
+			kind    string
+			n       int
+			job     warren.Job
+			created bool
+			err     error
+		}
+		answers := make(chan answer, 60)
+		var wg sync.WaitGroup
+		for i := range 60 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				spec, kind := store.NewJob{Type: "test"}, "new"
+				switch i % 3 {
+				case 1:
+					spec.IdempotencyKey, kind = "same-key", "keyed"
+				case 2:
+					spec.ID, kind = taken, "id"
+				}
+				n := 1 + i%7
+				job, created, err := s.CreateJob(t.Context(), spec, payloads(n))
+				answers <- answer{kind, n, job, created, err}
+			}()
+		}
+		wg.Wait()
+		close(answers)
+		var keyed, withID []answer
+		for a := range answers {
+			switch a.kind {
+			case "new":
+				require.NoError(t, a.err)
+				require.True(t, a.created)
+				require.Equal(t, int64(a.n), a.job.ExpectedTasks)
+				require.Equal(t, int64(a.n), getJob(t, s, a.job.ID).ExpectedTasks)
+				require.Len(t, allTasks(t, s, a.job.ID, ""), a.n)
+			case "keyed":
+				require.NoError(t, a.err)
+				keyed = append(keyed, a)
+			case "id":
+				withID = append(withID, a)
+			}
+		}
+		first := slices.IndexFunc(keyed, func(a answer) bool { return a.created })
+		require.GreaterOrEqual(t, first, 0, "one keyed create made the job")
+		for _, a := range keyed {
+			require.Equal(t, keyed[first].job.ID, a.job.ID, "every keyed create answers with the first's job")
+		}
+		require.Equal(t, 1, countIf(keyed, func(a answer) bool { return a.created }), "one keyed create made the job")
+		require.Len(t, allTasks(t, s, keyed[first].job.ID, ""), keyed[first].n)
+		require.Equal(t, 1, countIf(withID, func(a answer) bool { return a.err == nil && a.created }), "one create took the id")
+		for _, a := range withID {
+			if a.err != nil {
+				require.ErrorIs(t, a.err, warren.ErrConflict, "the others conflict")
+			}
+		}
+		require.Equal(t, 0, countIf(withID, func(a answer) bool { return a.err == nil && !a.created }), "an id taken is no replay")
+	})
+
 	t.Run("RecordsJobAndTasks", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)

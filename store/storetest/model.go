@@ -119,6 +119,7 @@ func runModelCase(t *testing.T, base store.Store, seed uint64) {
 		{"cancel", m.cancel},
 		{"reconcile", m.reconcile},
 		{"close", m.close},
+		{"pause", m.pauseOrResume},
 	}
 	pick := func() int { return m.rng.IntN(len(steps)) }
 	n := 1 + m.rng.IntN(2*modelSteps)
@@ -130,7 +131,7 @@ func runModelCase(t *testing.T, base store.Store, seed uint64) {
 		// reduce's outcomes, redrives and replays. (A case without one
 		// draws as it always did.)
 		var weighted []int
-		for i, w := range []int{6, 8, 2, 2, 2, 1, 2, 6} { // the weights of steps, in order
+		for i, w := range []int{6, 8, 2, 2, 2, 1, 2, 6, 1} { // the weights of steps, in order
 			for range w {
 				weighted = append(weighted, i)
 			}
@@ -188,6 +189,10 @@ type model struct {
 	// trace lists the steps run so far, with what they drew, for a
 	// failure to print.
 	trace []string
+	// paused says the job is paused (Store.PauseJob): the relay offers
+	// none of its tasks and the reconciler takes none for lost. A close
+	// clears it.
+	paused bool
 	// overCap says that a replay took the job over its concurrency cap
 	// (warren.Policy.MaxConcurrency), which only a replay may do, until
 	// its queued tasks are within the cap again.
@@ -343,7 +348,7 @@ func (m *model) relay() {
 	})
 	require.NoError(m.t, err, "relay")
 	want := map[int64]int{} // task id: generation
-	if m.open() {
+	if m.open() && !m.paused {
 		// A capped job gets the room its queued tasks leave, its pending
 		// tasks in task id order (the reduce task is pending only once
 		// every map task finished).
@@ -501,7 +506,21 @@ func (m *model) apply(o store.Outcome, gen int) {
 		m.rng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
 		m.note("  (in %d spawn parts)", len(batch))
 	}
-	report, err := m.st.ApplyOutcomes(m.ctx, batch)
+	// Half the batches are recorded as the aggregator records them, with
+	// the close of a job they make ready in their own transaction.
+	var (
+		report store.ApplyReport
+		err    error
+	)
+	inline := m.coin()
+	if inline {
+		report, err = m.st.ApplyOutcomesClosing(m.ctx, batch, func(_ context.Context, job warren.Job, scan store.ResultScan) (store.Closing, bool, error) {
+			state, result, msg := m.closingWith(job, scan)
+			return store.Closing{State: state, Result: result, Error: msg}, true, nil
+		})
+	} else {
+		report, err = m.st.ApplyOutcomes(m.ctx, batch)
+	}
 	require.NoError(m.t, err, "apply")
 	t := m.task(o.TaskID)
 	applies := m.open() && !t.state.Terminal() && (gen == 0 || gen == t.gen) &&
@@ -532,8 +551,24 @@ func (m *model) apply(o store.Outcome, gen int) {
 	}
 	require.Equal(m.t, [2]int{spawned, refused}, [2]int{report.Spawned, report.SpawnRefused},
 		"the tasks the outcome spawned, and whether its spawn was refused (report %+v)", report)
-	require.Equal(m.t, applies && !readyBefore && m.ready(), slices.Contains(report.ReadyToClose, m.job.ID),
-		"the outcome's report lists the job ready to close exactly when the outcome made it so (report %+v)", report)
+	closedInline := slices.ContainsFunc(report.ClosedJobs, func(c store.ClosedJob) bool { return c.Job.ID == m.job.ID })
+	require.Equal(m.t, applies && !readyBefore && m.ready(), slices.Contains(report.ReadyToClose, m.job.ID) || closedInline,
+		"the outcome's report lists the job ready to close (or closed) exactly when the outcome made it so (report %+v)", report)
+	if inline && applies && !readyBefore && m.ready() {
+		// Closed in the batch exactly when every task finished, the job
+		// has no reduce task and is small enough.
+		want := !m.reduce && m.reduceState == "" && m.count(warren.TaskPending)+m.count(warren.TaskQueued) == 0 &&
+			len(m.tasks) <= store.InlineCloseTasks
+		require.Equal(m.t, want, closedInline, "whether the batch closed the job (report %+v)", report)
+	}
+	if closedInline {
+		m.note("  (the batch closed the job)")
+		job, err := m.st.GetJob(m.ctx, m.job.ID)
+		require.NoError(m.t, err, "get job")
+		require.True(m.t, job.State.Terminal(), "the job the batch closed is closed")
+		m.state = job.State
+		m.cancelUnfinished()
+	}
 }
 
 // count returns how many of the model's tasks are in state.
@@ -675,6 +710,25 @@ func (m *model) cancelUnfinished() {
 	}
 }
 
+// pauseOrResume pauses or resumes the job, which must be open for
+// either.
+func (m *model) pauseOrResume() {
+	pause := m.coin()
+	m.note("pause=%t", pause)
+	change := m.st.ResumeJob
+	if pause {
+		change = m.st.PauseJob
+	}
+	job, err := change(m.ctx, m.job.ID)
+	if !m.open() {
+		require.ErrorIs(m.t, err, warren.ErrConflict, "pause or resume of a %s job", m.state)
+		return
+	}
+	require.NoError(m.t, err, "pause or resume")
+	m.paused = pause
+	require.Equal(m.t, pause, job.Paused(), "the answer's pause")
+}
+
 // reconcile runs a reconciler pass as if every task timeout had passed.
 func (m *model) reconcile() {
 	m.note("reconcile")
@@ -682,7 +736,7 @@ func (m *model) reconcile() {
 	report, err := m.st.ReconcileStale(m.ctx, store.Staleness{Now: time.Now().Add(24 * time.Hour)}, 1000)
 	require.NoError(m.t, err, "reconcile")
 	var requeued, failed int
-	if m.open() {
+	if m.open() && !m.paused {
 		settle := func(t *modelTask) {
 			if t == nil || t.state != warren.TaskQueued {
 				return
@@ -829,6 +883,13 @@ func readyToClose(job warren.Job) bool {
 // A job whose reduce task has an outcome closes as the aggregator closes
 // it: completed with the task's result, or failed with its error.
 func (m *model) closing(job warren.Job) (warren.JobState, []byte, string) {
+	return m.closingWith(job, func(fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error {
+		return m.st.ScanResults(m.ctx, job.ID, fn)
+	})
+}
+
+// closingWith is closing with the job's results read by scan.
+func (m *model) closingWith(job warren.Job, scan store.ResultScan) (warren.JobState, []byte, string) {
 	if job.ReduceState == warren.ReduceCompleted || job.ReduceState == warren.ReduceFailed {
 		task0, err := m.st.GetTask(m.ctx, job.ID, warren.ReduceTaskID)
 		require.NoError(m.t, err, "get the reduce task")
@@ -845,7 +906,7 @@ func (m *model) closing(job warren.Job) (warren.JobState, []byte, string) {
 	}
 	require.Nil(m.t, job.Policy.ReduceTask, "a job with a reduce task closes before any reduce only over its tolerance")
 	result, err := m.reducers.Reduce(job.Policy.Reduce, func(fn func(taskID int64, failed bool, result json.RawMessage) error) error {
-		return m.st.ScanResults(m.ctx, job.ID, func(taskID int64, state warren.TaskState, result json.RawMessage) error {
+		return scan(func(taskID int64, state warren.TaskState, result json.RawMessage) error {
 			return fn(taskID, state != warren.TaskCompleted, result)
 		})
 	})
@@ -922,6 +983,10 @@ func (m *model) check() {
 	require.Equal(m.t, int64(len(m.tasks)), job.ExpectedTasks, "the job's expected tasks are its task rows, spawned ones included")
 	require.Equal(m.t, int64(len(m.tasks)-m.submitted), job.SpawnedTasks, "the job's spawned tasks are those beyond its submitted ones")
 	require.Equal(m.t, m.state, job.State, "the job's state")
+	if !m.open() {
+		m.paused = false // a close clears the pause
+	}
+	require.Equal(m.t, m.paused, job.Paused(), "the job's pause")
 	require.Equal(m.t, m.reduceState, job.ReduceState, "the job's reduce state")
 	if m.reduce {
 		m.checkReduceReads(tasks)

@@ -125,6 +125,64 @@ func testApplyOutcomes(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Empty(t, task(t, s, job.ID, 2).Result, "a completed outcome without a result stores none")
 	})
 
+	// A job's started_at is when its first task started, as the workers
+	// reported it in the outcomes (the earliest start of any batch), not
+	// when the relay published its last task: that is published_at.
+	t.Run("JobStartedAtIsTheEarliestReportedStart", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 4)
+		relayAll(t, s)
+		published := getJob(t, s, job.ID)
+		require.Equal(t, warren.JobRunning, published.State)
+		require.Nil(t, published.StartedAt, "no task reported a start yet")
+		requireRecent(t, published.PublishedAt, "PublishedAt")
+
+		now := time.Now().UTC()
+		at := func(d time.Duration) *time.Time { tm := now.Add(-d); return &tm }
+		ran := func(taskID int64, started *time.Time) store.Outcome {
+			o := completed(job.ID, taskID, "")
+			o.StartedAt, o.FinishedAt = started, &now
+			return o
+		}
+		require.Nil(t, published.LastFinishedAt, "no outcome yet")
+		apply(t, s, ran(1, at(10*time.Second)))
+		first := getJob(t, s, job.ID)
+		requireSameTime(t, at(10*time.Second), first.StartedAt, "the first outcome's start")
+		requireSameTime(t, &now, first.LastFinishedAt, "the first outcome's finish")
+
+		// The earliest start of a batch wins, earlier than the stored one.
+		apply(t, s, ran(2, at(5*time.Second)), ran(3, at(20*time.Second)))
+		requireSameTime(t, at(20*time.Second), getJob(t, s, job.ID).StartedAt, "the batch's earliest start")
+
+		// A later start, or none (a dead letter), leaves it.
+		apply(t, s, failed(job.ID, 4, "dead-lettered"))
+		got := getJob(t, s, job.ID)
+		requireSameTime(t, at(20*time.Second), got.StartedAt, "an outcome without a start keeps it")
+		requireSameTime(t, published.PublishedAt, got.PublishedAt, "outcomes do not move published_at")
+		require.True(t, got.LastFinishedAt.After(now), "an outcome without a finish finished when recorded")
+
+		// A redrive runs the failed task again: the job started when it
+		// first did.
+		finish(t, s, job.ID, warren.JobFailed, nil, "gave up")
+		_, _, err := s.RedriveJob(t.Context(), job.ID)
+		require.NoError(t, err)
+		relayAll(t, s)
+		apply(t, s, ran(4, at(time.Second)))
+		requireSameTime(t, at(20*time.Second), getJob(t, s, job.ID).StartedAt, "a redrive keeps the first start")
+	})
+
+	t.Run("JobWithoutReportedStartsHasNoStartedAt", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		job := newJob(t, s, 1)
+		relayAll(t, s)
+		apply(t, s, failed(job.ID, 1, "dead-lettered"))
+		got := getJob(t, s, job.ID)
+		require.Nil(t, got.StartedAt, "no worker reported a start")
+		requireRecent(t, got.PublishedAt, "PublishedAt")
+	})
+
 	t.Run("UnfinishedStateFailsTheBatch", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)

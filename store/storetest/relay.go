@@ -40,11 +40,12 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 		}
 		running := getJob(t, s, a.ID)
 		require.Equal(t, warren.JobRunning, running.State, "every task of a is out")
-		requireRecent(t, running.StartedAt, "StartedAt")
+		requireRecent(t, running.PublishedAt, "PublishedAt")
+		require.Nil(t, running.StartedAt, "no task reported a start yet")
 
 		pending := getJob(t, s, b.ID)
 		require.Equal(t, warren.JobPending, pending.State, "b still has a pending task")
-		require.Nil(t, pending.StartedAt)
+		require.Nil(t, pending.PublishedAt)
 		require.Equal(t, []warren.TaskState{warren.TaskQueued, warren.TaskPending}, taskStates(t, s, b.ID))
 		require.Nil(t, allTasks(t, s, b.ID, warren.TaskPending)[0].QueuedAt)
 
@@ -315,7 +316,7 @@ func testRelayBatch(t *testing.T, newStore func(t *testing.T) store.Store) {
 		require.Equal(t, []warren.TaskState{warren.TaskPending, warren.TaskQueued, warren.TaskPending, warren.TaskQueued, warren.TaskPending},
 			taskStates(t, s, job.ID))
 		require.Equal(t, warren.JobPending, getJob(t, s, job.ID).State)
-		require.Nil(t, getJob(t, s, job.ID).StartedAt)
+		require.Nil(t, getJob(t, s, job.ID).PublishedAt)
 
 		require.Equal(t, refs(job.ID, 1, 3, 5), offeredRefs(relay(t, s, 10)),
 			"unconfirmed tasks are offered again")

@@ -46,12 +46,15 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CreateJob", testCreateJob},
 		{"GetJob", testGetJob},
 		{"ListJobs", testListJobs},
+		{"Search", testSearch},
 		{"ListTasks", testListTasks},
 		{"CancelJob", testCancelJob},
 		{"RelayBatch", testRelayBatch},
 		{"ApplyOutcomes", testApplyOutcomes},
+		{"TaskAttempts", testTaskAttempts},
 		{"JobsToClose", testJobsToClose},
 		{"FinishJob", testFinishJob},
+		{"ApplyOutcomesClosing", testApplyOutcomesClosing},
 		{"JobResultRange", testJobResultRange},
 		{"ScanResults", testScanResults},
 		{"JobErrors", testJobErrors},
@@ -62,6 +65,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ReopenTask", testReopenTask},
 		{"Reopen", testReopen},
 		{"ReconcileStale", testReconcileStale},
+		{"Pause", testPause},
 		{"Stale", testStale},
 		{"Generations", testGenerations},
 		{"Retention", testRetention},
@@ -261,10 +265,12 @@ func requireSameJob(t *testing.T, want, got warren.Job) {
 	t.Helper()
 	requireSameTime(t, &want.CreatedAt, &got.CreatedAt, "CreatedAt")
 	requireSameTime(t, want.StartedAt, got.StartedAt, "StartedAt")
+	requireSameTime(t, want.PublishedAt, got.PublishedAt, "PublishedAt")
+	requireSameTime(t, want.LastFinishedAt, got.LastFinishedAt, "LastFinishedAt")
 	requireSameTime(t, want.FinishedAt, got.FinishedAt, "FinishedAt")
 	requireSameJSON(t, want.Metadata, got.Metadata, "Metadata")
-	want.CreatedAt, want.StartedAt, want.FinishedAt, want.Metadata = time.Time{}, nil, nil, nil
-	got.CreatedAt, got.StartedAt, got.FinishedAt, got.Metadata = time.Time{}, nil, nil, nil
+	want.CreatedAt, want.StartedAt, want.PublishedAt, want.LastFinishedAt, want.FinishedAt, want.Metadata = time.Time{}, nil, nil, nil, nil, nil
+	got.CreatedAt, got.StartedAt, got.PublishedAt, got.LastFinishedAt, got.FinishedAt, got.Metadata = time.Time{}, nil, nil, nil, nil, nil
 	require.Equal(t, want, got)
 }
 

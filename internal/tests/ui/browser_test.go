@@ -159,6 +159,10 @@ var jobHandlers = map[string]worker.HandlerFunc{
 		}
 		return in.Value, nil
 	},
+	// panicky panics on every attempt: its failures carry a Go stack.
+	"panicky": func(_ context.Context, t worker.Task) (any, error) {
+		panic(fmt.Sprintf("panicky: planned panic on attempt %d", t.Attempt))
+	},
 }
 
 // submit creates a job through the API with the admin token and returns
@@ -308,7 +312,18 @@ func (b *browser) do(t *testing.T, step string, steps ...chromedp.Action[chromed
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
 	defer cancel()
-	require.NoError(t, chromedp.Do(ctx, steps...), "step: %s", step)
+	require.NoError(t, chromedp.Do(ctx, steps...), "step: %s; %s", step, b.state())
+}
+
+// state says where the page is and what it shows, for a step's failure.
+func (b *browser) state() string {
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + "\n" + (document.body ? document.body.innerText.slice(0, 1500) : "")`))
+	if err != nil {
+		text = "(the page could not be read: " + err.Error() + ")"
+	}
+	return fmt.Sprintf("the page: %s\nits JavaScript errors: %q", text, b.jsErrors())
 }
 
 // until waits for a JavaScript expression to be true.
@@ -317,7 +332,7 @@ func (b *browser) until(t *testing.T, step, expr string) {
 	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
 	defer cancel()
 	_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond)))
-	require.NoError(t, err, "step: %s: waiting for %s", step, expr)
+	require.NoError(t, err, "step: %s: waiting for %s; %s", step, expr, b.state())
 }
 
 // eval returns a JavaScript expression's value.
@@ -424,12 +439,30 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	b.until(t, "a running job", fmt.Sprintf(`document.querySelector('tr[data-job-id=%q]').dataset.state === 'running'`, sleeper))
 	b.until(t, "counts per state", `document.querySelector('[data-count-state=failed] .n')?.textContent === '2'`)
+	// One vocabulary: completed / failed / expected; the rate is the
+	// API's (finished tasks per second from the first task's start), a
+	// number once a task finished.
+	require.Contains(t, eval[string](t, b, `document.querySelector('#jobs-table thead').textContent`), "Completed / failed / expected")
+	b.until(t, "the completed job's rate", fmt.Sprintf(`/\/s$/.test(document.querySelector('tr[data-job-id=%q] td.rate').textContent)`, echo))
 	b.screenshot(t, "02-jobs")
 
 	b.do(t, "filter by type", chromedp.SendKeys(chromedp.CSS("#filter-type"), "flaky"), chromedp.Click(chromedp.CSS("#filters button[type=submit]")))
 	b.until(t, "only flaky jobs", `location.search === '?type=flaky' && document.querySelectorAll('#jobs-table tr[data-job-id]').length === 2`)
 	b.until(t, "only flaky jobs listed", fmt.Sprintf(`[...document.querySelectorAll('#jobs-table tr[data-job-id]')].every(r => [%q, %q].includes(r.dataset.jobId))`, broken, redrivable))
 	b.screenshot(t, "03-jobs-filtered-by-type")
+
+	// The search box finds a job by a task's error, and the queue filter
+	// keeps the jobs of one queue; a search keeps the other filters.
+	b.open(t, in.url+"/ui/jobs", "#filter-q")
+	b.do(t, "search a task's error", chromedp.SendKeys(chromedp.CSS("#filter-q"), "PERMANENT failure"),
+		chromedp.Click(chromedp.CSS("#filters button[type=submit]")))
+	b.until(t, "only the job whose task failed for good", fmt.Sprintf(
+		`new URLSearchParams(location.search).get('q') === 'PERMANENT failure' && document.querySelectorAll('#jobs-table tr[data-job-id]').length === 1 && document.querySelector('#jobs-table tr[data-job-id=%q]') !== null`, broken))
+	b.screenshot(t, "03b-jobs-searched")
+	b.do(t, "search and queue", chromedp.SendKeys(chromedp.CSS("#filter-queue"), "gpu"), chromedp.Click(chromedp.CSS("#filters button[type=submit]")))
+	b.until(t, "no flaky job on queue gpu", `new URLSearchParams(location.search).get('queue') === 'gpu' && document.querySelector('#jobs-table tr.empty') !== null`)
+	b.open(t, in.url+"/ui/jobs?queue=default&created=1h", "#filter-q")
+	b.until(t, "every job on the default queue, created in the last hour", `document.querySelectorAll('#jobs-table tr[data-job-id]').length === 4 && document.querySelector('#filter-created').value === '1h'`)
 
 	// The job with failures: its failed tasks and their errors; a read
 	// token offers no action.
@@ -476,6 +509,13 @@ func TestDashboardInABrowser(t *testing.T) {
 	// The completed job: result preview, and metadata shown as text.
 	b.open(t, in.url+"/ui/jobs/"+echo, "#result-preview")
 	b.until(t, "result preview", `document.querySelector('#result-preview').textContent.includes('"n": 5')`)
+	summary := eval[string](t, b, `document.querySelector('#job-summary').innerText.toLowerCase()`) // the labels are shown in capitals
+	require.Contains(t, summary, "finished\n100%", "finished: completed and failed, of the expected")
+	require.Regexp(t, `rate\n[0-9.,]+/s`, summary)
+	require.Regexp(t, `ran for\n\S+`, summary)
+	require.NotContains(t, summary, "ran for\n–", "the first task's start is known")
+	require.Contains(t, summary, "closed\n")
+	require.Contains(t, eval[string](t, b, `document.querySelector('#details').innerText`), "Published")
 	require.Contains(t, eval[string](t, b, `document.querySelector('#details pre').textContent`), "<img src=x onerror=alert(1)>")
 	require.False(t, eval[bool](t, b, present("#details img")), "metadata is text, never HTML")
 	select {
@@ -491,16 +531,25 @@ func TestDashboardInABrowser(t *testing.T) {
 	b.screenshot(t, "08-job-completed-dark")
 	b.colorScheme(t, "light")
 
-	// Dead letters: grouped, listed, and purged for one job.
+	// Dead letters: grouped and listed, the redriven job's settled (not
+	// pending), the settled ones purged, then one job's.
 	b.open(t, in.url+"/ui/deadletters", "#dl-table")
 	b.until(t, "the failed job's dead letters", fmt.Sprintf(`document.querySelectorAll('#dl-table tr[data-job-id=%q]').length === 2`, broken))
 	require.Contains(t, eval[string](t, b, `document.querySelector('#dl-by-reason').innerText`), "permanent")
 	require.True(t, eval[bool](t, b, present("#dl-replay-all")))
+	b.until(t, "the redriven job's dead letter", fmt.Sprintf(`document.querySelectorAll('#dl-table tr[data-job-id=%q]').length === 1`, redrivable))
+	require.Equal(t, "settled: resent", eval[string](t, b, fmt.Sprintf(`document.querySelector('#dl-table tr[data-job-id=%q] td.dl-state').textContent`, redrivable)),
+		"the redrive sent its task back: nothing left to do")
+	require.Equal(t, 2, eval[int](t, b, fmt.Sprintf(`document.querySelectorAll('#dl-table tr[data-job-id=%q][data-pending=true]').length`, broken)), "the failed job's are pending")
+	require.Contains(t, eval[string](t, b, `document.querySelector('#updated').textContent`), "3 message(s), 2 pending")
 	b.screenshot(t, "09-dead-letters")
-	b.confirm(t, fmt.Sprintf(`#dl-by-job tr[data-job-id=%q] button.danger`, redrivable))
-	b.until(t, "purged", `document.querySelector('#notice').textContent.startsWith('Purged')`)
-	b.until(t, "the purged job's letters gone", fmt.Sprintf(`document.querySelector('#dl-table') && document.querySelectorAll('#dl-table tr[data-job-id=%q]').length === 0`, redrivable))
-	require.Equal(t, 2, eval[int](t, b, fmt.Sprintf(`document.querySelectorAll('#dl-table tr[data-job-id=%q]').length`, broken)), "only that job's")
+	b.confirm(t, "#dl-purge-settled")
+	b.until(t, "purged the settled", `document.querySelector('#notice').textContent.startsWith('Purged 1 settled')`)
+	b.until(t, "the settled letter gone", fmt.Sprintf(`document.querySelector('#dl-table') && document.querySelectorAll('#dl-table tr[data-job-id=%q]').length === 0`, redrivable))
+	require.Equal(t, 2, eval[int](t, b, fmt.Sprintf(`document.querySelectorAll('#dl-table tr[data-job-id=%q]').length`, broken)), "pending ones stay")
+	b.confirm(t, fmt.Sprintf(`#dl-by-job tr[data-job-id=%q] button.danger`, broken))
+	b.until(t, "purged", `document.querySelector('#notice').textContent.startsWith('Purged 2')`)
+	b.until(t, "the purged job's letters gone", `document.querySelector('#dl-table tr.empty') !== null`)
 
 	// Queues and workers: the work queue with its consumer, and the
 	// worker from its heartbeats.
@@ -705,4 +754,54 @@ func publishAll(t *testing.T, st store.Store) {
 		return refs, nil
 	})
 	require.NoError(t, err)
+}
+
+// One task whole: reached from the failed list, the task table and the
+// dead letters, it shows the payload, every attempt with its traceback,
+// and the dead letter.
+func TestDashboardShowsOneTaskWhole(t *testing.T) {
+	t.Parallel()
+	b := startBrowser(t)
+	in := startInstallation(t)
+	id := in.submit(t, `{"type":"panicky","max_retries":1,"tasks":[{"n":1,"note":"<b>text</b>"}]}`)
+	require.Equal(t, warren.JobFailed, in.waitClosed(t, id))
+
+	b.open(t, in.url+"/ui/", "#token-form")
+	b.signIn(t, adminToken)
+	b.open(t, in.url+"/ui/jobs/"+id, "#failed-tasks-table")
+	b.until(t, "the failed task listed", present(`#failed-tasks-table tr[data-task-id="1"] a.task-link`))
+	b.do(t, "open the task from the failed list", chromedp.Click(chromedp.CSS(`#failed-tasks-table tr[data-task-id="1"] a.task-link`)))
+	taskURL := "/ui/jobs/" + id + "/tasks/1"
+	b.until(t, "the task's page", fmt.Sprintf(`location.pathname === %q && document.querySelectorAll('#attempts-table tr[data-attempt]').length === 2`, taskURL))
+	outcomes := eval[[]string](t, b, `[...document.querySelectorAll('#attempts-table tr[data-attempt] .badge')].map(e => e.textContent)`)
+	require.Equal(t, []string{"retried", "failed"}, outcomes)
+	require.Contains(t, eval[string](t, b, `document.querySelector('#task-payload pre').textContent`), `"note": "<b>text</b>"`, "the payload, as text")
+	require.False(t, eval[bool](t, b, present("#task-payload b")), "a payload is text, never HTML")
+	tracebacks := eval[[]string](t, b, `[...document.querySelectorAll('#attempts-table pre.traceback')].map(e => e.textContent)`)
+	require.Len(t, tracebacks, 2, "each run's stack")
+	for _, tb := range tracebacks {
+		require.Contains(t, tb, "panic: panicky: planned panic on attempt")
+		require.Contains(t, tb, "goroutine ")
+	}
+	require.True(t, eval[bool](t, b, `document.querySelector('#attempts-table tr[data-traceback="2"] details').open`), "the last run's traceback is unfolded")
+	b.until(t, "the dead letter", `document.querySelector('#task-dead-letter')?.innerText.includes('retries_exhausted')`)
+	require.Equal(t, "failed", eval[string](t, b, `document.querySelector('#task-title .badge').textContent`))
+	b.screenshot(t, "11-task-whole")
+	b.colorScheme(t, "dark")
+	b.screenshot(t, "12-task-whole-dark")
+	b.colorScheme(t, "light")
+
+	b.do(t, "back to the job", chromedp.Click(chromedp.CSS("a.back")))
+	b.until(t, "the task table", present(`#tasks-table tr[data-task-id="1"] a.task-link`))
+	b.do(t, "open the task from the task table", chromedp.Click(chromedp.CSS(`#tasks-table tr[data-task-id="1"] a.task-link`)))
+	b.until(t, "the task's page again", fmt.Sprintf(`location.pathname === %q && document.querySelector('#attempts-table') !== null`, taskURL))
+
+	b.open(t, in.url+"/ui/deadletters?job_id="+id, "#dl-table")
+	b.until(t, "its dead letter listed", fmt.Sprintf(`document.querySelector('#dl-table tr[data-job-id=%q] a.task-link') !== null`, id))
+	b.do(t, "open the task from its dead letter", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#dl-table tr[data-job-id=%q] a.task-link`, id))))
+	b.until(t, "the task's page from the dead letters", fmt.Sprintf(`location.pathname === %q && document.querySelectorAll('#attempts-table tr[data-attempt]').length === 2`, taskURL))
+
+	b.open(t, in.url+"/ui/jobs/"+id+"/tasks/9", "#task-error")
+	require.Contains(t, eval[string](t, b, `document.querySelector('#task-error').textContent`), "not found")
+	require.Empty(t, b.jsErrors(), "the page logged errors")
 }

@@ -5,12 +5,14 @@ import { ApiError, auth, can, loadAuth, onUnauthorized, setToken } from './api.j
 import { clearNotice, h } from './dom.js';
 import { jobsPage } from './jobs.js';
 import { jobPage } from './job.js';
+import { taskPage } from './task.js';
 import { deadLettersPage } from './deadletters.js';
 import { queuesPage } from './queues.js';
 
 const routes = [
   [/^\/ui\/(jobs\/?)?$/, 'jobs', jobsPage],
   [/^\/ui\/jobs\/([^/]+)$/, 'jobs', jobPage],
+  [/^\/ui\/jobs\/([^/]+)\/tasks\/(\d+)$/, 'jobs', taskPage],
   [/^\/ui\/deadletters\/?$/, 'deadletters', deadLettersPage],
   [/^\/ui\/queues\/?$/, 'queues', queuesPage],
 ];

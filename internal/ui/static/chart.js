@@ -1,5 +1,5 @@
 // The timeline chart of a job, drawn as inline SVG: tasks finished per
-// bucket (completed and failed, stacked) and the share of the job done.
+// bucket (completed and failed, stacked) and the share of the job finished.
 
 import { h, localTime, num, s } from './dom.js';
 
@@ -51,5 +51,5 @@ export function timelineChart(timeline, expected) {
   label(W - pad.right + 6, pad.top + innerH + 4, '0%', 'start'),
   label(pad.left, H - 8, localTime(buckets[0].start)),
   label(W - pad.right, H - 8, localTime(end), 'end'),
-  label(W / 2, H - 8, `tasks finished per ${timeline.bucket_seconds} s; line: share of the job done`, 'middle', 'axis legend'));
+  label(W / 2, H - 8, `tasks finished per ${timeline.bucket_seconds} s; line: share of the job finished`, 'middle', 'axis legend'));
 }

@@ -1,5 +1,7 @@
 // The dead-letter page: what tasks.dlq holds, grouped by reason, routing
-// key and job, with replay and purge (admin scope, confirmation asked).
+// key and job, each message pending or settled (a redrive, a replay or a
+// delete dealt with it), with replay and purge (admin scope,
+// confirmation asked).
 // It lists the queue when opened and on Refresh only.
 
 import { can, get, post } from './api.js';
@@ -8,6 +10,15 @@ import {
 } from './dom.js';
 
 const listLimit = 500;
+
+/** What each settled reason (the API's DeadLetter.settled) means. */
+const settledWhy = {
+  job_deleted: 'its job was deleted (or the store never knew it)',
+  job_cancelled: 'its job was cancelled',
+  resent: 'a redrive or a replay sent its task back since',
+  completed: 'another copy of its task completed',
+  unknown_task: 'its job has no such task',
+};
 
 /** Renders the dead-letter page into root; returns a function that stops it. */
 export function deadLettersPage(root, { query, navigate }) {
@@ -27,13 +38,16 @@ export function deadLettersPage(root, { query, navigate }) {
   const scope = jobID ? `of job ${jobID}` : '';
   const toolbar = h('div', { class: 'actions' },
     can('admin') && h('button', { type: 'button', id: 'dl-replay-all', class: 'primary', onclick: () => replay(jobID) }, jobID ? 'Replay this job’s' : 'Replay all'),
+    can('admin') && h('button', { type: 'button', id: 'dl-purge-settled', onclick: () => purgeSettled(jobID),
+      title: 'delete the dead letters a redrive, a replay or a delete already settled; pending ones stay' }, 'Purge settled'),
     can('admin') && h('button', { type: 'button', id: 'dl-purge-all', class: 'danger', onclick: () => purge(jobID) }, jobID ? 'Purge this job’s' : 'Purge all'),
     h('button', { type: 'button', onclick: () => load() }, 'Refresh'));
 
   root.append(h('section', { class: 'panel' },
     h('div', { class: 'title-row' }, h('h1', null, 'Dead letters ', jobID && h('small', { class: 'mono' }, scope)), status),
     h('p', { class: 'muted' }, 'Tasks that failed for good, or messages that could not be handled, wait in the dead-letter queue. ',
-      'Replaying a task runs it again (its job reopens); purging drops the messages (the tasks stay failed).'),
+      'Replaying a task runs it again (its job reopens); purging drops the messages (the tasks stay failed). ',
+      'A dead letter is settled once a redrive or a replay sent its task back, or its job was deleted or cancelled: nothing is left to do about it.'),
     h('div', { class: 'title-row' }, filters, toolbar), summary),
   panel('Messages', { id: 'dl-messages' }, listBox));
 
@@ -50,21 +64,25 @@ export function deadLettersPage(root, { query, navigate }) {
       return;
     }
     const letters = out.deadletters;
-    status.textContent = `${num(letters.length)}${letters.length >= listLimit ? '+' : ''} message(s) · updated ${new Date().toLocaleTimeString()}`;
+    const pending = letters.filter((d) => d.pending).length;
+    status.textContent = `${num(letters.length)}${letters.length >= listLimit ? '+' : ''} message(s), ${num(pending)} pending · updated ${new Date().toLocaleTimeString()}`;
     summary.replaceChildren(
       group('By reason', 'dl-by-reason', letters, (d) => d.reason || '(none)'),
       group('By routing key', 'dl-by-key', letters, (d) => d.routing_key || '(none)'),
       jobGroup(letters));
-    const t = table({ class: 'list', id: 'dl-table' }, ['Time', 'Job', 'Task', 'Reason', 'Routing key', 'Attempts', 'Error']);
-    const rows = letters.map((d) => h('tr', { 'data-job-id': d.job_id },
+    const t = table({ class: 'list', id: 'dl-table' }, ['Time', 'Job', 'Task', 'State', 'Reason', 'Routing key', 'Attempts', 'Error']);
+    const rows = letters.map((d) => h('tr', { 'data-job-id': d.job_id, 'data-pending': String(d.pending), class: d.pending ? null : 'settled' },
       h('td', null, timeEl(d.time)),
       h('td', null, d.job_id ? copyable(d.job_id, `/ui/jobs/${encodeURIComponent(d.job_id)}`) : '–'),
-      h('td', { class: 'num mono' }, d.task_ids && d.task_ids.length > 1 ? `${d.task_ids[0]}…${d.task_ids.at(-1)} (${d.task_ids.length})` : String(d.task_id)),
+      h('td', { class: 'num mono' }, d.task_ids && d.task_ids.length > 1 ? `${d.task_ids[0]}…${d.task_ids.at(-1)} (${d.task_ids.length})`
+        : d.job_id ? h('a', { href: `/ui/jobs/${encodeURIComponent(d.job_id)}/tasks/${d.task_id}`, class: 'task-link' }, String(d.task_id)) : String(d.task_id)),
+      h('td', { class: 'dl-state' }, d.pending ? badge('pending')
+        : h('span', { class: 'muted small', title: settledWhy[d.settled] || d.settled }, `settled: ${(d.settled || '').replace('_', ' ')}`)),
       h('td', null, badge(d.reason || 'unknown')),
       h('td', { class: 'mono small' }, d.routing_key),
       h('td', { class: 'num' }, num(d.attempts)),
       h('td', { class: 'error-text' }, d.error)));
-    t.tBodies[0].append(...(rows.length ? rows : [emptyRow(7, 'The dead-letter queue is empty.')]));
+    t.tBodies[0].append(...(rows.length ? rows : [emptyRow(8, 'The dead-letter queue is empty.')]));
     listBox.replaceChildren(t);
   }
 
@@ -98,6 +116,19 @@ export function deadLettersPage(root, { query, navigate }) {
     try {
       const r = await post('/v1/deadletters/replay', job ? { job_id: job } : undefined);
       notify(`Replayed ${num(r.replayed)}, skipped ${num(r.skipped)}.`, 'ok');
+    } catch (err) {
+      notify(err.message, 'error');
+    }
+    load();
+  }
+
+  async function purgeSettled(job) {
+    const what = job ? `of job ${job} ` : '';
+    if (!(await confirmAction('Purge settled dead letters?', `This deletes the settled dead letters ${what}from the queue: those whose task a redrive or a replay sent back, or whose job was deleted or cancelled. Pending ones stay.`, 'Purge settled'))) return;
+    clearNotice();
+    try {
+      const r = await post('/v1/deadletters/purge', job ? { job_id: job, settled: true } : { settled: true });
+      notify(`Purged ${num(r.purged)} settled.`, 'ok');
     } catch (err) {
       notify(err.message, 'error');
     }

@@ -177,16 +177,9 @@ export function progressBar(job, big = false) {
   h('span', { class: 'bad', style: { width: pc(job.failed_tasks) } }));
 }
 
-/** Tasks per second over a job's life so far (null before it started). */
-export function averageRate(job) {
-  const from = Date.parse(job.started_at || job.created_at);
-  const to = job.finished_at ? Date.parse(job.finished_at) : Date.now();
-  const done = job.completed_tasks + job.failed_tasks;
-  if (!done || to <= from) return null;
-  return (1000 * done) / (to - from);
-}
-
-/** A rate in tasks per second. */
+/** A rate in tasks per second: the job's rate as the API computes it
+ * (finished tasks from the first start to the latest finish, or to the
+ * close; null while not measurable), one definition with the CLI's. */
 export function rate(r) {
   if (r == null) return '–';
   if (r >= 100) return `${num(Math.round(r))}/s`;

@@ -6,7 +6,7 @@
 import { ApiError, can, del, follow, get, post, request } from './api.js';
 import { timelineChart } from './chart.js';
 import {
-  ago, averageRate, badge, clearNotice, confirmAction, copyable, duration, emptyRow, every, h, isOpen, notify, num,
+  ago, badge, clearNotice, confirmAction, copyable, duration, emptyRow, every, h, isOpen, notify, num,
   panel, pretty, progressBar, rate, table, timeEl,
 } from './dom.js';
 
@@ -54,7 +54,10 @@ export function jobPage(root, { params, navigate }) {
     // a badge of its own next to the job's state.
     const reducing = j.reduce_state === 'running' && isOpen(j.state)
       ? [' ', h('span', { class: 'badge running', id: 'reducing', title: 'the reduce task (task 0) is running' }, 'reducing')] : [];
-    title.replaceChildren(h('h1', null, j.type, ' ', badge(j.state), ...reducing), copyable(j.id));
+    // A paused job stays in its state: the pause is a badge of its own.
+    const paused = j.paused && isOpen(j.state)
+      ? [' ', h('span', { class: 'badge state-paused', id: 'paused', title: `paused since ${new Date(j.paused_at).toLocaleString()}: no new task starts until it is resumed` }, 'paused')] : [];
+    title.replaceChildren(h('h1', null, j.type, ' ', badge(j.state), ...reducing, ...paused), copyable(j.id));
     const done = j.completed_tasks + j.failed_tasks;
     const end = j.finished_at ? Date.parse(j.finished_at) : Date.now();
     const card = (label, value, cls, title) => h('div', { class: `card ${cls || ''}`, title: title || null }, h('div', { class: 'label' }, label), h('div', { class: 'value' }, value));
@@ -67,21 +70,27 @@ export function jobPage(root, { params, navigate }) {
       card('Completed', num(j.completed_tasks), 'ok-text'),
       card('Failed', num(j.failed_tasks), j.failed_tasks ? 'bad-text' : ''),
       card(isOpen(j.state) ? 'Pending' : 'Unfinished', num(j.pending_tasks)),
-      card('Done', `${j.expected_tasks ? Math.floor((100 * done) / j.expected_tasks) : 100}%`),
-      card('Rate', rate(averageRate(j))),
+      card('Finished', `${j.expected_tasks ? Math.floor((100 * done) / j.expected_tasks) : 100}%`, '',
+        'completed and failed tasks, of the expected ones'),
+      card('Rate', rate(j.rate), '', 'finished tasks per second, from the first task\'s start to the latest finish (to the close once closed)'),
       card('Created', ago(j.created_at)),
-      card('Ran for', j.started_at ? duration(end - Date.parse(j.started_at)) : '–'),
-      card('Finished', j.finished_at ? timeEl(j.finished_at) : '–'));
+      card('Ran for', j.started_at ? duration(end - Date.parse(j.started_at)) : '–', '', 'since the first task started'),
+      card('Closed', j.finished_at ? timeEl(j.finished_at) : '–'));
     progress.replaceChildren(progressBar(j, true));
     // An open job whose work queue has no consumer, or no live worker
     // serving its type, says so (waiting).
     const waitedFor = j.waiting ? duration(Date.now() - Date.parse(j.waiting.since)) : '';
+    const waitingText = {
+      paused: () => `Paused for ${waitedFor}: no new task starts until the job is resumed; tasks that were running finish.`,
+      queue_paused: () => `Its work queue ${j.waiting.queue} is paused (for ${waitedFor}): no new task starts until the queue is resumed (warren resume --queue ${j.waiting.queue}).`,
+      no_worker_for_type: () => `No live worker serves type ${j.waiting.type} on queue ${j.waiting.queue} (for ${waitedFor}): its tasks wait for one, and fail unknown_type after the task timeout.`,
+    };
     const waiting = !isOpen(j.state) || !j.waiting ? ''
-      : j.waiting.reason === 'no_worker_for_type'
-        ? `No live worker serves type ${j.waiting.type} on queue ${j.waiting.queue} (for ${waitedFor}): its tasks wait for one, and fail unknown_type after the task timeout.`
-        : `No consumer on queue ${j.waiting.queue} for ${waitedFor}: is a worker running with this prefix and this queue?`;
+      : (waitingText[j.waiting.reason] || (() => `No consumer on queue ${j.waiting.queue} for ${waitedFor}: is a worker running with this prefix and this queue?`))();
     jobError.textContent = j.error || waiting;
     jobError.hidden = !j.error && !waiting;
+    // A pause is said in the waiting colour, not as an error.
+    jobError.className = !j.error && j.waiting && (j.waiting.reason === 'paused' || j.waiting.reason === 'queue_paused') ? 'warn-text' : 'bad-text';
     renderActions();
     renderDetails();
     if (j.state === 'completed' && j.result_url && !resultShown) {
@@ -100,6 +109,9 @@ export function jobPage(root, { params, navigate }) {
     const j = job;
     const buttons = [];
     if (can('write') && isOpen(j.state)) {
+      buttons.push(j.paused
+        ? h('button', { type: 'button', id: 'action-resume', class: 'primary', onclick: resume }, 'Resume')
+        : h('button', { type: 'button', id: 'action-pause', onclick: pause }, 'Pause'));
       buttons.push(h('button', { type: 'button', id: 'action-cancel', class: 'danger', onclick: cancel }, 'Cancel job'));
     }
     if (can('write') && (j.state === 'failed' || (j.state === 'completed' && j.failed_tasks > 0))) {
@@ -131,7 +143,8 @@ export function jobPage(root, { params, navigate }) {
         j.previous_job ? row('Previous job', jobLink(j.previous_job)) : null,
         j.next_job ? row('Next job', jobLink(j.next_job)) : null,
         !j.next_job && j.then ? row('Then', `${j.then.type}, once this job completes (${j.then.remaining} more in the chain)`) : null,
-        row('Created', timeEl(j.created_at)), row('Started', timeEl(j.started_at))),
+        row('Created', timeEl(j.created_at)), row('Started', timeEl(j.started_at)),
+        row('Published', timeEl(j.published_at)), row('Last finish', timeEl(j.last_finished_at))),
       h('h3', null, 'Metadata'),
       j.metadata == null ? h('p', { class: 'muted' }, 'none') : h('pre', { class: 'json' }, JSON.stringify(j.metadata, null, 2)));
   }
@@ -156,6 +169,22 @@ export function jobPage(root, { params, navigate }) {
     if (!(await confirmAction('Cancel this job?', `Job ${id} stops: its unfinished tasks are cancelled, and it cannot run again.`, 'Cancel job'))) return;
     const r = await act('The job is cancelled.', () => post(`${base}/cancel`));
     if (r.ok) { show(r.value); loadSlow(); }
+  }
+
+  // Pause and resume take effect at once and are undone as easily: no
+  // confirmation. The answer's warnings (the workers not told) are shown.
+  async function pause() {
+    const r = await act('The job is paused: no new task starts until you resume it; running tasks finish.', () => post(`${base}/pause`));
+    if (r.ok) { show(r.value); warnOf(r.value); }
+  }
+
+  async function resume() {
+    const r = await act('The job is resumed: its tasks run again.', () => post(`${base}/resume`));
+    if (r.ok) { show(r.value); warnOf(r.value); }
+  }
+
+  function warnOf(answer) {
+    if (answer.warnings && answer.warnings.length) notify(answer.warnings.join(' '), 'error');
   }
 
   async function redrive() {
@@ -380,7 +409,7 @@ function taskTable(base, { id, state, limit, failedOnly }) {
     prev.disabled = cursors.length < 2;
     nextButton.disabled = !next;
     count = page.tasks.length;
-    const rows = page.tasks.map((tk) => (failedOnly ? failedRow(tk) : taskRow(tk)));
+    const rows = page.tasks.map((tk) => (failedOnly ? failedRow(base, tk) : taskRow(base, tk)));
     t.tBodies[0].replaceChildren(...(rows.length ? rows : [emptyRow(headers.length, failedOnly ? 'No failed task.' : 'No task in this state.')]));
     info.textContent = `page ${cursors.length}`;
   }
@@ -391,19 +420,24 @@ function taskTable(base, { id, state, limit, failedOnly }) {
   return { el, reload, empty: () => count === 0 };
 }
 
-function failedRow(tk) {
+// taskLink is a link to task tk's page, for the job of API path base.
+function taskLink(base, tk, label) {
+  return h('a', { href: `/ui${base.slice('/v1'.length)}/tasks/${tk.task_id}`, class: 'task-link' }, label || String(tk.task_id));
+}
+
+function failedRow(base, tk) {
   return h('tr', { 'data-task-id': tk.task_id },
-    h('td', { class: 'num mono' }, String(tk.task_id)), h('td', { class: 'num' }, num(tk.attempts)),
+    h('td', { class: 'num mono' }, taskLink(base, tk)), h('td', { class: 'num' }, num(tk.attempts)),
     h('td', { class: 'mono small' }, tk.worker || '–'), h('td', null, timeEl(tk.finished_at)),
     h('td', { class: 'error-text' }, clip(tk.error, 4000)));
 }
 
-function taskRow(tk) {
+function taskRow(base, tk) {
   const took = tk.started_at && tk.finished_at ? duration(Date.parse(tk.finished_at) - Date.parse(tk.started_at)) : '–';
   const detail = tk.state === 'completed' ? h('code', { class: 'result', title: clip(JSON.stringify(tk.result), 2000) }, clip(JSON.stringify(tk.result), 120))
     : h('span', { class: 'error-text', title: clip(tk.error, 2000) }, clip(tk.error, 160));
   return h('tr', { 'data-task-id': tk.task_id },
-    h('td', { class: 'num mono', title: tk.task_id === 0 ? 'the reduce task' : null }, tk.task_id === 0 ? '0 (reduce)' : String(tk.task_id)), h('td', null, badge(tk.state)),
+    h('td', { class: 'num mono', title: tk.task_id === 0 ? 'the reduce task' : null }, taskLink(base, tk, tk.task_id === 0 ? '0 (reduce)' : String(tk.task_id))), h('td', null, badge(tk.state)),
     h('td', { class: 'num' }, num(tk.attempts)), h('td', { class: 'mono small' }, tk.worker || '–'),
     h('td', null, timeEl(tk.queued_at)), h('td', null, timeEl(tk.started_at)), h('td', null, timeEl(tk.finished_at)),
     h('td', { class: 'num' }, took), h('td', null, detail));

@@ -2,18 +2,27 @@
 // growth) and GET /v1/workers (the workers' heartbeats). A server without
 // these routes answers 404: the page says so.
 
-import { ApiError, get } from './api.js';
-import { ago, badge, copyable, emptyRow, every, h, num, panel, table, timeEl } from './dom.js';
+import { ApiError, can, get, post } from './api.js';
+import { ago, badge, copyable, emptyRow, every, h, notify, num, panel, table, timeEl } from './dom.js';
 
 /** Renders the queues and workers page into root; returns a function that stops it. */
 export function queuesPage(root) {
   const status = h('span', { class: 'muted small', id: 'updated' });
   const queuesBox = h('div', { class: 'scroll', id: 'queues' });
   const workersBox = h('div', { class: 'scroll', id: 'workers' });
+  const pausedBox = h('div', { id: 'paused-box' });
+  // Pause a work queue by the name jobs give ("queue" in a submission):
+  // the broker's names below carry the prefix and a suffix.
+  const pauseName = h('input', { id: 'pause-queue-name', placeholder: 'work queue, e.g. gpu', 'aria-label': 'work queue to pause' });
+  const pauseForm = h('form', { id: 'pause-queue-form', class: 'row', hidden: !can('write'), onsubmit: (e) => {
+    e.preventDefault();
+    const q = pauseName.value.trim();
+    if (q) queueAction(q, 'pause');
+  } }, pauseName, h('button', { type: 'submit' }, 'Pause queue'));
   root.append(
     h('section', { class: 'panel' }, h('div', { class: 'title-row' }, h('h1', null, 'Queues & workers'), status),
       h('p', { class: 'muted' }, 'The RabbitMQ queues of this installation and the workers that report to it.')),
-    panel('Queues', { id: 'queues-panel' }, queuesBox),
+    panel('Queues', { id: 'queues-panel' }, pausedBox, pauseForm, queuesBox),
     panel('Workers', { id: 'workers-panel' }, workersBox));
 
   const unavailable = (err) => h('p', { class: 'muted unavailable' },
@@ -27,6 +36,15 @@ export function queuesPage(root) {
       queuesBox.replaceChildren(unavailable(err));
       return;
     }
+    // The work queues paused (POST /v1/queues/{queue}/pause), by name:
+    // the broker's names carry the prefix, so they are listed apart.
+    const paused = out.paused || [];
+    pausedBox.replaceChildren(...(paused.length
+      ? [h('p', { class: 'warn-text', id: 'paused-queues' }, 'Paused work queues (no new task of their jobs starts): ',
+        ...paused.flatMap((p, i) => [i ? ', ' : '', h('span', { class: 'mono', 'data-paused-queue': p.queue }, p.queue),
+          h('span', { class: 'muted small' }, ` since ${new Date(p.paused_at).toLocaleString()}`),
+          ...(can('write') ? [' ', h('button', { type: 'button', class: 'small', 'data-resume-queue': p.queue, onclick: () => queueAction(p.queue, 'resume') }, 'Resume')] : [])]))]
+      : []));
     const growth = (n) => (n == null ? h('span', { class: 'muted' }, '–') : h('span', { class: n > 0 ? 'bad-text' : '' }, n > 0 ? `+${num(n)}` : num(n)));
     const t = table({ class: 'list', id: 'queues-table' }, ['Queue', 'Kind', 'Messages', 'Consumers', 'Dead letters 1 min', 'Dead letters 15 min']);
     const rows = out.queues.map((q) => h('tr', { 'data-queue': q.name },
@@ -37,6 +55,21 @@ export function queuesPage(root) {
       h('td', { class: 'num' }, q.kind === 'dead' ? growth(q.dead_letters_15m) : '')));
     t.tBodies[0].append(...(rows.length ? rows : [emptyRow(6, 'No queue.')]));
     queuesBox.replaceChildren(t);
+  }
+
+  // queueAction pauses or resumes work queue q (POST
+  // /v1/queues/{queue}/pause|resume), says so, and shows the queues again.
+  async function queueAction(q, action) {
+    try {
+      const out = await post(`/v1/queues/${encodeURIComponent(q)}/${action}`);
+      notify(action === 'pause' ? `Work queue ${q} is paused: no new task of its jobs starts until it is resumed.`
+        : `Work queue ${q} is resumed.`, 'ok');
+      if (out && out.warnings && out.warnings.length) notify(out.warnings.join(' '), 'error');
+      pauseName.value = '';
+    } catch (err) {
+      notify(err.message, 'error');
+    }
+    await loadQueues();
   }
 
   async function loadWorkers() {

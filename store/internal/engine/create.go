@@ -89,7 +89,19 @@ type StagedJob struct {
 	// Release frees what staging the tasks held; nil when it held
 	// nothing.
 	Release func()
+	// Small says the tasks are few (at most GroupTasks) and may be read
+	// more than once: the job may share its transaction with other
+	// creates (group commit), and be written again alone when that
+	// transaction fails.
+	Small bool
 }
+
+// GroupTasks is the most tasks a job created in a group transaction with
+// others may have (StagedJob.Small), and MaxGroup the most jobs in one.
+const (
+	GroupTasks = 1000
+	MaxGroup   = 64
+)
 
 // DeliveryExecutor holds the primitives that settle webhook deliveries
 // (ClaimDeliveries, RecordDeliveryAttempt), part of a Driver's Executor:
@@ -173,46 +185,154 @@ func (e *Engine) CreateJob(ctx context.Context, spec store.NewJob, tasks iter.Se
 		}
 		return job, false, nil
 	}
-	payloads := staged.Tasks
 	row := newJobRow(spec, e.now())
-	id := row.Job.ID
+	if staged.Small {
+		r := &createReq{ctx: ctx, spec: spec, row: row, payloads: staged.Tasks, done: make(chan struct{}), lead: make(chan struct{})}
+		e.createGrouped(r)
+		return r.job, r.created, r.err
+	}
+	job, created, err := e.createAlone(ctx, spec, row, staged.Tasks)
+	if src.err != nil {
+		return warren.Job{}, false, src.err
+	}
+	return job, created, err
+}
+
+// createAlone writes one job in a transaction of its own.
+func (e *Engine) createAlone(ctx context.Context, spec store.NewJob, row NewJobRow, payloads iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
 	var (
 		job     warren.Job
 		created bool
 	)
-	err = e.inTx(ctx, func(tx Tx) error {
-		inserted, err := tx.InsertJob(ctx, row)
-		if errors.Is(err, ErrIDTaken) {
-			return fmt.Errorf("job %s already exists: %w", id, warren.ErrConflict)
-		}
-		if err != nil {
-			return err
-		}
-		if !inserted {
-			job, err = replay(ctx, tx, spec)
-			return err
-		}
-		if spec.ID != "" {
-			// A generated id is never a deleted job's.
-			left, err := tx.DeletedTasksLeft(ctx, id)
-			if err != nil {
-				return err
-			}
-			if left {
-				return deletedConflict(id)
-			}
-		}
-		job, err = insertTasks(ctx, tx, id, payloads)
-		created = err == nil
+	err := e.inTx(ctx, func(tx Tx) error {
+		var err error
+		job, created, err = createInTx(ctx, tx, spec, row, payloads)
 		return err
 	})
-	if src.err != nil {
-		return warren.Job{}, false, src.err
-	}
 	if err != nil {
 		return warren.Job{}, false, e.errorf(err, "create job")
 	}
 	return job, created, nil
+}
+
+// createInTx is CreateJob's tree inside tx: the job row (or the replay
+// of the job its key names), then its tasks.
+func createInTx(ctx context.Context, tx Tx, spec store.NewJob, row NewJobRow, payloads iter.Seq2[json.RawMessage, error]) (warren.Job, bool, error) {
+	id := row.Job.ID
+	inserted, err := tx.InsertJob(ctx, row)
+	if errors.Is(err, ErrIDTaken) {
+		return warren.Job{}, false, fmt.Errorf("job %s already exists: %w", id, warren.ErrConflict)
+	}
+	if err != nil {
+		return warren.Job{}, false, err
+	}
+	if !inserted {
+		job, err := replay(ctx, tx, spec)
+		return job, false, err
+	}
+	if spec.ID != "" {
+		// A generated id is never a deleted job's.
+		left, err := tx.DeletedTasksLeft(ctx, id)
+		if err != nil {
+			return warren.Job{}, false, err
+		}
+		if left {
+			return warren.Job{}, false, deletedConflict(id)
+		}
+	}
+	job, err := insertTasks(ctx, tx, id, payloads)
+	return job, err == nil, err
+}
+
+// createReq is a small job's create waiting for a group transaction
+// (createGrouped), and, once done is closed, its outcome.
+type createReq struct {
+	ctx      context.Context
+	spec     store.NewJob
+	row      NewJobRow
+	payloads iter.Seq2[json.RawMessage, error]
+
+	job     warren.Job
+	created bool
+	err     error
+	done    chan struct{}
+	// lead is closed when this create is to lead the next group.
+	lead chan struct{}
+}
+
+// createGrouped writes r in a transaction shared with the creates that
+// wait at the same time (group commit): the first to come leads a group
+// of every create waiting, up to MaxGroup; those that come while it
+// writes wait, and the first of them leads the next group once it is
+// done. Under load, many jobs share a commit (and, on SQLite, one turn of
+// the one writer); a lone create is written at once, as alone.
+func (e *Engine) createGrouped(r *createReq) {
+	e.groupMu.Lock()
+	e.waiting = append(e.waiting, r)
+	if e.grouping {
+		e.groupMu.Unlock()
+		select {
+		case <-r.done:
+			return
+		case <-r.lead:
+		}
+	} else {
+		e.grouping = true
+		e.groupMu.Unlock()
+	}
+	e.leadGroup()
+	<-r.done
+}
+
+// leadGroup writes the next group of waiting creates, then hands the
+// lead to the first create still waiting, if any.
+func (e *Engine) leadGroup() {
+	e.groupMu.Lock()
+	n := min(len(e.waiting), MaxGroup)
+	group := slices.Clone(e.waiting[:n])
+	e.waiting = slices.Delete(e.waiting, 0, n)
+	e.groupMu.Unlock()
+
+	e.createGroup(group)
+
+	e.groupMu.Lock()
+	if len(e.waiting) > 0 {
+		close(e.waiting[0].lead)
+	} else {
+		e.grouping = false
+	}
+	e.groupMu.Unlock()
+}
+
+// createGroup writes group in one transaction, and, when that fails (one
+// job's conflict, or anything else), each job alone, so that one create's
+// error is its own.
+func (e *Engine) createGroup(group []*createReq) {
+	defer func() {
+		for _, r := range group {
+			close(r.done)
+		}
+	}()
+	if len(group) > 1 {
+		// The leader's request may end before the others': the group's
+		// transaction is all of theirs.
+		ctx := context.WithoutCancel(group[0].ctx)
+		err := e.inTx(ctx, func(tx Tx) error {
+			for _, r := range group {
+				var err error
+				if r.job, r.created, err = createInTx(ctx, tx, r.spec, r.row, r.payloads); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			return
+		}
+	}
+	for _, r := range group {
+		r.job, r.created, r.err = e.createAlone(r.ctx, r.spec, r.row, r.payloads)
+	}
 }
 
 // insertTasks writes the tasks of job id, just inserted, and records

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -55,6 +56,14 @@ type Driver interface {
 	// first of them, after publish; MarkQueued's generation guard leaves
 	// alone a task redriven meanwhile.
 	BeginRelay(ctx context.Context) (RelayRoundTx, error)
+	// BeginPause starts the write transaction of a pause (PauseJob,
+	// PauseQueue): it waits until no relay round of the store is in
+	// flight, and holds off new rounds until it ends, so that every
+	// round after it reads the pause and none before it still publishes.
+	// SQLite takes the store's relay slot before its one writer;
+	// PostgreSQL takes an advisory lock of its schema exclusively, of
+	// which each round holds a shared one (PendingJobs).
+	BeginPause(ctx context.Context) (Tx, error)
 	// BeginDelete starts the write transaction of a retention deletion
 	// (DeleteExpiredJobs, DeleteJob), in which DeleteJobs deletes job rows
 	// and leaves their task rows. A driver with nothing special returns a
@@ -114,6 +123,7 @@ type Tx interface {
 	FollowUpTx
 	SpawnTx
 	SpawnPartTx
+	PauseTx
 }
 
 // Options tunes an Engine.
@@ -143,6 +153,12 @@ type Engine struct {
 	// openJobs is how many open jobs the last relay round found, for the
 	// next one's pendingCap.
 	openJobs atomic.Int64
+
+	// groupMu guards the creates waiting for a group transaction
+	// (createGrouped), and grouping, whether one leads a group now.
+	groupMu  sync.Mutex
+	waiting  []*createReq
+	grouping bool
 }
 
 // New returns the engine of drv. Its clock tells the process's time until

@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -26,14 +27,19 @@ type OutcomeTx interface {
 	LockOutcomeTasks(ctx context.Context, refs []store.TaskRef) (tasks []OutcomeTask, jobs map[string]OutcomeJob, err error)
 	// WriteOutcomes writes each of writes to its task row, if the row is
 	// still open (pending or queued) at the write's Generation, then
-	// applies deltas as BumpCounters does, pipelined with the writes
-	// where the driver can. It returns how many task rows it wrote, and
-	// the job rows as the deltas left them, in job id order.
-	WriteOutcomes(ctx context.Context, writes []TaskWrite, deltas []CounterDelta) (int, []warren.Job, error)
+	// applies deltas as BumpCounters does, then records attempts (an
+	// AttemptWrite's rules: a repeat at the same or an earlier generation
+	// is a no-op, a later one replaces the row, then its PruneThrough),
+	// pipelined with the writes where the driver can. Any of the three
+	// may be empty. It returns how many task rows it wrote, and the job
+	// rows as the deltas left them, in job id order.
+	WriteOutcomes(ctx context.Context, writes []TaskWrite, deltas []CounterDelta, attempts []AttemptWrite) (int, []warren.Job, error)
 	// BumpCounters adds each delta to its job's completed, failed and
 	// expected counters (a delta may be negative: a redrive takes failed
 	// tasks back), sets its reduce_state to the delta's ReduceState when that is
-	// not "", and increments the job's version, one job row at a time in
+	// not "", its started_at to the delta's Started when that is earlier
+	// and its last_finished_at to the delta's Finished when that is later
+	// (or the job has none), and increments the job's version, one job row at a time in
 	// job id order (PostgreSQL's lock order for job rows), whatever the
 	// order of deltas. It returns the updated job rows in that order. A
 	// delta of zero still increments the version: leave such deltas out.
@@ -104,6 +110,14 @@ type CounterDelta struct {
 	// outcome of its reduce task (warren.ReduceCompleted or
 	// warren.ReduceFailed), which moves no counter.
 	ReduceState string
+	// Started, when not nil, is the earliest start the applied outcomes
+	// of the job reported: the job's started_at becomes it if the job
+	// has none yet or a later one (warren.Job.StartedAt).
+	Started *time.Time
+	// Finished, when not nil, is the latest finish of the applied
+	// outcomes of the job: the job's last_finished_at becomes it if that
+	// is later (warren.Job.LastFinishedAt).
+	Finished *time.Time
 }
 
 // ApplyOutcomes records a batch of outcomes in one transaction, as
@@ -118,6 +132,13 @@ type CounterDelta struct {
 // An outcome whose State is neither completed nor failed fails the whole
 // batch before anything is read.
 func (e *Engine) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (store.ApplyReport, error) {
+	return e.ApplyOutcomesClosing(ctx, outcomes, nil)
+}
+
+// ApplyOutcomesClosing is ApplyOutcomes that closes, in its transaction,
+// the jobs it made ready that decide closes (store.Store's
+// ApplyOutcomesClosing; closeInline).
+func (e *Engine) ApplyOutcomesClosing(ctx context.Context, outcomes []store.Outcome, decide store.CloseDecider) (store.ApplyReport, error) {
 	if err := validateOutcomes(outcomes); err != nil {
 		return store.ApplyReport{}, e.errorf(err, "apply outcomes")
 	}
@@ -156,10 +177,10 @@ func (e *Engine) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (s
 				return err
 			}
 		}
-		if len(j.writes) == 0 {
+		if len(j.writes) == 0 && len(j.attempts) == 0 {
 			return nil
 		}
-		n, bumped, err := tx.WriteOutcomes(ctx, j.writes, j.deltas)
+		n, bumped, err := tx.WriteOutcomes(ctx, j.writes, j.deltas, distinctAttempts(j.attempts))
 		if err != nil {
 			return fmt.Errorf("record tasks: %w", err)
 		}
@@ -170,18 +191,86 @@ func (e *Engine) ApplyOutcomes(ctx context.Context, outcomes []store.Outcome) (s
 		if n != len(j.writes) {
 			return fmt.Errorf("record tasks: %d of %d locked task rows changed", n, len(j.writes))
 		}
+		if len(j.writes) == 0 {
+			return nil // attempts alone: no job moved
+		}
 		if len(j.children) > 0 {
 			if err := tx.InsertSpawned(ctx, j.children); err != nil {
 				return fmt.Errorf("spawn tasks: %w", err)
 			}
 		}
 		report.ReadyToClose = readyAfter(bumped, j.deltas)
-		return nil
+		if decide == nil {
+			return nil
+		}
+		report.Unfinished = make(map[string]int64, len(bumped))
+		for _, b := range bumped {
+			report.Unfinished[b.ID] = max(b.ExpectedTasks-b.CompletedTasks-b.FailedTasks, 0)
+		}
+		if len(report.ReadyToClose) > 0 {
+			report.ReadyToClose, report.ClosedJobs, err = closeInline(ctx, tx, bumped, report.ReadyToClose, decide, e.now())
+		}
+		return err
 	})
 	if err != nil {
 		return store.ApplyReport{}, e.errorf(err, "apply outcomes")
 	}
 	return report, nil
+}
+
+// closeInline closes, in tx, the jobs of ready (read as bumped) that
+// ApplyOutcomesClosing may close and decide closes, and returns the jobs
+// still ready to close and those it closed. Only a job whose tasks are
+// all finished qualifies: closing it cancels no task, so it takes no
+// task row lock after the job rows the batch holds (the lock order of
+// store/postgres).
+func closeInline(ctx context.Context, tx Tx, bumped []warren.Job, ready []string, decide store.CloseDecider, at time.Time) (left []string, closed []store.ClosedJob, err error) {
+	byID := make(map[string]warren.Job, len(bumped))
+	for _, j := range bumped {
+		byID[j.ID] = j
+	}
+	for _, id := range ready {
+		j := byID[id]
+		if !inlineClosable(j) {
+			left = append(left, id)
+			continue
+		}
+		scan := func(fn func(taskID int64, state warren.TaskState, result json.RawMessage) error) error {
+			return tx.ScanResults(ctx, id, fn)
+		}
+		c, ok, err := decide(ctx, j, scan)
+		if err != nil {
+			return nil, nil, fmt.Errorf("close job %s: %w", id, err)
+		}
+		if !ok {
+			left = append(left, id)
+			continue
+		}
+		if err := validateFinishState(c.State); err != nil {
+			return nil, nil, fmt.Errorf("close job %s: %w", id, err)
+		}
+		c.Error = storedText(c.Error)
+		// Every task of the job is finished (inlineClosable): nothing to
+		// cancel.
+		done, err := finishInTx(ctx, tx, id, j.Version, c, at, false)
+		if err != nil {
+			return nil, nil, fmt.Errorf("close job %s: %w", id, err)
+		}
+		if !done {
+			// The batch holds the job's row at this version: a close
+			// that did not apply means a driver broke that promise.
+			return nil, nil, fmt.Errorf("close job %s: the job moved from version %d inside the batch", id, j.Version)
+		}
+		closed = append(closed, store.ClosedJob{Job: j, State: c.State, Error: c.Error})
+	}
+	return left, closed, nil
+}
+
+// inlineClosable reports whether ApplyOutcomesClosing may close job j
+// (store.Store's ApplyOutcomesClosing).
+func inlineClosable(j warren.Job) bool {
+	return j.ID != "" && !j.State.Terminal() && j.Policy.ReduceTask == nil && j.ReduceState == "" &&
+		j.ExpectedTasks <= store.InlineCloseTasks && j.CompletedTasks+j.FailedTasks == j.ExpectedTasks
 }
 
 // distinctRefs lists the tasks of outcomes once each, in first-seen order.
@@ -209,6 +298,9 @@ type judgement struct {
 	// children are the task rows the applied outcomes spawn, in batch
 	// order, each job's ids consecutive from its last task id.
 	children []SpawnedTask
+	// attempts are the attempt rows of the applied outcomes' runs and of
+	// the retried runs the batch reports (store.Outcome.Retry).
+	attempts []AttemptWrite
 }
 
 // judgeOutcomes decides each outcome in batch order from its task row and
@@ -234,6 +326,11 @@ type judgement struct {
 // An outcome that skip (nil for none) marks as a spawn part that was
 // staged, or already was (assembleParts), is counted as such and judged
 // no further.
+//
+// A retried run's outcome (store.Outcome.Retry) leaves an attempt row
+// only, when its task exists at its generation (or it gives none),
+// whatever the task's state or its job's; it is ignored otherwise. An
+// applied outcome leaves the attempt row of its run too (terminalAttempt).
 func judgeOutcomes(outcomes []store.Outcome, skip []int, tasks []OutcomeTask, jobs map[string]OutcomeJob, last map[string]int64, now time.Time) judgement {
 	// The rows are copied: an applied outcome marks its row terminal for
 	// the outcomes after it, not the caller's.
@@ -260,6 +357,15 @@ func judgeOutcomes(outcomes []store.Outcome, skip []int, tasks []OutcomeTask, jo
 		job, jobFound := jobs[o.JobID]
 		task := rows[store.TaskRef{JobID: o.JobID, TaskID: o.TaskID}]
 		reduce := o.TaskID == warren.ReduceTaskID
+		if o.Retry {
+			if !jobFound || task == nil || (o.Generation != 0 && o.Generation != task.Generation) {
+				j.report.AttemptsIgnored++
+				continue
+			}
+			j.attempts = append(j.attempts, retryAttempt(o, *task, now))
+			j.report.Attempts++
+			continue
+		}
 		switch {
 		case !jobFound || task == nil:
 			j.report.Unknown = append(j.report.Unknown, i)
@@ -282,6 +388,9 @@ func judgeOutcomes(outcomes []store.Outcome, skip []int, tasks []OutcomeTask, jo
 				}
 			}
 			j.writes = append(j.writes, w)
+			if keepsRow(w) {
+				j.attempts = append(j.attempts, terminalAttempt(o, w))
+			}
 			task.State = w.State
 			j.report.Applied++
 			if w.State == warren.TaskFailed {
@@ -293,6 +402,13 @@ func judgeOutcomes(outcomes []store.Outcome, skip []int, tasks []OutcomeTask, jo
 				counts[o.JobID] = d
 			}
 			d.Expected += spawned
+			if w.StartedAt != nil && (d.Started == nil || w.StartedAt.Before(*d.Started)) {
+				d.Started = w.StartedAt
+			}
+			if d.Finished == nil || w.FinishedAt.After(*d.Finished) {
+				finished := w.FinishedAt
+				d.Finished = &finished
+			}
 			switch {
 			case reduce:
 				d.ReduceState = string(w.State)
@@ -409,32 +525,36 @@ func becameReady(j warren.Job, d CounterDelta) bool {
 }
 
 // validateOutcomes returns an error naming the first outcome whose State
-// is neither warren.TaskCompleted nor warren.TaskFailed: ApplyOutcomes
-// fails such a batch whole, before it writes anything.
+// is neither warren.TaskCompleted nor warren.TaskFailed, or that is a
+// retried run's (store.Outcome.Retry) and not failed: ApplyOutcomes fails
+// such a batch whole, before it writes anything.
 func validateOutcomes(outcomes []store.Outcome) error {
 	for i, o := range outcomes {
 		if o.State != warren.TaskCompleted && o.State != warren.TaskFailed {
 			return fmt.Errorf("outcome %d (job %q task %d): state must be completed or failed, got %q", i, o.JobID, o.TaskID, o.State)
 		}
+		if o.Retry && o.State != warren.TaskFailed {
+			return fmt.Errorf("outcome %d (job %q task %d): a retried run's state must be failed, got %q", i, o.JobID, o.TaskID, o.State)
+		}
 	}
 	return nil
 }
 
-// sanitizeOutcomes returns outcomes with their Error and Worker as
+// sanitizeOutcomes returns outcomes with their Error, Worker and Traceback as
 // storedText makes them, for ApplyOutcomes to store: outcomes itself when
 // none needs it, else a copy (the caller's slice is left as it is).
 // Results are not text: they are stored byte for byte.
 func sanitizeOutcomes(outcomes []store.Outcome) []store.Outcome {
 	var clean []store.Outcome
 	for i, o := range outcomes {
-		e, w := storedText(o.Error), storedText(o.Worker)
-		if e == o.Error && w == o.Worker {
+		e, w, tb := storedText(o.Error), storedText(o.Worker), storedText(o.Traceback)
+		if e == o.Error && w == o.Worker && tb == o.Traceback {
 			continue
 		}
 		if clean == nil {
 			clean = slices.Clone(outcomes)
 		}
-		clean[i].Error, clean[i].Worker = e, w
+		clean[i].Error, clean[i].Worker, clean[i].Traceback = e, w, tb
 	}
 	if clean == nil {
 		return outcomes

@@ -68,7 +68,7 @@ func TestJudgeOutcomes(t *testing.T) {
 	}, nil, tasks, jobs, nil, now)
 
 	require.Equal(t, store.ApplyReport{Applied: 2, AppliedFailed: 1, Duplicates: 3, Closed: 1, Unknown: []int{1, 7}}, j.report)
-	require.Equal(t, []CounterDelta{{JobID: "a", Completed: 1}, {JobID: "b", Failed: 1}}, j.deltas, "in job id order")
+	require.Equal(t, []CounterDelta{{JobID: "a", Completed: 1, Finished: &now}, {JobID: "b", Failed: 1, Finished: &now}}, j.deltas, "in job id order")
 	require.Len(t, j.writes, 2)
 	require.Equal(t, store.TaskRef{JobID: "b", TaskID: 1}, j.writes[0].TaskRef)
 	require.Equal(t, store.TaskRef{JobID: "a", TaskID: 1}, j.writes[1].TaskRef)
@@ -113,7 +113,33 @@ func TestJudgeReduceOutcomes(t *testing.T) {
 		outcome("r", warren.TaskCompleted, 2),    // 3: terminal by 2: Duplicate
 	}, nil, tasks, jobs, nil, now)
 	require.Equal(t, store.ApplyReport{Applied: 1, AppliedFailed: 1, Duplicates: 3}, j.report)
-	require.Equal(t, []CounterDelta{{JobID: "r", ReduceState: warren.ReduceFailed}}, j.deltas, "no counter moves")
+	require.Equal(t, []CounterDelta{{JobID: "r", ReduceState: warren.ReduceFailed, Finished: &now}}, j.deltas, "no counter moves")
+}
+
+// A job's delta carries the earliest start and the latest finish of its
+// applied outcomes (a start the row held counts: the outcome kept it),
+// and none of an outcome that was not applied.
+func TestJudgeOutcomesStartAndFinish(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(s int) *time.Time { tm := now.Add(time.Duration(s) * time.Second); return &tm }
+	tasks := []OutcomeTask{
+		{TaskRef: store.TaskRef{JobID: "a", TaskID: 1}, State: warren.TaskQueued, Generation: 1},
+		{TaskRef: store.TaskRef{JobID: "a", TaskID: 2}, State: warren.TaskQueued, Generation: 1, StartedAt: at(-50)},
+		{TaskRef: store.TaskRef{JobID: "a", TaskID: 3}, State: warren.TaskCompleted, Generation: 1},
+		{TaskRef: store.TaskRef{JobID: "b", TaskID: 1}, State: warren.TaskQueued, Generation: 1},
+	}
+	jobs := map[string]OutcomeJob{"a": {State: warren.JobRunning}, "b": {State: warren.JobRunning}}
+	j := judgeOutcomes([]store.Outcome{
+		{JobID: "a", TaskID: 1, State: warren.TaskCompleted, StartedAt: at(-30), FinishedAt: at(-10)},
+		{JobID: "a", TaskID: 2, State: warren.TaskCompleted, FinishedAt: at(-20)},                   // the row's start, -50
+		{JobID: "a", TaskID: 3, State: warren.TaskCompleted, StartedAt: at(-90), FinishedAt: at(5)}, // a duplicate
+		{JobID: "b", TaskID: 1, State: warren.TaskFailed, Error: "dead"},                            // no start; finished now
+	}, nil, tasks, jobs, nil, now)
+	require.Equal(t, []CounterDelta{
+		{JobID: "a", Completed: 2, Started: at(-50), Finished: at(-10)},
+		{JobID: "b", Failed: 1, Finished: &now},
+	}, j.deltas)
 }
 
 func TestValidateOutcomes(t *testing.T) {
@@ -176,7 +202,7 @@ func TestSpawnsAfterTheLastTaskOrAreRefused(t *testing.T) {
 	require.Equal(t, []int64{4, 5}, ids, "after the last task; a failed outcome's spawn is ignored")
 	require.Equal(t, warren.TaskFailed, j.writes[2].State, "5 + 2 tasks are over the limit of 6")
 	require.Contains(t, j.writes[2].Error, "2 more tasks would take the job to 7 tasks, over the limit of 6 tasks per job")
-	require.Equal(t, []CounterDelta{{JobID: "a", Completed: 1, Failed: 2, Expected: 2}}, j.deltas)
+	require.Equal(t, []CounterDelta{{JobID: "a", Completed: 1, Failed: 2, Expected: 2, Finished: &now}}, j.deltas)
 	require.Equal(t, store.ApplyReport{Applied: 3, AppliedFailed: 2, Closed: 1, Spawned: 2, SpawnedJobs: []string{"a"}, SpawnRefused: 1}, j.report)
 
 	// A job whose last task spawns is not ready; its children's outcomes make it so.

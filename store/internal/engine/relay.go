@@ -15,7 +15,7 @@ import (
 // RelayTx holds the primitives that claim and mark a relay round (RelayRound, RelayBatch).
 type RelayTx interface {
 	// PendingJobs reads every open job (pending or running), in creation
-	// order, with its ID, Priority, BatchSize and Queue as stored ("" for
+	// order, with whether it or its queue is paused (Paused), its ID, Priority, BatchSize and Queue as stored ("" for
 	// the default queue), its pending tasks (its reduce task among them)
 	// counted up to limit (an index range of at most limit of its task
 	// rows) in Pending, and its reduce task and reduce state. Of a job
@@ -79,6 +79,9 @@ type PendingJobRow struct {
 	// Busy reports that another round holds the capped job's claim: this
 	// round gives it no share.
 	Busy bool
+	// Paused reports that the job, or its work queue, is paused
+	// (Engine.PauseJob, Engine.PauseQueue): the round gives it no share.
+	Paused bool
 }
 
 // RelayClaim is one job's share of a relay round: the most of its
@@ -193,7 +196,7 @@ func (e *Engine) claim(ctx context.Context, tx RelayTx, round store.Round) ([]st
 	reducing := make(map[string]PendingJobRow)
 	for _, row := range open {
 		j := row.PendingJob
-		if j.Pending == 0 {
+		if j.Pending == 0 || row.Paused {
 			continue
 		}
 		j.Queue = protocol.QueueOrDefault(j.Queue)

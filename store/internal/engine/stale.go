@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -90,7 +91,21 @@ func (e *Engine) ReconcileStale(ctx context.Context, at store.Staleness, limit i
 		}
 		report.Requeued, report.Failed = requeued, len(failedTasks)
 		report.ReadyToClose, err = addFailed(ctx, tx, failedTasks)
-		return err
+		if err != nil {
+			return err
+		}
+		// The lost runs are attempts too. The claim holds the rows, so
+		// every requeue it asked for applied; were it otherwise, which
+		// were requeued would be unknown, and none is recorded.
+		if requeued != len(requeue) {
+			requeue = nil
+		}
+		if lost := lostAttempts(stale, requeue, failedTasks, asStored(at.Now)); len(lost) > 0 {
+			if _, _, err := tx.WriteOutcomes(ctx, nil, nil, lost); err != nil {
+				return fmt.Errorf("record lost runs: %w", err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return store.ReconcileReport{}, e.errorf(err, "reconcile stale tasks")
@@ -136,12 +151,42 @@ func addFailed(ctx context.Context, tx Tx, failedTasks []store.TaskRef) ([]strin
 	return ready, nil
 }
 
+// lostAttempts are the attempt rows of the lost runs of stale: retried
+// for the tasks of requeued, failed for those of failed, each its task's
+// next attempt at the generation it was lost at, with store.LostError,
+// finished at now, worker unknown. They prune nothing: the bound is
+// the server's (store.Outcome.KeepAttempts), which the next outcome of
+// the task applies.
+func lostAttempts(stale []StaleTask, requeued, failed []store.TaskRef, now time.Time) []AttemptWrite {
+	outcomes := make(map[store.TaskRef]warren.AttemptOutcome, len(requeued)+len(failed))
+	for _, r := range requeued {
+		outcomes[r] = warren.AttemptRetried
+	}
+	for _, r := range failed {
+		outcomes[r] = warren.AttemptFailed
+	}
+	var out []AttemptWrite
+	for _, t := range stale {
+		outcome, ok := outcomes[t.TaskRef]
+		if !ok {
+			continue
+		}
+		a := bounded(AttemptWrite{TaskRef: t.TaskRef, Attempt: t.Attempts + 1, Generation: t.Generation,
+			Outcome: outcome, FinishedAt: now, Error: store.LostError}, 0)
+		a.PruneThrough = 0
+		out = append(out, a)
+	}
+	return distinctAttempts(out)
+}
+
 // StaleTask is a queued task that ReconcileStale found past its job's task
 // timeout (ClaimStale), with what splitLost decides by.
 type StaleTask struct {
 	store.TaskRef
 	// Attempts is the task's recorded runs, not counting the lost one.
 	Attempts int
+	// Generation is the task's generation, the lost run's.
+	Generation int
 	// MaxRetries is the job's retry budget (warren.Policy.MaxRetries).
 	MaxRetries int
 }

@@ -1,0 +1,19 @@
+-- True numbers (issue 25): a job's started_at is when its first task
+-- started, the earliest start its outcomes reported (engine.CounterDelta
+-- Started); published_at is what started_at held until now, when the
+-- relay had published every task and the job became running;
+-- last_finished_at is the latest finish of its recorded outcomes, which
+-- the running job's rate counts up to.
+--
+-- The jobs that exist before this migration get published_at from their
+-- started_at, and started_at and last_finished_at from what their task
+-- rows still hold: NULL for a job none of whose tasks reported a start.
+-- A task a redrive sent back lost its first start, so such a job's
+-- started_at may be later than its first task's. One pass over tasks,
+-- grouped by job.
+ALTER TABLE jobs ADD COLUMN published_at timestamptz, ADD COLUMN last_finished_at timestamptz;
+UPDATE jobs SET published_at = started_at, started_at = NULL;
+UPDATE jobs SET started_at = f.first, last_finished_at = f.last
+    FROM (SELECT job_id, min(started_at) AS first, max(finished_at) AS last FROM tasks
+          WHERE started_at IS NOT NULL OR finished_at IS NOT NULL GROUP BY job_id) AS f
+    WHERE jobs.id = f.job_id;
