@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -525,19 +526,28 @@ func (c *cluster) connections() ([]connection, error) {
 }
 
 // serverNode is the node a scenario's server is connected to (its
-// aggregator's connection, which declares the topology).
+// aggregator's connection, which declares the topology). It waits up to
+// a minute for that connection to be listed: right after a restart the
+// server may be ready before the broker lists its connection, and on a
+// loaded machine list_connections lags.
 func (c *cluster) serverNode(r *runner) (*clusterNode, error) {
-	conns, err := c.connections()
-	if err != nil {
-		return nil, err
-	}
 	want := "warren server (aggregator) " + r.prefix
-	for _, cn := range conns {
-		if cn.name == want && cn.node != nil {
-			return cn.node, nil
+	deadline := time.Now().Add(time.Minute)
+	for {
+		conns, err := c.connections()
+		if err == nil {
+			for _, cn := range conns {
+				if cn.name == want && cn.node != nil {
+					return cn.node, nil
+				}
+			}
+			err = fmt.Errorf("no connection named %q in the cluster", want)
 		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%v a minute after the scenario asked", err)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
-	return nil, fmt.Errorf("no connection named %q in the cluster", want)
 }
 
 // workersOn counts the scenario's live workers whose task consumer is
@@ -589,49 +599,90 @@ func (c *cluster) awaitConsumer(w *proc) error {
 
 // leader is the node that leads queue.
 func (c *cluster) leader(queue string) (*clusterNode, error) {
-	out, err := c.live().ctl(time.Minute, "list_queues", "name", "leader", "--formatter", "json")
+	l, _, err := c.quorum(queue)
+	return l, err
+}
+
+// quorum is the node that leads queue and the nodes it has members on.
+func (c *cluster) quorum(queue string) (*clusterNode, []*clusterNode, error) {
+	out, err := c.live().ctl(time.Minute, "list_queues", "name", "leader", "members", "--formatter", "json")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var rows []struct {
-		Name   string `json:"name"`
-		Leader string `json:"leader"`
+		Name    string   `json:"name"`
+		Leader  string   `json:"leader"`
+		// A string on RabbitMQ 3.10 ("[r1@localhost,...]"), a list on
+		// others: read as raw text and searched for each node's name.
+		Members json.RawMessage `json:"members"`
 	}
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
-		return nil, fmt.Errorf("list_queues: %v", err)
+		return nil, nil, fmt.Errorf("list_queues: %v", err)
 	}
 	for _, q := range rows {
-		if q.Name == queue {
-			if n := c.byName(q.Leader); n != nil {
-				return n, nil
-			}
-			return nil, fmt.Errorf("queue %s has no leader among the cluster's nodes (%q)", queue, q.Leader)
+		if q.Name != queue {
+			continue
 		}
+		var members []*clusterNode
+		for _, n := range c.nodes {
+			if strings.Contains(string(q.Members), n.name) {
+				members = append(members, n)
+			}
+		}
+		if n := c.byName(q.Leader); n != nil {
+			return n, members, nil
+		}
+		return nil, members, fmt.Errorf("queue %s has no leader among the cluster's nodes (%q)", queue, q.Leader)
 	}
-	return nil, fmt.Errorf("no queue %s in the cluster", queue)
+	return nil, nil, fmt.Errorf("no queue %s in the cluster", queue)
 }
 
 // moveLeaderOff makes another node lead queue: it removes node's replica
-// (its leadership passes to another member) and adds it back.
+// (its leadership passes to another member) and adds it back, so the
+// queue keeps its three members (with two, killing one loses the
+// quorum). Under load a rabbitmq-queues call can outlast its bound while
+// the change still happens, so each step is checked against the queue's
+// actual state and retried, up to three times, from another live node.
 func (c *cluster) moveLeaderOff(queue string, node *clusterNode) error {
-	other := c.nodes[0]
-	if other == node {
-		other = c.nodes[1]
+	var others []*clusterNode
+	for _, n := range c.nodes {
+		if n != node {
+			others = append(others, n)
+		}
 	}
-	if _, err := other.queues(time.Minute, "delete_member", queue, node.name); err != nil {
-		return err
+	var errs []string
+	for attempt := 0; attempt < 3; attempt++ {
+		via := others[attempt%len(others)]
+		leader, members, err := c.quorum(queue)
+		if err != nil {
+			errs = append(errs, err.Error())
+			time.Sleep(2 * time.Second)
+			continue
+		}
+		switch {
+		case leader == node && slices.Contains(members, node):
+			if _, err := via.queues(45*time.Second, "delete_member", queue, node.name); err != nil {
+				errs = append(errs, err.Error())
+			}
+		case !slices.Contains(members, node):
+			if _, err := via.queues(45*time.Second, "add_member", queue, node.name); err != nil {
+				errs = append(errs, err.Error())
+			}
+		default:
+			return nil // another node leads, and node is a member again
+		}
+		// The step may have taken effect even when its call failed: look
+		// again at once rather than wait for the next attempt.
+		if leader, members, err = c.quorum(queue); err == nil && leader != node && !slices.Contains(members, node) {
+			if _, err := via.queues(45*time.Second, "add_member", queue, node.name); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+		if leader, members, err = c.quorum(queue); err == nil && leader != node && slices.Contains(members, node) {
+			return nil
+		}
 	}
-	if _, err := other.queues(time.Minute, "add_member", queue, node.name); err != nil {
-		return err
-	}
-	l, err := c.leader(queue)
-	if err != nil {
-		return err
-	}
-	if l == node {
-		return fmt.Errorf("%s still leads %s", node.name, queue)
-	}
-	return nil
+	return fmt.Errorf("%s still leads %s or is not a member again after three tries: %s", node.name, queue, strings.Join(errs, "; "))
 }
 
 // depths lists the prefix's queues with their message counts.

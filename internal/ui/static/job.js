@@ -105,8 +105,15 @@ export function jobPage(root, { params, navigate }) {
     }
   }
 
+  // The buttons are rebuilt only when what they would say changes: a
+  // button replaced on every poll loses focus and hover, and a click that
+  // lands while it is replaced is lost.
+  let actionsKey = '';
   function renderActions() {
     const j = job;
+    const key = [can('write'), j.state, j.paused, j.failed_tasks].join('|');
+    if (key === actionsKey) return;
+    actionsKey = key;
     const buttons = [];
     if (can('write') && isOpen(j.state)) {
       buttons.push(j.paused

@@ -11,6 +11,7 @@ export function queuesPage(root) {
   const queuesBox = h('div', { class: 'scroll', id: 'queues' });
   const workersBox = h('div', { class: 'scroll', id: 'workers' });
   const pausedBox = h('div', { id: 'paused-box' });
+  let pausedBoxKey = '';
   // Pause a work queue by the name jobs give ("queue" in a submission):
   // the broker's names below carry the prefix and a suffix.
   const pauseName = h('input', { id: 'pause-queue-name', placeholder: 'work queue, e.g. gpu', 'aria-label': 'work queue to pause' });
@@ -38,13 +39,17 @@ export function queuesPage(root) {
     }
     // The work queues paused (POST /v1/queues/{queue}/pause), by name:
     // the broker's names carry the prefix, so they are listed apart.
+    // Rebuilt only when the list changes, so a Resume button is not
+    // replaced under the pointer on every poll.
     const paused = out.paused || [];
-    pausedBox.replaceChildren(...(paused.length
+    const pausedKey = JSON.stringify([can('write'), paused]);
+    if (pausedKey !== pausedBoxKey) pausedBox.replaceChildren(...(paused.length
       ? [h('p', { class: 'warn-text', id: 'paused-queues' }, 'Paused work queues (no new task of their jobs starts): ',
         ...paused.flatMap((p, i) => [i ? ', ' : '', h('span', { class: 'mono', 'data-paused-queue': p.queue }, p.queue),
           h('span', { class: 'muted small' }, ` since ${new Date(p.paused_at).toLocaleString()}`),
           ...(can('write') ? [' ', h('button', { type: 'button', class: 'small', 'data-resume-queue': p.queue, onclick: () => queueAction(p.queue, 'resume') }, 'Resume')] : [])]))]
       : []));
+    pausedBoxKey = pausedKey;
     const growth = (n) => (n == null ? h('span', { class: 'muted' }, '–') : h('span', { class: n > 0 ? 'bad-text' : '' }, n > 0 ? `+${num(n)}` : num(n)));
     const t = table({ class: 'list', id: 'queues-table' }, ['Queue', 'Kind', 'Messages', 'Consumers', 'Dead letters 1 min', 'Dead letters 15 min']);
     const rows = out.queues.map((q) => h('tr', { 'data-queue': q.name },
