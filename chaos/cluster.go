@@ -610,8 +610,8 @@ func (c *cluster) quorum(queue string) (*clusterNode, []*clusterNode, error) {
 		return nil, nil, err
 	}
 	var rows []struct {
-		Name    string   `json:"name"`
-		Leader  string   `json:"leader"`
+		Name   string `json:"name"`
+		Leader string `json:"leader"`
 		// A string on RabbitMQ 3.10 ("[r1@localhost,...]"), a list on
 		// others: read as raw text and searched for each node's name.
 		Members json.RawMessage `json:"members"`
