@@ -55,7 +55,11 @@ func runTask(ctx context.Context, args []string, env *environment) error {
 // printTask writes task t for people: its fields, then its attempts,
 // each failure's traceback indented under it, then its dead letter.
 func printTask(w io.Writer, t client.TaskDetail) {
-	fmt.Fprintf(w, "Task %d of job %s: %s (generation %d, %d attempts)\n", t.TaskID, t.JobID, t.State, t.Generation, t.Attempts)
+	plural := "s"
+	if t.Attempts == 1 {
+		plural = ""
+	}
+	fmt.Fprintf(w, "Task %d of job %s: %s (generation %d, %d attempt%s)\n", t.TaskID, t.JobID, t.State, t.Generation, t.Attempts, plural)
 	worker := t.Worker
 	if worker == "" {
 		worker = "-"
