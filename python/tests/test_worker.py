@@ -2,6 +2,7 @@
 
 import datetime
 import json
+import logging
 import threading
 import time
 
@@ -125,6 +126,39 @@ class WorkerTest(WarrenTestCase):
         history = self.server.attempts(job_id, 1, 3)
         self.assertEqual(["retried", "retried", "completed"], [a["outcome"] for a in history])
         self.assertEqual("", history[2]["traceback"])
+
+    def test_a_handlers_traceback_is_logged_debug_on_retry_warning_on_dead_letter(self):
+        records = []
+
+        class Keep(logging.Handler):
+            def emit(self, record):
+                records.append(record)
+
+        logger = logging.getLogger("warren_worker")
+        keep, level = Keep(logging.DEBUG), logger.level
+        logger.addHandler(keep)
+        logger.setLevel(logging.DEBUG)
+        self.addCleanup(logger.removeHandler, keep)
+        self.addCleanup(logger.setLevel, level)
+
+        def broken(payload, task):
+            raise ValueError("bad input %d" % task.attempt)
+
+        self.start_worker({"broken": broken}, name="py-broken")
+        job_id = self.server.submit({"type": "broken", "max_retries": 1, "tasks": [{}]})
+        self.assertEqual("failed", self.server.wait_closed(job_id)["state"])
+
+        def logged(level, text):
+            return [r for r in records if r.levelno == level and text in r.getMessage()
+                    and getattr(r, "job_id", None) == job_id]
+
+        (retried,) = logged(logging.DEBUG, "the retried run's traceback")
+        self.assertIn("Traceback (most recent call last)", retried.getMessage())
+        self.assertIn("ValueError: bad input 1", retried.getMessage())
+        (dead,) = logged(logging.WARNING, "task dead-lettered")
+        self.assertIn("Traceback (most recent call last)", dead.getMessage())
+        self.assertIn("ValueError: bad input 2", dead.getMessage())
+        self.assertEqual([], logged(logging.WARNING, "bad input 1"), "a retry is not a warning")
 
     def test_a_batch_message_gives_one_result_batch(self):
         observer = Observer(self.prefix + "results.x", "result")
