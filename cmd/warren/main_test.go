@@ -157,7 +157,7 @@ func TestEveryCommandTakesTheLogFlags(t *testing.T) {
 	require.Equal(t, "store migrated", line["msg"])
 
 	errb.Reset()
-	require.Equal(t, 0, run(t.Context(), []string{"migrate", "--database", db, "--log-level", "warn"}, env))
+	require.Equal(t, 0, run(t.Context(), []string{"migrate", "--database", db, "--log-level", "warn"}, env), errb.String())
 	require.Empty(t, errb.String(), "info is below warn")
 
 	for _, c := range []struct {

@@ -9,7 +9,29 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
+
+// lockWait is how long lockFile keeps trying a lock that is held before
+// it reports the file in use. A lock just released can still be held for
+// a moment by a child process between its fork and its exec (the child
+// shares the parent's open files until exec closes them; os/exec forks
+// while other goroutines run), and a server restarted at once after the
+// old one exits should not be refused for that.
+const lockWait = time.Second
+
+// flockSoon takes an exclusive flock(2) on f, trying again for up to
+// lockWait while another open file holds it.
+func flockSoon(f *os.File) error {
+	deadline := time.Now().Add(lockWait)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
 
 // lockFile takes the store's lock on path: an exclusive flock(2) on
 // path+".lock", held until release. flock conflicts between open files,
@@ -22,7 +44,7 @@ func lockFile(path string) (release func() error, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", name, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flockSoon(f); err != nil {
 		holder := "another process"
 		if b, rerr := os.ReadFile(name); rerr == nil && strings.TrimSpace(string(b)) != "" {
 			if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil {
