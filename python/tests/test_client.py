@@ -402,6 +402,8 @@ class Gate:
 
 class ClientTest(WarrenTestCase):
 
+    queues = ("default", "gpu")  # the search test submits a job to "gpu"
+
     def setUp(self):
         self.client = Client(self.server.base, "")
 

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,47 @@ func Topology(t testing.TB, opts *broker.TopologyOptions) (protocol.Names, *amqp
 		}
 	})
 	return names, conn
+}
+
+// DeleteWorkQueuesAtEnd deletes, when the test ends, the queues per type
+// that a server of names declares for jobs of workQueues (each work queue
+// and its retry tiers, the defaults and tiers): Topology's cleanup knows
+// only the fixed queues. Call it before the server starts, so that it
+// runs after the server stops. Queues that were never declared are
+// skipped.
+func DeleteWorkQueuesAtEnd(t testing.TB, names protocol.Names, workQueues []string, tiers ...time.Duration) {
+	t.Helper()
+	t.Cleanup(func() {
+		c, err := broker.Dial(context.Background(), URL(), "warren-test-cleanup")
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		defer func() { _ = c.Close() }()
+		fixed := broker.InstallationQueues(names, nil, tiers...)
+		for _, q := range broker.InstallationQueues(names, workQueues, tiers...) {
+			if slices.Contains(fixed, q) {
+				continue // Topology's
+			}
+			ch, err := c.Channel()
+			if err != nil {
+				t.Errorf("cleanup: %v", err)
+				return
+			}
+			// A passive declare first: deleting a queue that does not
+			// exist is not an error on every RabbitMQ version alike.
+			if _, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err != nil {
+				if !broker.IsNotFound(err) {
+					t.Errorf("cleanup: %s: %v", q, err)
+				}
+				continue // the channel is closed
+			}
+			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+				t.Errorf("cleanup: delete %s: %v", q, err)
+			}
+			_ = ch.Close()
+		}
+	})
 }
 
 // QueueDepth returns the number of ready messages in queue.

@@ -59,6 +59,7 @@ type testBundle struct {
 func setup(t *testing.T, noTokens bool) *testBundle {
 	t.Helper()
 	names, _ := amqptest.Topology(t, nil)
+	amqptest.DeleteWorkQueuesAtEnd(t, names, []string{"nobody"}) // a job of the test waits on it
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "warren.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
