@@ -25,12 +25,13 @@ var _ store.CloseListener = (*Store)(nil)
 func (s *Store) ListenClosed(ctx context.Context, fn func(jobID string)) error {
 	retry := backoff.New(backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second})
 	for {
-		err := s.listenClosed(ctx, fn)
+		// A connection that listened and was then lost starts the
+		// backoff again: only failures in a row back off further.
+		if listened, _ := s.listenClosed(ctx, fn); listened {
+			retry.Reset()
+		}
 		if ctx.Err() != nil {
 			return nil
-		}
-		if err == nil {
-			retry.Reset()
 		}
 		if !backoff.Sleep(ctx, retry.Next()) {
 			return nil
@@ -38,26 +39,27 @@ func (s *Store) ListenClosed(ctx context.Context, fn func(jobID string)) error {
 	}
 }
 
-// listenClosed listens until ctx is done or the connection fails.
-func (s *Store) listenClosed(ctx context.Context, fn func(jobID string)) error {
+// listenClosed listens until ctx is done or the connection fails;
+// listened says whether its LISTEN took effect.
+func (s *Store) listenClosed(ctx context.Context, fn func(jobID string)) (listened bool, err error) {
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	// A connection that listens never goes back to the pool.
 	conn := pc.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx))
 	var schema string
 	if err := conn.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
-		return fmt.Errorf("postgres: listen: %w", err)
+		return false, fmt.Errorf("postgres: listen: %w", err)
 	}
 	if _, err := conn.Exec(ctx, `LISTEN `+closedChannel); err != nil {
-		return fmt.Errorf("postgres: listen: %w", err)
+		return false, fmt.Errorf("postgres: listen: %w", err)
 	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return err
+			return true, err
 		}
 		if sch, id, ok := strings.Cut(n.Payload, " "); ok && sch == schema {
 			fn(id)

@@ -80,7 +80,6 @@ func newCachingConn(dc driver.Conn) (*cachingConn, error) {
 // cachedStmt is a statement of the cache; busy while database/sql holds it.
 type cachedStmt struct {
 	driver.Stmt
-	c     *cachingConn
 	query string
 	busy  bool
 }
@@ -127,7 +126,7 @@ func (c *cachingConn) PrepareContext(ctx context.Context, query string) (driver.
 	if _, ok := st.(driver.StmtQueryContext); !ok {
 		return st, nil
 	}
-	s := &cachedStmt{Stmt: st, c: c, query: query, busy: true}
+	s := &cachedStmt{Stmt: st, query: query, busy: true}
 	c.bySQL[query] = c.lru.PushFront(s)
 	c.evict()
 	return s, nil
