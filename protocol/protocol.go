@@ -45,7 +45,8 @@ const (
 )
 
 // MaxTracebackBytes is the most of a traceback a worker sends (its last
-// bytes, where the failure is): in Result.Traceback and HeaderTraceback.
+// bytes, where the failure is; of a Go panic's stack, whose top is the
+// panic's site, its first): in Result.Traceback and HeaderTraceback.
 const MaxTracebackBytes = 16 << 10
 
 // Dead-letter reasons carried in HeaderReason.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"unicode/utf8"
 
 	"github.com/warrenhq/warren/protocol"
 )
@@ -31,12 +32,16 @@ func (e traced) Traceback() string { return e.stack }
 
 // panicked returns err, a panic's error, with the stack of the goroutine
 // that panicked (debug.Stack, called from within the recovering defer),
-// innermost frames first, cut to protocol.MaxTracebackBytes from its end:
-// a Go stack has the panic's site at its top.
+// innermost frames first, its first protocol.MaxTracebackBytes kept
+// (cut at a character's boundary): unlike a Python traceback, a Go stack
+// has the panic's site at its top, so its end is what goes.
 func panicked(err error, p any) error {
 	stack := fmt.Sprintf("panic: %v\n\n%s", p, fromPanic(debug.Stack()))
-	if len(stack) > protocol.MaxTracebackBytes {
-		stack = stack[:protocol.MaxTracebackBytes]
+	if n := protocol.MaxTracebackBytes; len(stack) > n {
+		for n > 0 && !utf8.RuneStart(stack[n]) {
+			n--
+		}
+		stack = stack[:n]
 	}
 	return traced{err: err, stack: stack}
 }
